@@ -1,0 +1,168 @@
+package reconcile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Severity orders findings by how urgently a person must act.
+type Severity string
+
+// The severities, most urgent first.
+const (
+	Critical Severity = "critical"
+	High     Severity = "high"
+	Warning  Severity = "warning"
+	Info     Severity = "info"
+)
+
+// Rank is larger for more urgent severities; unknown ones rank lowest.
+func (s Severity) Rank() int {
+	switch s {
+	case Critical:
+		return 4
+	case High:
+		return 3
+	case Warning:
+		return 2
+	case Info:
+		return 1
+	}
+	return 0
+}
+
+// ParseSeverity accepts the severity names of --fail-on.
+func ParseSeverity(s string) (Severity, bool) {
+	sev := Severity(strings.ToLower(strings.TrimSpace(s)))
+	return sev, sev.Rank() > 0
+}
+
+// FindingKind names one kind of disagreement (DESIGN.md §3).
+type FindingKind string
+
+// The finding kinds of DESIGN.md §3.
+const (
+	Duplicate           FindingKind = "duplicate"
+	SuspectedDuplicate  FindingKind = "suspected_duplicate"
+	Orphan              FindingKind = "orphan"
+	PaidWithoutEvidence FindingKind = "paid_without_evidence"
+	AmountMismatch      FindingKind = "amount_mismatch"
+	StatusMismatch      FindingKind = "status_mismatch"
+	StaleLease          FindingKind = "stale_lease"
+	UnresolvedUnknown   FindingKind = "unresolved_unknown"
+	ConflictingLink     FindingKind = "conflicting_link"
+)
+
+// FindingKinds lists every kind, most severe first.
+var FindingKinds = []FindingKind{Duplicate, PaidWithoutEvidence, StatusMismatch,
+	SuspectedDuplicate, Orphan, AmountMismatch, ConflictingLink, StaleLease, UnresolvedUnknown}
+
+// Severity is the kind's fixed severity; kinds outside DESIGN's table are
+// informational.
+func (k FindingKind) Severity() Severity {
+	switch k {
+	case Duplicate, PaidWithoutEvidence, StatusMismatch:
+		return Critical
+	case SuspectedDuplicate, Orphan, AmountMismatch, ConflictingLink:
+		return High
+	case StaleLease, UnresolvedUnknown:
+		return Warning
+	}
+	return Info
+}
+
+// Finding is one disagreement between the obligations and the provider.
+type Finding struct {
+	Kind         FindingKind
+	Severity     Severity
+	ObligationID string   // empty when no obligation is involved (an orphan)
+	ProviderIDs  []string // sorted
+	// Money is the obligation's money, or the provider object's when there
+	// is no obligation.
+	Money Money
+	// AtRisk is the money that may have moved wrongly or not at all: the
+	// extra refunds of a duplicate, an orphan's amount, a difference.
+	AtRisk Money
+	// Fingerprint identifies the disagreement across runs: the same problem
+	// has the same fingerprint on every run, whatever the input order.
+	Fingerprint string
+	// ContentHash changes when what the finding says (money at risk,
+	// provider ids) changes, so that a changed finding is alerted again.
+	ContentHash string
+	// Detail is one sentence for a finance reader.
+	Detail string
+}
+
+// Fingerprint is DESIGN.md §3's stable identity of a finding: its kind and
+// obligation id, plus the provider object's id where the finding is about
+// an object rather than an obligation (orphan, suspected duplicate,
+// conflict). Pass objectID empty for the others.
+func Fingerprint(kind FindingKind, obligationID, objectID string) string {
+	return hashParts(string(kind), obligationID, objectID)
+}
+
+// ContentHash hashes what a finding says, to tell when it changed.
+func ContentHash(atRisk Money, providerIDs []string) string {
+	ids := slices.Clone(providerIDs)
+	slices.Sort(ids)
+	parts := append([]string{strconv.FormatInt(atRisk.Amount, 10), atRisk.Currency}, ids...)
+	return hashParts(parts...)
+}
+
+func hashParts(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		// Length-prefixed so that ("ab","c") and ("a","bc") differ.
+		h.Write([]byte(strconv.Itoa(len(p))))
+		h.Write([]byte{':'})
+		h.Write([]byte(p))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// Transition is one state change the reconciler decided, with what it was
+// decided from, for the store's compare-and-set, and its evidence.
+type Transition struct {
+	ObligationID string
+	From         State
+	To           State
+	// FromRaw and FromLeaseExpiresAt are the values read: the store updates
+	// the row only if they are still there.
+	FromRaw            string
+	FromLeaseExpiresAt time.Time // zero when NULL
+	// ProviderID is the provider object that proves the change; the store
+	// fills obligation.provider_id with it only where that was NULL.
+	ProviderID string
+}
+
+// Route is how a provider object was linked to an obligation.
+type Route string
+
+// The link routes, in priority order.
+const (
+	RouteProviderID     Route = "provider_id"
+	RouteIdempotencyKey Route = "idempotency_key"
+	RouteMetadataID     Route = "metadata_obligation_id"
+	RouteMetadataKey    Route = "metadata_idempotency_key"
+)
+
+// Link ties one provider object to one obligation.
+type Link struct {
+	ObjectID     string
+	ObligationID string
+	Route        Route
+}
+
+// Severe reports whether any finding is at or above the given severity.
+func Severe(fs []Finding, min Severity) bool {
+	for _, f := range fs {
+		if f.Severity.Rank() >= min.Rank() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,156 @@
+// Package reconcile holds the domain of the reconciler: obligations, the
+// provider's records of money movements, money itself, and what a run
+// concludes from comparing them (findings and transitions).
+//
+// It is the bottom of the house: every other package speaks these types and
+// this one imports the standard library only. Data flows one way:
+// sources → matcher → store → alerts (see DESIGN.md §7).
+package reconcile
+
+import (
+	"time"
+)
+
+// ObjectKind is the kind of a provider object, and of an obligation (which is
+// a charge or a refund only).
+type ObjectKind string
+
+// The provider object kinds the reconciler reads.
+const (
+	Charge        ObjectKind = "charge"
+	Refund        ObjectKind = "refund"
+	PaymentIntent ObjectKind = "payment_intent"
+)
+
+// Status is a provider object's status normalised across object kinds.
+type Status string
+
+// The normalised statuses. Pending covers every not-yet-final status
+// (a refund pending or requiring action, an intent processing or requiring
+// confirmation, a charge authorised but not captured).
+const (
+	Succeeded Status = "succeeded"
+	Pending   Status = "pending"
+	Failed    Status = "failed"
+	Canceled  Status = "canceled"
+)
+
+// ProviderObject is one money movement as the provider records it: a
+// charge, a refund or a payment intent. Stripe types never leave the
+// sources package; this is what they become.
+type ProviderObject struct {
+	ID        string
+	Kind      ObjectKind
+	Money     Money
+	Status    Status
+	RawStatus string // the provider's own status word, for people
+	// AmountRefunded is, for a charge, how much of it was refunded since;
+	// a charge's Money is never net of refunds.
+	AmountRefunded int64
+	// Target is, for a refund, the charge it refunds, or its payment intent
+	// when the refund names no charge.
+	Target string
+	// PaymentIntent is the intent a charge or refund belongs to, if any.
+	PaymentIntent string
+	// Charge is, for a refund, the refunded charge; for a payment intent,
+	// its latest charge.
+	Charge   string
+	Customer string
+	Metadata map[string]string
+	Created  time.Time
+}
+
+// KeyEvidence says that the request which created object ObjectID carried
+// idempotency key Key. Stripe tells this only in events
+// (event.request.idempotency_key), and keeps events for 30 days.
+type KeyEvidence struct {
+	ObjectID   string
+	ObjectKind ObjectKind
+	Key        string
+	EventID    string
+	EventType  string
+	Created    time.Time
+}
+
+// LookupResult is the outcome of retrieving one provider object by id.
+type LookupResult string
+
+// A lookup either found the object, proved it absent (404), or failed
+// (timeout, 5xx, an id of no known kind): a failure proves nothing.
+const (
+	LookupFound    LookupResult = "found"
+	LookupNotFound LookupResult = "not_found"
+	LookupFailed   LookupResult = "failed"
+)
+
+// Lookup records one retrieval by id of an object that an obligation names
+// but the window's listing did not return.
+type Lookup struct {
+	ID     string
+	Result LookupResult
+	Err    string // why it failed, for people; empty unless Failed
+}
+
+// State is an obligation's state, by its canonical name. Teams whose table
+// spells states differently map them in the configuration; the sources and
+// the store translate at the boundary, so the rest of the code sees these.
+type State string
+
+// The canonical obligation states (DESIGN.md §1).
+const (
+	PendingApproval     State = "PENDING_APPROVAL"
+	Approved            State = "APPROVED"
+	Executing           State = "EXECUTING"
+	ConfirmationUnknown State = "CONFIRMATION_UNKNOWN"
+	Paid                State = "PAID"
+	FailedState         State = "FAILED"
+	RequiresReview      State = "REQUIRES_REVIEW"
+)
+
+// States lists the canonical states in their lifecycle order.
+var States = []State{PendingApproval, Approved, Executing, ConfirmationUnknown, Paid, FailedState, RequiresReview}
+
+// Obligation is one approved business action that must move money exactly
+// once: an invoice payment (Kind Charge) or an approved refund (Kind Refund).
+type Obligation struct {
+	ID             string
+	Kind           ObjectKind
+	IdempotencyKey string
+	Provider       string
+	ProviderID     string // empty when NULL: no answer arrived
+	TargetID       string // refunds: the charge or payment intent refunded
+	Money          Money
+	// State is canonical; RawState is the table's own value, which the
+	// store's compare-and-set must match.
+	State          State
+	RawState       string
+	LeaseOwner     string
+	LeaseExpiresAt time.Time // zero when NULL
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	PaidAt         time.Time // zero when NULL
+}
+
+// LeaseLive reports whether a worker still owns the obligation at now.
+func (o Obligation) LeaseLive(now time.Time) bool {
+	return !o.LeaseExpiresAt.IsZero() && o.LeaseExpiresAt.After(now)
+}
+
+// Window is a half-open interval of creation times [From, To).
+type Window struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+}
+
+// Contains reports whether t falls in the window.
+func (w Window) Contains(t time.Time) bool {
+	return !t.Before(w.From) && t.Before(w.To)
+}
+
+// Covers reports whether the whole of [from, to] lies inside the window.
+func (w Window) Covers(from, to time.Time) bool {
+	return !from.Before(w.From) && !to.After(w.To)
+}
+
+// Valid reports whether the window is non-empty.
+func (w Window) Valid() bool { return w.From.Before(w.To) }

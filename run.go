@@ -1,0 +1,94 @@
+package reconcile
+
+import "time"
+
+// Trigger is what started a run.
+type Trigger string
+
+// The run triggers.
+const (
+	TriggerCron   Trigger = "cron"
+	TriggerManual Trigger = "manual"
+	TriggerDemo   Trigger = "demo"
+)
+
+// RunStatus is how a run ended.
+type RunStatus string
+
+// The run statuses. A dry run is recorded nowhere; the status exists for
+// reports.
+const (
+	RunCompleted RunStatus = "completed"
+	RunFailed    RunStatus = "failed"
+	RunDry       RunStatus = "dry_run"
+)
+
+// Counts are the sizes of a run's inputs and of what linked.
+type Counts struct {
+	Obligations     int `json:"obligations"`
+	ProviderObjects int `json:"provider_objects"`
+	Linked          int `json:"linked"`
+}
+
+// Run is one reconciliation pass.
+type Run struct {
+	ID       string
+	Trigger  Trigger
+	Window   Window
+	Started  time.Time
+	Finished time.Time
+	Status   RunStatus
+	Counts   Counts
+}
+
+// AlertEvent is why an alert is sent.
+type AlertEvent string
+
+// The alert events. A summary is one per run that found anything new,
+// changed or resolved; the others are about one finding.
+const (
+	AlertSummary  AlertEvent = "summary"
+	AlertFiring   AlertEvent = "firing"
+	AlertRepeat   AlertEvent = "repeat"
+	AlertResolved AlertEvent = "resolved"
+)
+
+// Alert is one row of the alert outbox: written in the same transaction as
+// the findings it announces, drained to Slack afterwards, marked sent only
+// once Slack accepted it.
+type Alert struct {
+	ID    int64
+	RunID string
+	Event AlertEvent
+	// Finding is the finding as it stood when the row was written; zero for
+	// a summary.
+	Finding Finding
+	// Summary is set for Event == AlertSummary.
+	Summary   *RunSummary
+	CreatedAt time.Time
+	Attempts  int
+	// ThreadTS is the Slack ts of the message that first announced this
+	// finding, where a resolved notice or a repeat replies; empty if none.
+	ThreadTS string
+	// UnknownOutcome is set when an earlier attempt timed out after the
+	// request went out: Slack may have shown it, so a resend says so.
+	UnknownOutcome bool
+}
+
+// RunSummary is what a run's summary message says. It names only what is
+// new, changed or resolved in that run, so that it never re-alerts an old
+// finding by the back door.
+type RunSummary struct {
+	RunID  string `json:"run_id"`
+	Window Window `json:"window"`
+	Counts Counts `json:"counts"`
+	// New, Changed and Resolved count this run's findings by kind.
+	New      map[FindingKind]int `json:"new,omitempty"`
+	Changed  map[FindingKind]int `json:"changed,omitempty"`
+	Resolved map[FindingKind]int `json:"resolved,omitempty"`
+	// AtRisk sums the money at risk of the new and changed findings, one
+	// entry per currency, sorted by currency.
+	AtRisk []Money `json:"at_risk,omitempty"`
+	// Open counts every finding open after the run, by kind.
+	Open map[FindingKind]int `json:"open,omitempty"`
+}
