@@ -63,6 +63,9 @@ type Alert struct {
 	// Finding is the finding as it stood when the row was written; zero for
 	// a summary.
 	Finding Finding
+	// Changed is set on a firing alert for a finding that was alerted
+	// before and whose content (money at risk, provider ids) changed since.
+	Changed bool
 	// Summary is set for Event == AlertSummary.
 	Summary   *RunSummary
 	CreatedAt time.Time

@@ -1,0 +1,93 @@
+// Package matcher links provider objects to obligations and classifies
+// every disagreement (DESIGN.md §3–4). It is pure: standard library only,
+// no I/O, no clock (now comes in), no randomness. Every decision is a
+// function of Match's arguments.
+package matcher
+
+import (
+	"time"
+
+	"reconcile"
+)
+
+// Input is everything one run read.
+type Input struct {
+	// Obligations in scope (DESIGN.md §3): every EXECUTING and
+	// CONFIRMATION_UNKNOWN one, those created or updated in the window, and
+	// those that a listed object names.
+	Obligations []reconcile.Obligation
+	// Objects are the provider objects listed in the window plus those
+	// retrieved by id because an obligation names them.
+	Objects []reconcile.ProviderObject
+	// Keys says which idempotency key created which object (from events).
+	Keys []reconcile.KeyEvidence
+	// Lookups are the retrievals by id, found, not found or failed.
+	Lookups []reconcile.Lookup
+	// Listed is the creation-time window in which the listings of charges,
+	// refunds and payment intents are complete.
+	Listed reconcile.Window
+	// EventsFrom is where key evidence starts to be complete (Stripe keeps
+	// events 30 days); it runs to Listed.To.
+	EventsFrom time.Time
+}
+
+// Options are the matcher's tunables; DefaultOptions gives DESIGN's values.
+type Options struct {
+	// DuplicateWindow bounds how far apart in time an unlinked object and
+	// its linked twin may be to be a suspected duplicate.
+	DuplicateWindow time.Duration
+	// PendingGrace is how long a pending provider object is given to become
+	// final before it counts as no evidence.
+	PendingGrace time.Duration
+	// ClockSkew is allowed between the application's clock and the
+	// provider's when deciding whether a listing covered an obligation.
+	ClockSkew time.Duration
+	// MetadataObligationID and MetadataIdempotencyKey are the metadata keys
+	// that name an obligation's id and its idempotency key.
+	MetadataObligationID   string
+	MetadataIdempotencyKey string
+}
+
+// DefaultOptions returns DESIGN.md's defaults.
+func DefaultOptions() Options {
+	return Options{
+		DuplicateWindow:        24 * time.Hour,
+		PendingGrace:           72 * time.Hour,
+		ClockSkew:              5 * time.Minute,
+		MetadataObligationID:   "obligation_id",
+		MetadataIdempotencyKey: "idempotency_key",
+	}
+}
+
+// Bucket is where one provider object landed. Every object lands in
+// exactly one.
+type Bucket string
+
+// The buckets.
+const (
+	BucketLinked    Bucket = "linked"    // linked to one obligation
+	BucketConflict  Bucket = "conflict"  // reached two or more obligations
+	BucketSuspected Bucket = "suspected" // unlinked twin of a linked object
+	BucketOrphan    Bucket = "orphan"    // unlinked and succeeded
+	BucketPending   Bucket = "pending"   // unlinked, pending within the grace period
+	BucketIgnored   Bucket = "ignored"   // unlinked and failed, canceled or long pending: no money moved
+)
+
+// Result is what one run concludes.
+type Result struct {
+	// Findings are sorted by severity (most severe first), kind,
+	// obligation id and fingerprint.
+	Findings []reconcile.Finding
+	// Transitions are sorted by obligation id.
+	Transitions []reconcile.Transition
+	// Links are sorted by object id, then obligation id.
+	Links []reconcile.Link
+	// Buckets holds every input object's bucket, by object id.
+	Buckets map[string]Bucket
+	Counts  reconcile.Counts
+	// ObligationIDs and ObjectIDs are what this run examined, sorted: a
+	// finding of an earlier run whose obligation or objects are among them
+	// and which this run did not find again is resolved.
+	ObligationIDs []string
+	ObjectIDs     []string
+}
