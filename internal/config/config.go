@@ -1,0 +1,400 @@
+// Package config holds the reconciler's configuration: built-in defaults,
+// one YAML file decoded strictly on top of them, and the environment for
+// secrets and endpoints. It is validated once, with errors that name the
+// field as it is spelled in the file.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"go.yaml.in/yaml/v3"
+
+	"reconcile"
+)
+
+// Config is the effective configuration of one process.
+type Config struct {
+	// Lookback is the window of a run without --since/--from/--to.
+	Lookback time.Duration `yaml:"lookback"`
+	// Schedule is the cron spec of `reconcile schedule` (UTC unless it
+	// starts with CRON_TZ=).
+	Schedule    string                    `yaml:"schedule"`
+	Stripe      StripeConfig              `yaml:"stripe"`
+	Matcher     MatcherConfig             `yaml:"matcher"`
+	Obligations reconcile.ObligationTable `yaml:"obligations"`
+	Alerts      AlertsConfig              `yaml:"alerts"`
+	Store       StoreConfig               `yaml:"store"`
+	Metrics     MetricsConfig             `yaml:"metrics"`
+
+	// Env holds the secrets and endpoints from the environment; never in
+	// the file.
+	Env Env `yaml:"-"`
+}
+
+// StripeConfig tunes the provider reader.
+type StripeConfig struct {
+	Rate           float64       `yaml:"rate"`            // requests per second
+	Concurrency    int           `yaml:"concurrency"`     // time slices read at once
+	MaxRetries     int           `yaml:"max_retries"`     // per request, for 429, 5xx and network errors
+	RequestTimeout time.Duration `yaml:"request_timeout"` // per HTTP request
+}
+
+// MatcherConfig tunes linking and classification.
+type MatcherConfig struct {
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+	PendingGrace    time.Duration `yaml:"pending_grace"`
+	ClockSkew       time.Duration `yaml:"clock_skew"`
+	MetadataKeys    MetadataKeys  `yaml:"metadata_keys"`
+}
+
+// MetadataKeys are the provider metadata keys that name an obligation.
+type MetadataKeys struct {
+	ObligationID   string `yaml:"obligation_id"`
+	IdempotencyKey string `yaml:"idempotency_key"`
+}
+
+// AlertsConfig tunes Slack delivery.
+type AlertsConfig struct {
+	RepeatInterval     time.Duration `yaml:"repeat_interval"`
+	PerChannelInterval time.Duration `yaml:"per_channel_interval"`
+	MaxRetries         int           `yaml:"max_retries"`
+	Timeout            time.Duration `yaml:"timeout"`
+}
+
+// StoreConfig tunes the reconciler's own tables.
+type StoreConfig struct {
+	ApplyAttempts int `yaml:"apply_attempts"`
+}
+
+// MetricsConfig configures the optional /healthz and /metrics endpoint of
+// `reconcile schedule`.
+type MetricsConfig struct {
+	Listen string `yaml:"listen"` // e.g. 127.0.0.1:9090; empty: off
+}
+
+// Env is what comes from the environment (DESIGN.md §6).
+type Env struct {
+	DatabaseURL     Secret
+	StripeAPIKey    Secret
+	StripeAPIBase   string
+	SlackBotToken   Secret
+	SlackChannel    string
+	SlackWebhookURL Secret
+	SlackAPIURL     string
+}
+
+// Default is the built-in configuration; configs/reconcile.yaml documents
+// the same values.
+func Default() Config {
+	return Config{
+		Lookback: 72 * time.Hour,
+		Schedule: "0 2 * * *",
+		Stripe: StripeConfig{
+			Rate:           25,
+			Concurrency:    4,
+			MaxRetries:     8,
+			RequestTimeout: 30 * time.Second,
+		},
+		Matcher: MatcherConfig{
+			DuplicateWindow: 24 * time.Hour,
+			PendingGrace:    72 * time.Hour,
+			ClockSkew:       5 * time.Minute,
+			MetadataKeys:    MetadataKeys{ObligationID: "obligation_id", IdempotencyKey: "idempotency_key"},
+		},
+		Obligations: reconcile.DefaultObligationTable(),
+		Alerts: AlertsConfig{
+			RepeatInterval:     24 * time.Hour,
+			PerChannelInterval: time.Second,
+			MaxRetries:         5,
+			Timeout:            10 * time.Second,
+		},
+		Store: StoreConfig{ApplyAttempts: 5},
+		Env: Env{
+			StripeAPIBase: "https://api.stripe.com",
+			SlackAPIURL:   "https://slack.com/api/",
+		},
+	}
+}
+
+// Load returns the defaults with the file at path decoded strictly on top
+// (path empty: defaults only) and the environment read through getenv,
+// validated.
+func Load(path string, getenv func(string) string) (Config, error) {
+	c := Default()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if err := Decode(b, &c); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	c.Env.read(getenv)
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+func (e *Env) read(getenv func(string) string) {
+	set := func(dst *string, name string) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			*dst = v
+		}
+	}
+	set((*string)(&e.DatabaseURL), "DATABASE_URL")
+	set((*string)(&e.StripeAPIKey), "STRIPE_API_KEY")
+	set(&e.StripeAPIBase, "STRIPE_API_BASE")
+	set((*string)(&e.SlackBotToken), "SLACK_BOT_TOKEN")
+	set(&e.SlackChannel, "SLACK_CHANNEL")
+	set((*string)(&e.SlackWebhookURL), "SLACK_WEBHOOK_URL")
+	set(&e.SlackAPIURL, "SLACK_API_URL")
+}
+
+// Decode decodes YAML onto c strictly: an unknown key, a duplicate key or a
+// value of the wrong type is an error naming the field (stripe.rate).
+func Decode(b []byte, c *Config) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	if doc.Kind == 0 { // empty file
+		return nil
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return errors.New("want one YAML document")
+	}
+	return decodeNode(doc.Content[0], reflect.ValueOf(c).Elem(), "")
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// decodeNode walks structs key by key so that every error carries the path
+// of the field it is about; leaves are decoded by yaml itself.
+func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
+	name := path
+	if name == "" {
+		name = "the top level"
+	}
+	if v.Kind() == reflect.Struct {
+		if n.Kind != yaml.MappingNode {
+			if n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("%s: want a mapping (line %d)", name, n.Line)
+		}
+		fields := map[string]reflect.Value{}
+		t := v.Type()
+		for i := range t.NumField() {
+			tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+			if tag == "" || tag == "-" {
+				continue
+			}
+			fields[tag] = v.Field(i)
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			child := join(path, key)
+			if seen[key] {
+				return fmt.Errorf("%s: given twice (line %d)", child, n.Content[i].Line)
+			}
+			seen[key] = true
+			f, ok := fields[key]
+			if !ok {
+				return fmt.Errorf("%s: unknown key (line %d)", child, n.Content[i].Line)
+			}
+			if err := decodeNode(n.Content[i+1], f, child); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if v.Type() == durationType {
+		var s string
+		if n.Kind != yaml.ScalarNode || n.Decode(&s) != nil {
+			return fmt.Errorf("%s: want a duration such as 72h or 30m (line %d)", name, n.Line)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a duration such as 72h or 30m (line %d)", name, s, n.Line)
+		}
+		v.SetInt(int64(d))
+		return nil
+	}
+	// A map replaces the default wholesale only for the keys given: merge.
+	if v.Kind() == reflect.Map && n.Kind == yaml.MappingNode {
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := reflect.New(v.Type().Key()).Elem()
+			val := reflect.New(v.Type().Elem()).Elem()
+			child := join(path, n.Content[i].Value)
+			if err := n.Content[i].Decode(key.Addr().Interface()); err != nil {
+				return fmt.Errorf("%s: %v", child, cleanYAMLError(err))
+			}
+			if err := decodeNode(n.Content[i+1], val, child); err != nil {
+				return err
+			}
+			v.SetMapIndex(key, val)
+		}
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%s: want a single value (line %d)", name, n.Line)
+	}
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		return fmt.Errorf("%s: %v", name, cleanYAMLError(err))
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// cleanYAMLError drops yaml's "yaml: unmarshal errors:" preamble, keeping
+// the line and the reason.
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "yaml: unmarshal errors:\n")
+	return strings.TrimSpace(s)
+}
+
+// Validate checks the whole configuration once. Errors name the field.
+func (c Config) Validate() error {
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"lookback", c.Lookback},
+		{"stripe.request_timeout", c.Stripe.RequestTimeout},
+		{"matcher.duplicate_window", c.Matcher.DuplicateWindow},
+		{"alerts.repeat_interval", c.Alerts.RepeatInterval},
+		{"alerts.timeout", c.Alerts.Timeout},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			return fmt.Errorf("%s: must be positive (got %s)", p.name, p.d)
+		}
+	}
+	nonNegative := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"matcher.pending_grace", c.Matcher.PendingGrace},
+		{"matcher.clock_skew", c.Matcher.ClockSkew},
+		{"alerts.per_channel_interval", c.Alerts.PerChannelInterval},
+	}
+	for _, p := range nonNegative {
+		if p.d < 0 {
+			return fmt.Errorf("%s: must not be negative (got %s)", p.name, p.d)
+		}
+	}
+	if !(c.Stripe.Rate > 0) || c.Stripe.Rate > 10000 {
+		return fmt.Errorf("stripe.rate: must be a number of requests per second above 0 and at most 10000 (got %v)", c.Stripe.Rate)
+	}
+	ints := []struct {
+		name      string
+		v, lo, hi int
+	}{
+		{"stripe.concurrency", c.Stripe.Concurrency, 1, 64},
+		{"stripe.max_retries", c.Stripe.MaxRetries, 0, 20},
+		{"alerts.max_retries", c.Alerts.MaxRetries, 0, 20},
+		{"store.apply_attempts", c.Store.ApplyAttempts, 1, 20},
+	}
+	for _, i := range ints {
+		if i.v < i.lo || i.v > i.hi {
+			return fmt.Errorf("%s: must be between %d and %d (got %d)", i.name, i.lo, i.hi, i.v)
+		}
+	}
+	if err := ValidateSchedule(c.Schedule); err != nil {
+		return fmt.Errorf("schedule: %w", err)
+	}
+	if c.Matcher.MetadataKeys.ObligationID == "" {
+		return errors.New("matcher.metadata_keys.obligation_id: must not be empty")
+	}
+	if c.Matcher.MetadataKeys.IdempotencyKey == "" {
+		return errors.New("matcher.metadata_keys.idempotency_key: must not be empty")
+	}
+	if err := c.Obligations.Validate("obligations"); err != nil {
+		return err
+	}
+	for _, u := range []struct{ name, v string }{
+		{"STRIPE_API_BASE", c.Env.StripeAPIBase},
+		{"SLACK_API_URL", c.Env.SlackAPIURL},
+	} {
+		if err := checkURL(u.v); err != nil {
+			return fmt.Errorf("%s: %w", u.name, err)
+		}
+	}
+	if c.Env.SlackWebhookURL != "" {
+		if err := checkURL(string(c.Env.SlackWebhookURL)); err != nil {
+			return fmt.Errorf("SLACK_WEBHOOK_URL: %w", err)
+		}
+	}
+	if c.Env.SlackBotToken != "" && c.Env.SlackChannel == "" {
+		return errors.New("SLACK_CHANNEL: must be set when SLACK_BOT_TOKEN is (the channel id alerts go to, e.g. C0123456789)")
+	}
+	if c.Metrics.Listen != "" && !strings.Contains(c.Metrics.Listen, ":") {
+		return fmt.Errorf("metrics.listen: %q is not a host:port address", c.Metrics.Listen)
+	}
+	return nil
+}
+
+// checkURL accepts absolute http(s) URLs. Its errors never repeat the URL,
+// which may carry a secret.
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("must be an absolute http(s) URL")
+	}
+	return nil
+}
+
+// ValidateSchedule checks a cron spec as `reconcile schedule` parses it
+// (five fields or a descriptor, an optional CRON_TZ= or TZ= prefix) without
+// letting the parser panic: robfig/cron v3.0.1 indexes past the end of an
+// empty spec that follows a time-zone prefix.
+func ValidateSchedule(spec string) (err error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return errors.New("empty cron spec (want e.g. \"0 2 * * *\")")
+	}
+	if strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=") {
+		tz, rest, _ := strings.Cut(spec, " ")
+		if strings.TrimSpace(rest) == "" {
+			return fmt.Errorf("%q names a time zone but no schedule after it", spec)
+		}
+		if _, err := time.LoadLocation(strings.SplitN(tz, "=", 2)[1]); err != nil {
+			return fmt.Errorf("unknown time zone in %q", tz)
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("invalid cron spec %q", spec)
+		}
+	}()
+	if _, err := ParseSchedule(spec); err != nil {
+		return fmt.Errorf("invalid cron spec %q: %w", spec, err)
+	}
+	return nil
+}
+
+// ParseSchedule parses a cron spec the way `reconcile schedule` runs it:
+// standard five fields or a descriptor (@daily, @every 1h).
+func ParseSchedule(spec string) (cron.Schedule, error) {
+	return cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(spec)
+}

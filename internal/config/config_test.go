@@ -1,0 +1,165 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func noEnv(string) string { return "" }
+
+// The shipped file documents the defaults; it must decode to exactly them.
+func TestShippedFileIsTheDefaults(t *testing.T) {
+	got, err := Load(filepath.Join("..", "..", "configs", "reconcile.yaml"), noEnv)
+	if err != nil {
+		t.Fatalf("Load(configs/reconcile.yaml): %v", err)
+	}
+	if diff := cmp.Diff(Default(), got); diff != "" {
+		t.Errorf("configs/reconcile.yaml differs from Default() (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadOverrides(t *testing.T) {
+	path := writeFile(t, "lookback: 24h\nstripe:\n  rate: 90\nobligations:\n  states:\n    PAID: paid\n")
+	c, err := Load(path, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lookback != 24*time.Hour || c.Stripe.Rate != 90 || c.Stripe.Concurrency != 4 {
+		t.Errorf("Load = lookback %s rate %v concurrency %d, want 24h 90 4", c.Lookback, c.Stripe.Rate, c.Stripe.Concurrency)
+	}
+	if c.Obligations.States["PAID"] != "paid" || c.Obligations.States["FAILED"] != "FAILED" {
+		t.Errorf("states = %v, want PAID mapped to paid and the others kept", c.Obligations.States)
+	}
+}
+
+func TestLoadErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown key", "stripe:\n  rat: 3\n", "stripe.rat: unknown key"},
+		{"unknown top key", "lookbak: 3h\n", "lookbak: unknown key"},
+		{"bad duration", "lookback: 3d\n", "lookback: \"3d\" is not a duration"},
+		{"number as duration", "matcher:\n  pending_grace: 72\n", "matcher.pending_grace: \"72\" is not a duration"},
+		{"negative rate", "stripe:\n  rate: -1\n", "stripe.rate: must be"},
+		{"zero rate", "stripe:\n  rate: 0\n", "stripe.rate: must be"},
+		{"string rate", "stripe:\n  rate: fast\n", "stripe.rate:"},
+		{"bad cron", "schedule: \"61 * * * *\"\n", "schedule: invalid cron spec"},
+		{"empty cron after tz", "schedule: \"CRON_TZ=UTC\"\n", "schedule:"},
+		{"empty cron", "schedule: \"\"\n", "schedule: empty cron spec"},
+		{"bad identifier", "obligations:\n  columns:\n    state: \"state; DROP TABLE obligations\"\n", "obligations.columns.state"},
+		{"unknown state", "obligations:\n  states:\n    SETTLED: settled\n", "obligations.states"},
+		{"duplicate key", "lookback: 3h\nlookback: 4h\n", "lookback: given twice"},
+		{"malformed", "stripe: [1, 2\n", "yaml"},
+		{"mapping expected", "stripe: 3\n", "stripe: want a mapping"},
+		{"list for duration", "lookback: [1]\n", "lookback: want a duration"},
+		{"list for scalar", "stripe:\n  rate: [1]\n", "stripe.rate: want a single value"},
+		{"concurrency", "stripe:\n  concurrency: 0\n", "stripe.concurrency: must be between"},
+	}
+	for _, tt := range tests {
+		_, err := Load(writeFile(t, tt.yaml), noEnv)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Load() error = %v, want one containing %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestEnv(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL":    "postgres://u:hunter2@db/x",
+		"STRIPE_API_KEY":  "sk_test_canary",
+		"SLACK_BOT_TOKEN": "xoxb-canary",
+	}
+	_, err := Load("", func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "SLACK_CHANNEL") {
+		t.Fatalf("bot token without channel: err = %v, want one naming SLACK_CHANNEL", err)
+	}
+	env["SLACK_CHANNEL"] = "C1"
+	c, err := Load("", func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	printed := fmt.Sprintf("%v %+v %#v %s", c.Env, c.Env, c.Env, c.Env.StripeAPIKey)
+	for _, secret := range []string{"hunter2", "sk_test_canary", "xoxb-canary"} {
+		if strings.Contains(printed, secret) {
+			t.Errorf("printing Env leaks %q: %s", secret, printed)
+		}
+	}
+	if c.Env.StripeAPIKey.Reveal() != "sk_test_canary" {
+		t.Errorf("Reveal() = %q", c.Env.StripeAPIKey.Reveal())
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct {
+		in, want   string
+		pathSecret bool
+	}{
+		{"postgres://u:hunter2@db:5432/x?sslmode=disable", "postgres://u:REDACTED@db:5432/x?sslmode=disable", false},
+		{"postgres://root@127.0.0.1/x", "postgres://root@127.0.0.1/x", false},
+		{"https://hooks.slack.com/services/T0/B0/secretpart", "https://hooks.slack.com/%3Credacted%3E", true},
+		{"host=db password=hunter2", "<redacted>", false},
+	}
+	for _, tt := range tests {
+		if got := RedactURL(tt.in, tt.pathSecret); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestValidateSchedule(t *testing.T) {
+	for _, ok := range []string{"0 2 * * *", "@daily", "@every 6h", "CRON_TZ=Europe/Berlin 30 4 * * *"} {
+		if err := ValidateSchedule(ok); err != nil {
+			t.Errorf("ValidateSchedule(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "CRON_TZ=", "CRON_TZ=UTC", "TZ=UTC  ", "CRON_TZ=Mars/Base 0 2 * * *", "* * *", "0 25 * * *", "@weekly2"} {
+		if err := ValidateSchedule(bad); err == nil {
+			t.Errorf("ValidateSchedule(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+// FuzzDecode: no input makes decoding or validation panic, and whatever
+// decodes and validates round-trips through Validate again.
+func FuzzDecode(f *testing.F) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "configs", "reconcile.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte("stripe:\n  rate: -1\n"))
+	f.Add([]byte("schedule: \"CRON_TZ=UTC\"\n"))
+	f.Add([]byte("obligations:\n  states:\n    PAID: PAID\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := Default()
+		if err := Decode(in, &c); err != nil {
+			return
+		}
+		_ = c.Validate()
+	})
+}
+
+// FuzzValidateSchedule: no spec makes the cron parser panic through us.
+func FuzzValidateSchedule(f *testing.F) {
+	for _, s := range []string{"0 2 * * *", "CRON_TZ=", "CRON_TZ=UTC ", "TZ=", "@every", "@every -1s", "* * * * * *"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		_ = ValidateSchedule(spec)
+	})
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "reconcile.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
