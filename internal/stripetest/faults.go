@@ -1,0 +1,169 @@
+package stripetest
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Faults are the failures the server injects; the zero value injects none.
+//
+// Every "Every" counts the GET requests that passed authentication since
+// the faults were set (so the first failure of RateLimitEvery: 3 is the
+// third request). Probabilistic faults are a hash of Seed and that count,
+// so a sequential reader meets the same failures on every run with a seed;
+// concurrent readers meet the same number, on whichever request arrives
+// at that place.
+type Faults struct {
+	Seed uint64
+
+	// RateLimitEvery answers every Nth request with 429 rate_limit, as
+	// Stripe's rate limiter does; RateLimitP does so with probability p.
+	RateLimitEvery int
+	RateLimitP     float64
+
+	// ServerErrorEvery answers every Nth request with 500 api_error;
+	// ServerErrorP does so with probability p.
+	ServerErrorEvery int
+	ServerErrorP     float64
+
+	// DropEvery drops the connection of every Nth successful response
+	// after its headers and half its body; DropP does so with probability p.
+	DropEvery int
+	DropP     float64
+
+	// FailList names a list ("refunds", "events", …) every request to which
+	// answers 500, forever.
+	FailList string
+
+	// Latency delays every response (errors included).
+	Latency time.Duration
+
+	// RateLimit caps the requests per second the server answers (a token
+	// bucket of RateBurst tokens, default max(1, RateLimit)); the excess is
+	// answered 429 rate_limit, as Stripe's limiter does. Zero: no cap.
+	RateLimit float64
+	RateBurst int
+
+	// ShouldRetry is the Stripe-Should-Retry header sent with injected 429s
+	// and 500s: "" sends none, "true" or "false" send that. Stripe sends
+	// none with a rate-limit 429 (stripe-go obeys the header before the
+	// status code and does not retry rate limits, so it cannot be "true").
+	ShouldRetry string
+}
+
+// Salts keep the probabilistic faults independent of each other.
+const (
+	saltRateLimit uint64 = iota + 1
+	saltServerError
+	saltDrop
+)
+
+// hit decides whether the nth request meets a fault.
+func (f Faults) hit(n uint64, every int, p float64, salt uint64) bool {
+	if every > 0 && n%uint64(every) == 0 {
+		return true
+	}
+	if p <= 0 {
+		return false
+	}
+	// splitmix64 over (seed, salt, n): a stateless, reproducible coin.
+	x := f.Seed ^ salt*0x9e3779b97f4a7c15 ^ n*0xbf58476d1ce4e5b9
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11)/float64(1<<53) < p
+}
+
+// SetFaults replaces the injected faults and restarts their request count
+// and rate limiter.
+func (s *Server) SetFaults(f Faults) {
+	var lim *rate.Limiter
+	if f.RateLimit > 0 {
+		burst := f.RateBurst
+		if burst <= 0 {
+			burst = max(1, int(math.Ceil(f.RateLimit)))
+		}
+		lim = rate.NewLimiter(rate.Limit(f.RateLimit), burst)
+	}
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.faults, s.limiter = f, lim
+	s.faultSeq.Store(0)
+}
+
+func (s *Server) currentFaults() (Faults, *rate.Limiter) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	return s.faults, s.limiter
+}
+
+// Stats counts what the server was asked and what it answered.
+type Stats struct {
+	Requests int            // every request
+	Paths    map[string]int // requests per URL path
+	Pages    map[string]int // list pages served (200) per list name
+	Objects  map[string]int // list entries served per list name
+
+	RateLimited  int // 429s served, injected or from RateLimit
+	ServerErrors int // 500s served, injected or from FailList
+	Dropped      int // connections dropped mid-response
+	Unauthorized int // 401s
+	BadRequests  int // other 4xx: bad parameters, unknown ids and paths
+
+	// Writes counts refused non-GET requests; WriteRequests names the
+	// first hundred ("POST /v1/refunds").
+	Writes        int
+	WriteRequests []string
+}
+
+func newStats() Stats {
+	return Stats{Paths: map[string]int{}, Pages: map[string]int{}, Objects: map[string]int{}}
+}
+
+func (st Stats) clone() Stats {
+	st.Paths, st.Pages, st.Objects = maps.Clone(st.Paths), maps.Clone(st.Pages), maps.Clone(st.Objects)
+	st.WriteRequests = slices.Clone(st.WriteRequests)
+	return st
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.stats.clone()
+}
+
+// ResetStats zeroes the counters.
+func (s *Server) ResetStats() {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	s.stats = newStats()
+}
+
+func (s *Server) count(f func(*Stats)) {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	f(&s.stats)
+}
+
+// TB is the part of testing.TB that AssertNoWrites needs; declared here so
+// that this package does not import "testing".
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// AssertNoWrites fails tb if any write (any non-GET request) reached the
+// server: the reconciler must never write to the provider.
+func (s *Server) AssertNoWrites(tb TB) {
+	tb.Helper()
+	if st := s.Stats(); st.Writes != 0 {
+		tb.Errorf("stripetest: %d write request(s) reached the provider, want none: %v", st.Writes, st.WriteRequests)
+	}
+}

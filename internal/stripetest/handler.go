@@ -1,0 +1,471 @@
+package stripetest
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// apiErr is an error response in Stripe's shape.
+type apiErr struct {
+	status            int
+	typ, code, param  string
+	msg               string
+	shouldRetryHeader string
+}
+
+func invalid(param, code, msg string) *apiErr {
+	return &apiErr{status: http.StatusBadRequest, typ: "invalid_request_error", code: code, param: param, msg: msg}
+}
+
+// ServeHTTP answers one request of Stripe's API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := fmt.Sprintf("req_%012d", s.seq.Add(1))
+	s.count(func(st *Stats) {
+		st.Requests++
+		st.Paths[r.URL.Path]++
+	})
+	if r.Method != http.MethodGet {
+		s.count(func(st *Stats) {
+			st.Writes++
+			if len(st.WriteRequests) < 100 {
+				st.WriteRequests = append(st.WriteRequests, r.Method+" "+r.URL.Path)
+			}
+		})
+		s.writeError(w, reqID, &apiErr{status: http.StatusForbidden, typ: "invalid_request_error",
+			msg: fmt.Sprintf("This key is read-only: %s %s is refused (stripetest serves reads only; the reconciler must never write to the provider).", r.Method, r.URL.Path)})
+		return
+	}
+	f, lim := s.currentFaults()
+	if f.Latency > 0 {
+		t := time.NewTimer(f.Latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if e := s.authenticate(r); e != nil {
+		s.writeError(w, reqID, e)
+		return
+	}
+	n := s.faultSeq.Add(1)
+	if lim != nil && !lim.Allow() || f.hit(n, f.RateLimitEvery, f.RateLimitP, saltRateLimit) {
+		s.writeError(w, reqID, &apiErr{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
+			msg: "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.", shouldRetryHeader: f.ShouldRetry})
+		return
+	}
+	if f.hit(n, f.ServerErrorEvery, f.ServerErrorP, saltServerError) {
+		s.writeError(w, reqID, serverError(f))
+		return
+	}
+
+	rest, _ := strings.CutPrefix(r.URL.Path, "/v1/")
+	name, id, hasID := strings.Cut(rest, "/")
+	if !strings.HasPrefix(r.URL.Path, "/v1/") || !s.knownList(name) || hasID && (id == "" || strings.Contains(id, "/")) {
+		s.writeError(w, reqID, &apiErr{status: http.StatusNotFound, typ: "invalid_request_error",
+			msg: fmt.Sprintf("Unrecognized request URL (GET: %s). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.", r.URL.Path)})
+		return
+	}
+	if !hasID && name == f.FailList {
+		s.writeError(w, reqID, serverError(f))
+		return
+	}
+	var body []byte
+	var e *apiErr
+	if hasID {
+		body, e = s.retrieve(name, id)
+	} else {
+		body, e = s.list(name, r.URL.Query())
+	}
+	if e != nil {
+		s.writeError(w, reqID, e)
+		return
+	}
+	if f.hit(n, f.DropEvery, f.DropP, saltDrop) && s.drop(w, reqID, body) {
+		return
+	}
+	writeBody(w, reqID, http.StatusOK, body)
+}
+
+func serverError(f Faults) *apiErr {
+	return &apiErr{status: http.StatusInternalServerError, typ: "api_error",
+		msg: "An unknown error occurred", shouldRetryHeader: f.ShouldRetry}
+}
+
+func (s *Server) knownList(name string) bool {
+	_, ok := s.lists[name] // the map's keys never change after New
+	return ok
+}
+
+// authenticate accepts the key as a bearer token, as stripe-go sends it, or
+// as the basic-auth user name, as curl -u sends it.
+func (s *Server) authenticate(r *http.Request) *apiErr {
+	auth := r.Header.Get("Authorization")
+	given, bearer := strings.CutPrefix(auth, "Bearer ")
+	if !bearer {
+		given, _, _ = r.BasicAuth()
+	}
+	if given != "" && given == s.apiKey {
+		return nil
+	}
+	e := &apiErr{status: http.StatusUnauthorized, typ: "invalid_request_error"}
+	if given == "" {
+		e.msg = "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/."
+	} else {
+		e.msg = "Invalid API Key provided: " + maskKey(given)
+	}
+	return e
+}
+
+// maskKey shows a key as Stripe's 401 does: its prefix and last four
+// characters.
+func maskKey(k string) string {
+	if len(k) < 12 {
+		return strings.Repeat("*", len(k))
+	}
+	prefix := ""
+	if i := strings.LastIndexByte(k[:min(len(k)-4, 8)], '_'); i >= 0 {
+		prefix = k[:i+1]
+	}
+	return prefix + strings.Repeat("*", len(k)-len(prefix)-4) + k[len(k)-4:]
+}
+
+func (s *Server) writeError(w http.ResponseWriter, reqID string, e *apiErr) {
+	s.count(func(st *Stats) {
+		switch {
+		case e.status == http.StatusTooManyRequests:
+			st.RateLimited++
+		case e.status >= 500:
+			st.ServerErrors++
+		case e.status == http.StatusUnauthorized:
+			st.Unauthorized++
+		case e.status == http.StatusForbidden && e.code == "":
+			// a refused write, counted as such
+		default:
+			st.BadRequests++
+		}
+	})
+	if e.shouldRetryHeader != "" {
+		w.Header().Set("Stripe-Should-Retry", e.shouldRetryHeader)
+	}
+	writeBody(w, reqID, e.status, renderError(e.typ, e.code, e.param, e.msg))
+}
+
+func writeBody(w http.ResponseWriter, reqID string, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Request-Id", reqID)
+	h.Set("Stripe-Version", apiVersion)
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // the client went away: nothing to do
+}
+
+// drop sends the status line, the headers (announcing the whole body) and
+// half the body, then closes the connection, as a connection reset
+// mid-response does.
+func (s *Server) drop(w http.ResponseWriter, reqID string, body []byte) bool {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return false
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	s.count(func(st *Stats) { st.Dropped++ })
+	fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRequest-Id: %s\r\n\r\n", len(body), reqID)
+	_, _ = buf.Write(body[:len(body)/2])
+	_ = buf.Flush()
+	return true
+}
+
+// rlockSorted read-locks s.mu with every list sorted.
+func (s *Server) rlockSorted() {
+	for {
+		s.mu.RLock()
+		dirty := false
+		for _, l := range s.lists {
+			dirty = dirty || l.dirty
+		}
+		if !dirty {
+			return
+		}
+		s.mu.RUnlock()
+		s.mu.Lock()
+		for _, l := range s.lists {
+			if l.dirty {
+				l.sort()
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// singular names one object of a list in Stripe's messages.
+func singular(name string) string {
+	switch name {
+	case ListPaymentIntents:
+		return "payment_intent"
+	case ListEvents:
+		return "event"
+	}
+	return strings.TrimSuffix(name, "s")
+}
+
+func (s *Server) retrieve(name, id string) ([]byte, *apiErr) {
+	s.rlockSorted()
+	defer s.mu.RUnlock()
+	missing := &apiErr{status: http.StatusNotFound, typ: "invalid_request_error", code: "resource_missing", param: "id",
+		msg: fmt.Sprintf("No such %s: '%s'", singular(name), id)}
+	if name == ListEvents {
+		l := s.lists[ListEvents]
+		i, ok := l.pos[id]
+		if !ok {
+			return nil, missing
+		}
+		return append(slices.Clip(l.entries[i].body), '\n'), nil
+	}
+	e, ok := s.objects[id]
+	if !ok || string(e.obj.Kind) != singular(name) {
+		return nil, missing
+	}
+	return append(slices.Clip(e.body), '\n'), nil
+}
+
+// listQuery is a parsed list request.
+type listQuery struct {
+	limit         int
+	after, before string
+	lo, hi        int64 // created bounds, inclusive
+	types         []string
+	glob          string // the type parameter, maybe with one '*'
+	charge        string
+	paymentIntent string
+	customer      string
+}
+
+// listParams are the parameters each list accepts beyond the common ones;
+// anything else is refused, as Stripe refuses an unknown parameter.
+func listParams(name string) []string {
+	switch name {
+	case ListCharges:
+		return []string{"customer", "payment_intent", "transfer_group"}
+	case ListRefunds:
+		return []string{"charge", "payment_intent"}
+	case ListPaymentIntents:
+		return []string{"customer"}
+	case ListEvents:
+		return []string{"type", "delivery_success"}
+	}
+	return nil
+}
+
+func parseListQuery(name string, q url.Values) (listQuery, *apiErr) {
+	lq := listQuery{limit: 10, lo: minInt64, hi: maxInt64}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range q {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range keys {
+		v := q.Get(k)
+		switch {
+		case k == "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return lq, invalid(k, "parameter_invalid_integer", fmt.Sprintf("Invalid integer: %s", v))
+			}
+			if n < 1 || n > 100 {
+				return lq, invalid(k, "parameter_invalid_integer",
+					fmt.Sprintf("Invalid limit: must be between 1 and 100 (got %d)", n))
+			}
+			lq.limit = n
+		case k == "starting_after":
+			lq.after = v
+		case k == "ending_before":
+			lq.before = v
+		case k == "created" || strings.HasPrefix(k, "created["):
+			t, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return lq, invalid(k, "parameter_invalid_integer", fmt.Sprintf("Invalid integer: %s", v))
+			}
+			switch k {
+			case "created":
+				lq.lo, lq.hi = max(lq.lo, t), min(lq.hi, t)
+			case "created[gte]":
+				lq.lo = max(lq.lo, t)
+			case "created[gt]":
+				lq.lo = max(lq.lo, t+1)
+			case "created[lte]":
+				lq.hi = min(lq.hi, t)
+			case "created[lt]":
+				lq.hi = min(lq.hi, t-1)
+			default:
+				return lq, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+			}
+		case k == "expand[]" || strings.HasPrefix(k, "expand["):
+			// Expansion is not simulated: references stay ids.
+		case name == ListEvents && (k == "types[]" || strings.HasPrefix(k, "types[") && strings.HasSuffix(k, "]")):
+			for _, t := range q[k] {
+				if strings.Contains(t, "*") {
+					return lq, invalid(k, "parameter_invalid_string", fmt.Sprintf(
+						"Invalid %s: wildcards are not allowed in types; pass exact event names, or one wildcard family in type (%q)", k, t))
+				}
+				lq.types = append(lq.types, t)
+			}
+		case slices.Contains(listParams(name), k):
+			switch k {
+			case "type":
+				if strings.Count(v, "*") > 1 {
+					return lq, invalid(k, "parameter_invalid_string", fmt.Sprintf("Invalid type: at most one wildcard (%q)", v))
+				}
+				lq.glob = v
+			case "charge":
+				lq.charge = v
+			case "payment_intent":
+				lq.paymentIntent = v
+			case "customer":
+				lq.customer = v
+			}
+		default:
+			return lq, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+		}
+	}
+	if lq.glob != "" && len(lq.types) > 0 {
+		return lq, invalid("types", "parameter_invalid_string", "You may pass either type or types, but not both.")
+	}
+	if len(lq.types) > 20 {
+		return lq, invalid("types", "parameter_invalid_array", fmt.Sprintf("Invalid array: types takes at most 20 event names (got %d)", len(lq.types)))
+	}
+	if lq.after != "" && lq.before != "" {
+		return lq, invalid("ending_before", "parameter_invalid_string", "You may pass either starting_after or ending_before, but not both.")
+	}
+	return lq, nil
+}
+
+const (
+	minInt64 = -1 << 63
+	maxInt64 = 1<<63 - 1
+)
+
+func (lq listQuery) match(e *entry) bool {
+	if len(lq.types) > 0 && !slices.Contains(lq.types, e.typ) {
+		return false
+	}
+	if lq.glob != "" && !globMatch(lq.glob, e.typ) {
+		return false
+	}
+	return (lq.charge == "" || e.charge == lq.charge) &&
+		(lq.paymentIntent == "" || e.paymentIntent == lq.paymentIntent) &&
+		(lq.customer == "" || e.customer == lq.customer)
+}
+
+// globMatch matches a pattern with at most one '*' standing for any run of
+// characters ("charge.*", "*.succeeded").
+func globMatch(pattern, s string) bool {
+	prefix, suffix, wild := strings.Cut(pattern, "*")
+	if !wild {
+		return pattern == s
+	}
+	return len(s) >= len(prefix)+len(suffix) && strings.HasPrefix(s, prefix) && strings.HasSuffix(s, suffix)
+}
+
+func (s *Server) list(name string, q url.Values) ([]byte, *apiErr) {
+	lq, e := parseListQuery(name, q)
+	if e != nil {
+		return nil, e
+	}
+	s.rlockSorted()
+	page, more, e := s.lists[name].page(lq, singular(name))
+	var b bytes.Buffer
+	if e == nil {
+		size := 64
+		for _, p := range page {
+			size += len(p.body) + 1
+		}
+		b.Grow(size)
+		b.WriteString(`{"object":"list","data":[`)
+		for i, p := range page {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(p.body)
+		}
+		fmt.Fprintf(&b, `],"has_more":%t,"url":"/v1/%s"}`+"\n", more, name)
+	}
+	s.mu.RUnlock()
+	if e != nil {
+		return nil, e
+	}
+	s.count(func(st *Stats) {
+		st.Pages[name]++
+		st.Objects[name] += len(page)
+	})
+	return b.Bytes(), nil
+}
+
+// page selects one page of l for lq, newest first, and says whether more
+// entries lie beyond it in the direction of travel.
+func (l *list) page(lq listQuery, what string) ([]*entry, bool, *apiErr) {
+	es := l.entries
+	// Entries are newest first: [i0, i1) is the created range.
+	i0 := firstIndex(es, func(e *entry) bool { return e.created <= lq.hi })
+	i1 := firstIndex(es, func(e *entry) bool { return e.created < lq.lo })
+	var out []*entry
+	if lq.before != "" {
+		p, ok := l.pos[lq.before]
+		if !ok {
+			return nil, false, invalid("ending_before", "resource_missing", fmt.Sprintf("No such %s: '%s'", what, lq.before))
+		}
+		for i := min(p, i1) - 1; i >= i0 && len(out) <= lq.limit; i-- {
+			if lq.match(es[i]) {
+				out = append(out, es[i])
+			}
+		}
+		more := len(out) > lq.limit
+		out = out[:min(len(out), lq.limit)]
+		slices.Reverse(out)
+		return out, more, nil
+	}
+	start := i0
+	if lq.after != "" {
+		p, ok := l.pos[lq.after]
+		if !ok {
+			return nil, false, invalid("starting_after", "resource_missing", fmt.Sprintf("No such %s: '%s'", what, lq.after))
+		}
+		start = max(start, p+1)
+	}
+	for i := start; i < i1 && len(out) <= lq.limit; i++ {
+		if lq.match(es[i]) {
+			out = append(out, es[i])
+		}
+	}
+	more := len(out) > lq.limit
+	return out[:min(len(out), lq.limit)], more, nil
+}
+
+// firstIndex is the first index of the newest-first entries at which pred
+// holds, pred being monotone (false then true); len(es) if none.
+func firstIndex(es []*entry, pred func(*entry) bool) int {
+	lo, hi := 0, len(es)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if pred(es[m]) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}

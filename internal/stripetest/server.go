@@ -1,0 +1,479 @@
+// Package stripetest is a Stripe-compatible read API over data built from Go
+// values, for the tests, the demo and the benchmarks.
+//
+// It serves what the reconciler reads, in Stripe's wire format as stripe-go
+// v79 decodes it: the lists of charges, refunds, payment intents and events
+// (newest first, cursors, created ranges, event type filters, Stripe's
+// parameter errors) and retrieval by id. It refuses and counts every write,
+// so that a test can prove the reconciler sent none, and it injects faults
+// (rate limits, server errors, latency, dropped connections) that are
+// deterministic for a seed.
+//
+// Objects are added as reconcile.ProviderObject values; the server renders
+// them as Stripe JSON and generates the events Stripe emits when they are
+// created, each carrying the idempotency key of the creating request.
+//
+// The package must not import "testing": the demo binary uses it.
+package stripetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"reconcile"
+)
+
+// The list names, as in the paths /v1/<name>.
+const (
+	ListCharges        = "charges"
+	ListRefunds        = "refunds"
+	ListPaymentIntents = "payment_intents"
+	ListEvents         = "events"
+)
+
+// Server is the Stripe-compatible read API. It is an http.Handler; Start
+// serves it on a loopback port. It is safe for concurrent use, and data may
+// be added while it serves.
+type Server struct {
+	apiKey string
+
+	mu      sync.RWMutex
+	lists   map[string]*list  // by list name
+	objects map[string]*entry // charges, refunds and intents by id
+	events  int               // events emitted, for their ids
+	reqs    int               // requests that created objects, for their ids
+
+	faultMu  sync.Mutex
+	faults   Faults
+	limiter  *rate.Limiter
+	faultSeq atomic.Uint64 // authenticated GETs since the faults were set
+
+	seq atomic.Uint64 // requests received, for request ids
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// New returns an empty server that accepts requests bearing apiKey.
+func New(apiKey string) *Server {
+	s := &Server{
+		apiKey:  apiKey,
+		lists:   map[string]*list{},
+		objects: map[string]*entry{},
+	}
+	for _, name := range []string{ListCharges, ListRefunds, ListPaymentIntents, ListEvents} {
+		s.lists[name] = &list{pos: map[string]int{}}
+	}
+	s.stats = newStats()
+	return s
+}
+
+// Start serves s on 127.0.0.1 at a free port and returns its base URL (to
+// pass as STRIPE_API_BASE) and a function that stops it.
+func (s *Server) Start() (baseURL string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("start stripetest server: %w", err)
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // returns http.ErrServerClosed once stopped
+	}()
+	var once sync.Once
+	return "http://" + ln.Addr().String(), func() {
+		once.Do(func() {
+			_ = srv.Close()
+			<-done
+		})
+	}, nil
+}
+
+// entry is one object or event as the server holds it.
+type entry struct {
+	id      string
+	created int64
+	body    []byte // rendered JSON
+
+	// Objects only.
+	obj reconcile.ProviderObject
+
+	// Filters: an event's type; a refund's charge and intent; a charge's
+	// intent; a charge's or intent's customer.
+	typ           string
+	charge        string
+	paymentIntent string
+	customer      string
+}
+
+// list holds one list's entries, newest first with ties by id descending
+// (Stripe's order), sorted lazily after additions.
+type list struct {
+	entries []*entry
+	pos     map[string]int // id → index in entries, valid when !dirty
+	dirty   bool
+}
+
+func (l *list) add(e *entry) {
+	l.entries = append(l.entries, e)
+	l.dirty = true
+}
+
+func (l *list) sort() {
+	slices.SortFunc(l.entries, func(a, b *entry) int {
+		if a.created != b.created {
+			return cmpDesc(a.created, b.created)
+		}
+		return strings.Compare(b.id, a.id)
+	})
+	clear(l.pos)
+	for i, e := range l.entries {
+		l.pos[e.id] = i
+	}
+	l.dirty = false
+}
+
+func cmpDesc(a, b int64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+func listOf(kind reconcile.ObjectKind) (string, bool) {
+	switch kind {
+	case reconcile.Charge:
+		return ListCharges, true
+	case reconcile.Refund:
+		return ListRefunds, true
+	case reconcile.PaymentIntent:
+		return ListPaymentIntents, true
+	}
+	return "", false
+}
+
+func errUnknownKind(k reconcile.ObjectKind) error {
+	return fmt.Errorf("unknown object kind %q (want charge, refund or payment_intent)", k)
+}
+
+// Add adds a charge, refund or payment intent, created by a request that
+// carried idempotencyKey (an automatic key when empty, as stripe-go sends
+// one with every POST), and the events Stripe emits for its creation:
+//
+//   - a charge: charge.succeeded, charge.pending or charge.failed;
+//   - a payment intent: payment_intent.created, then payment_intent.succeeded
+//     or payment_intent.processing when it is so;
+//   - a refund: refund.created, and charge.refunded about the refunded
+//     charge (when the server holds it: add charges before their refunds)
+//     with the refund's request and key.
+//
+// The events are created at the object's creation time.
+func (s *Server) Add(o reconcile.ProviderObject, idempotencyKey string) error {
+	if err := s.add(o, idempotencyKey); err != nil {
+		return fmt.Errorf("add %s %q: %w", o.Kind, o.ID, err)
+	}
+	return nil
+}
+
+func (s *Server) add(o reconcile.ProviderObject, key string) error {
+	name, ok := listOf(o.Kind)
+	if !ok {
+		return errUnknownKind(o.Kind)
+	}
+	if o.ID == "" {
+		return errors.New("empty id")
+	}
+	o.Metadata = maps.Clone(o.Metadata)
+	body, err := render(o)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.objects[o.ID]; dup {
+		return errors.New("duplicate id")
+	}
+	e := &entry{id: o.ID, created: o.Created.Unix(), body: body}
+	e.setObject(o, body)
+	s.lists[name].add(e)
+	s.objects[o.ID] = e
+
+	s.reqs++
+	req := &Request{ID: fmt.Sprintf("req_create%08d", s.reqs), IdempotencyKey: key}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = autoKey(o, s.reqs)
+	}
+	raw := RawStatus(o)
+	switch o.Kind {
+	case reconcile.Charge:
+		typ := "charge.updated"
+		switch raw {
+		case "succeeded", "pending", "failed":
+			typ = "charge." + raw
+		}
+		s.emit(typ, e.created, body, req)
+	case reconcile.PaymentIntent:
+		s.emit("payment_intent.created", e.created, body, req)
+		switch raw {
+		case "succeeded", "processing":
+			s.emit("payment_intent."+raw, e.created, body, req)
+		}
+	case reconcile.Refund:
+		s.emit("refund.created", e.created, body, req)
+		if ch := s.refundedCharge(o); ch != nil && raw != "failed" && raw != "canceled" {
+			s.emit("charge.refunded", e.created, ch.body, req)
+		}
+	}
+	return nil
+}
+
+func (e *entry) setObject(o reconcile.ProviderObject, body []byte) {
+	e.obj, e.body = o, body
+	e.customer = o.Customer
+	switch o.Kind {
+	case reconcile.Refund:
+		e.charge, e.paymentIntent = refundCharge(o), refundIntent(o)
+	case reconcile.Charge:
+		e.paymentIntent = o.PaymentIntent
+	}
+}
+
+// refundedCharge is the charge a refund refunds, directly or through its
+// payment intent's latest charge, if the server holds it.
+func (s *Server) refundedCharge(o reconcile.ProviderObject) *entry {
+	if id := refundCharge(o); id != "" {
+		if e, ok := s.objects[id]; ok && e.obj.Kind == reconcile.Charge {
+			return e
+		}
+		return nil
+	}
+	if pi, ok := s.objects[refundIntent(o)]; ok && pi.obj.Kind == reconcile.PaymentIntent {
+		if e, ok := s.objects[pi.obj.Charge]; ok && e.obj.Kind == reconcile.Charge {
+			return e
+		}
+	}
+	return nil
+}
+
+// autoKey is an idempotency key shaped like the ones stripe-go makes for
+// every POST (nanoseconds, an underscore, six random characters); here
+// derived from the object so that data sets are reproducible.
+func autoKey(o reconcile.ProviderObject, n int) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", o.ID, n)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	sum := h.Sum64()
+	var b [6]byte
+	for i := range b {
+		b[i] = alphabet[sum%64]
+		sum /= 64
+	}
+	return fmt.Sprintf("%d_%s", o.Created.UnixNano()+int64(n), b[:])
+}
+
+// Request is the API request an event names: Stripe's event.request. An
+// empty field is rendered as null.
+type Request struct {
+	ID             string
+	IdempotencyKey string
+}
+
+// emit appends an event; s.mu must be held.
+func (s *Server) emit(typ string, created int64, object []byte, req *Request) string {
+	s.events++
+	id := fmt.Sprintf("evt_%010d", s.events)
+	ev := eventJSON{
+		ID: id, Object: "event", APIVersion: apiVersion, Created: created,
+		Data: eventDataJSON{Object: object}, Type: typ,
+	}
+	if req != nil {
+		ev.Request = requestJSON{ID: nullable(req.ID), IdempotencyKey: nullable(req.IdempotencyKey)}
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		// The parts are JSON the server rendered itself or that AddEvent
+		// checked, so this cannot happen.
+		panic(fmt.Sprintf("stripetest: render event: %v", err))
+	}
+	s.lists[ListEvents].add(&entry{id: id, created: created, body: body, typ: typ})
+	return id
+}
+
+// Event is a raw event to add with AddEvent.
+type Event struct {
+	// ID defaults to the next generated event id.
+	ID   string
+	Type string
+	// Created is the event's creation time.
+	Created time.Time
+	// Data is data.object verbatim; when nil, ObjectID names a stored
+	// object whose current form is rendered.
+	Data     []byte
+	ObjectID string
+	// Request is event.request; nil renders {"id": null,
+	// "idempotency_key": null}, as for Stripe's automatic events.
+	Request *Request
+}
+
+// AddEvent adds a raw event and returns its id.
+func (s *Server) AddEvent(ev Event) (string, error) {
+	if ev.Type == "" {
+		return "", errors.New("add event: empty type")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data := ev.Data
+	if data == nil {
+		o, ok := s.objects[ev.ObjectID]
+		if !ok {
+			return "", fmt.Errorf("add event %s: no object %q", ev.Type, ev.ObjectID)
+		}
+		data = o.body
+	} else if !json.Valid(data) {
+		return "", fmt.Errorf("add event %s: data is not JSON", ev.Type)
+	}
+	if ev.ID == "" {
+		return s.emit(ev.Type, ev.Created.Unix(), data, ev.Request), nil
+	}
+	if _, dup := s.lists[ListEvents].posOf(ev.ID); dup {
+		return "", fmt.Errorf("add event %s: duplicate id %q", ev.Type, ev.ID)
+	}
+	rendered := eventJSON{ID: ev.ID, Object: "event", APIVersion: apiVersion, Created: ev.Created.Unix(),
+		Data: eventDataJSON{Object: data}, Type: ev.Type}
+	if ev.Request != nil {
+		rendered.Request = requestJSON{ID: nullable(ev.Request.ID), IdempotencyKey: nullable(ev.Request.IdempotencyKey)}
+	}
+	body, err := json.Marshal(rendered)
+	if err != nil {
+		return "", fmt.Errorf("add event %s: %w", ev.Type, err)
+	}
+	s.lists[ListEvents].add(&entry{id: ev.ID, created: ev.Created.Unix(), body: body, typ: ev.Type})
+	return ev.ID, nil
+}
+
+// posOf reports whether id is in the list, sorted or not.
+func (l *list) posOf(id string) (int, bool) {
+	if !l.dirty {
+		i, ok := l.pos[id]
+		return i, ok
+	}
+	i := slices.IndexFunc(l.entries, func(e *entry) bool { return e.id == id })
+	return i, i >= 0
+}
+
+// Update changes a stored object in place, as the provider does after the
+// fact (a pending refund succeeding or failing, an intent finishing
+// processing, a charge captured or refunded), and emits the events Stripe
+// emits for such a change, at time at and with no request (null request id
+// and key): refund.updated (plus charge.refund.updated when it names a
+// charge) for a refund; charge.succeeded, charge.failed, charge.captured,
+// charge.refunded or charge.updated for a charge; payment_intent.succeeded,
+// .processing, .canceled, .payment_failed or .requires_action for an intent
+// whose status changed. The id and kind cannot change.
+func (s *Server) Update(id string, at time.Time, change func(*reconcile.ProviderObject)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.objects[id]
+	if !ok {
+		return fmt.Errorf("update %q: no such object", id)
+	}
+	old := e.obj
+	o := old
+	o.Metadata = maps.Clone(old.Metadata)
+	change(&o)
+	if o.ID != old.ID || o.Kind != old.Kind {
+		return fmt.Errorf("update %q: the id and kind cannot change", id)
+	}
+	o.Metadata = maps.Clone(o.Metadata)
+	body, err := render(o)
+	if err != nil {
+		return fmt.Errorf("update %q: %w", id, err)
+	}
+	e.setObject(o, body)
+	if c := o.Created.Unix(); c != e.created {
+		e.created = c
+		name, _ := listOf(o.Kind)
+		s.lists[name].dirty = true
+	}
+	for _, typ := range updateEvents(old, o, e.charge != "") {
+		s.emit(typ, at.Unix(), body, nil)
+	}
+	return nil
+}
+
+// updateEvents are the event types Stripe emits when old becomes o.
+func updateEvents(old, o reconcile.ProviderObject, refundHasCharge bool) []string {
+	was, is := RawStatus(old), RawStatus(o)
+	switch o.Kind {
+	case reconcile.Refund:
+		if refundHasCharge {
+			return []string{"refund.updated", "charge.refund.updated"}
+		}
+		return []string{"refund.updated"}
+	case reconcile.Charge:
+		var types []string
+		switch {
+		case was != is && (is == "succeeded" || is == "failed" || is == "pending"):
+			types = append(types, "charge."+is)
+		case old.Status == reconcile.Pending && o.Status == reconcile.Succeeded && is == "succeeded":
+			types = append(types, "charge.captured")
+		}
+		if o.AmountRefunded != old.AmountRefunded {
+			types = append(types, "charge.refunded")
+		}
+		if len(types) == 0 {
+			types = append(types, "charge.updated")
+		}
+		return types
+	case reconcile.PaymentIntent:
+		if was == is {
+			return nil
+		}
+		switch is {
+		case "succeeded", "processing", "canceled", "requires_action":
+			return []string{"payment_intent." + is}
+		case "requires_payment_method":
+			return []string{"payment_intent.payment_failed"}
+		}
+	}
+	return nil
+}
+
+// Object returns the stored object with id as it stands now.
+func (s *Server) Object(id string) (reconcile.ProviderObject, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.objects[id]
+	if !ok {
+		return reconcile.ProviderObject{}, false
+	}
+	o := e.obj
+	o.Metadata = maps.Clone(o.Metadata)
+	return o, true
+}
+
+// Len returns how many entries a list holds (events included).
+func (s *Server) Len(listName string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if l, ok := s.lists[listName]; ok {
+		return len(l.entries)
+	}
+	return 0
+}
