@@ -46,6 +46,12 @@ type Options struct {
 	// that name an obligation's id and its idempotency key.
 	MetadataObligationID   string
 	MetadataIdempotencyKey string
+	// ReportUnverified adds an info finding of kind Unverified for every
+	// PAID obligation to which nothing links but whose absence could not be
+	// proved either (DESIGN.md §3 allows informational kinds). Off by
+	// default: such findings come and go with the window and are not for
+	// finance.
+	ReportUnverified bool
 }
 
 // DefaultOptions returns DESIGN.md's defaults.

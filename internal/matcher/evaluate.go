@@ -1,0 +1,732 @@
+package matcher
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+)
+
+// evaluateObligations classifies every obligation against the movements
+// reaching it and decides its PAID transition.
+func (m *matcher) evaluateObligations() {
+	var succ, failed, stale, conflicts []int32 // scratch, reused
+	for i, o := range m.obls {
+		movs := m.oblMovs[m.oblStart[i]:m.oblStart[i+1]]
+		succ, failed, stale, conflicts = succ[:0], failed[:0], stale[:0], conflicts[:0]
+		live := 0
+		for _, mv := range movs {
+			v := &m.movs[mv]
+			if v.nLinks() > 1 {
+				conflicts = append(conflicts, mv)
+				continue
+			}
+			switch v.status {
+			case mSucceeded:
+				succ = append(succ, mv)
+			case mPendingLive:
+				live++
+			case mPendingStale:
+				stale = append(stale, mv)
+			default:
+				failed = append(failed, mv)
+			}
+		}
+		// Fast path: the overwhelmingly common settled obligation.
+		if o.State == reconcile.Paid && len(movs) == 1 && len(succ) == 1 && m.moneyEq(succ[0], o.Money) {
+			continue
+		}
+		m.sortMovs(succ)
+		m.sortMovs(failed)
+		m.sortMovs(stale)
+		m.sortMovs(conflicts)
+
+		blocked := m.suspected[i] // a duplicate, mismatch or conflict: never PAID
+		for _, mv := range conflicts {
+			m.conflictFinding(o, mv)
+			blocked = true
+		}
+		if len(succ) >= 2 {
+			m.duplicateFinding(o, succ)
+			blocked = true
+		}
+		if m.amountFinding(o, succ) {
+			blocked = true
+		}
+		// Outcome findings speak only when every linked movement is
+		// final (or past its grace) and no conflict clouds the evidence.
+		settled := len(conflicts) == 0 && live == 0
+		leaseLive := o.LeaseLive(m.now)
+		switch o.State {
+		case reconcile.Paid:
+			if settled && len(succ) == 0 {
+				switch {
+				case len(failed) > 0:
+					m.paidFailedFinding(o, failed)
+				case len(stale) > 0:
+					m.paidStaleFinding(o, stale)
+				default:
+					m.absenceFinding(o)
+				}
+			}
+		case reconcile.FailedState, reconcile.Approved, reconcile.PendingApproval, reconcile.RequiresReview:
+			if len(succ) > 0 {
+				m.movedFinding(o, succ)
+				blocked = true
+			}
+		case reconcile.Executing:
+			if !leaseLive && settled && len(succ) == 0 {
+				m.staleLeaseFinding(o, failed, stale)
+			}
+		case reconcile.ConfirmationUnknown:
+			if settled && len(succ) == 0 {
+				m.unknownFinding(o, failed, stale)
+			}
+		}
+		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
+		if canMark && !blocked && settled && len(succ) == 1 && m.moneyEq(succ[0], o.Money) {
+			m.res.Transitions = append(m.res.Transitions, reconcile.Transition{
+				ObligationID:       o.ID,
+				From:               o.State,
+				To:                 reconcile.Paid,
+				FromRaw:            o.RawState,
+				FromLeaseExpiresAt: o.LeaseExpiresAt,
+				ProviderID:         m.evidenceID(o, succ[0]),
+			})
+		}
+	}
+}
+
+// evidenceID is the provider id a transition records: the id the
+// obligation names if it is part of the movement, else the intent's id for
+// an intent's group, else the object's.
+func (m *matcher) evidenceID(o *reconcile.Obligation, mv int32) string {
+	if o.ProviderID != "" && m.movementOf(o.ProviderID) == mv {
+		return o.ProviderID
+	}
+	return m.movs[mv].id
+}
+
+// classifyUnlinked buckets every movement and reports the unlinked
+// succeeded ones as suspected duplicates or orphans.
+func (m *matcher) classifyUnlinked() {
+	type skey struct {
+		class  reconcile.ObjectKind
+		target string
+		money  reconcile.Money
+	}
+	var suspects []int32
+	var twins map[skey][]int32
+	for k := range m.movs {
+		v := &m.movs[k]
+		switch n := v.nLinks(); {
+		case n == 1:
+			v.bucket = BucketLinked
+		case n > 1:
+			v.bucket = BucketConflict
+		case v.status == mSucceeded:
+			v.bucket = BucketOrphan
+			suspects = append(suspects, int32(k))
+			if v.target != "" {
+				if twins == nil {
+					twins = map[skey][]int32{}
+				}
+				twins[skey{v.class, v.target, m.money(int32(k))}] = nil
+			}
+		case v.status == mPendingLive:
+			v.bucket = BucketPending
+		default:
+			v.bucket = BucketIgnored
+		}
+	}
+	if len(suspects) == 0 {
+		return
+	}
+	// Only the keys some unlinked object needs are indexed, so a clean run
+	// pays nothing for suspicion.
+	if len(twins) > 0 {
+		for k := range m.movs {
+			v := &m.movs[k]
+			if v.status != mSucceeded || v.nLinks() != 1 || v.target == "" {
+				continue
+			}
+			key := skey{v.class, v.target, m.money(int32(k))}
+			if list, ok := twins[key]; ok {
+				twins[key] = append(list, int32(k))
+			}
+		}
+		for key, list := range twins {
+			slices.SortFunc(list, func(a, b int32) int {
+				if c := m.created(a).Compare(m.created(b)); c != 0 {
+					return c
+				}
+				return strings.Compare(m.movs[a].id, m.movs[b].id)
+			})
+			twins[key] = list
+		}
+	}
+	for _, s := range suspects {
+		v := &m.movs[s]
+		twin := int32(-1)
+		if v.target != "" {
+			twin = m.nearestTwin(s, twins[skey{v.class, v.target, m.money(s)}])
+		}
+		if twin < 0 {
+			m.orphanFinding(s)
+			continue
+		}
+		v.bucket = BucketSuspected
+		m.suspected[m.movs[twin].link.obl] = true
+		m.suspectFinding(s, twin)
+	}
+}
+
+// nearestTwin finds, in list (sorted by creation time), the linked movement
+// created nearest to s and within the duplicate window; ties go to the
+// smaller obligation id, then movement id. -1 if none.
+func (m *matcher) nearestTwin(s int32, list []int32) int32 {
+	if len(list) == 0 {
+		return -1
+	}
+	t := m.created(s)
+	w := m.opts.DuplicateWindow
+	best, bestD := int32(-1), time.Duration(0)
+	better := func(c int32, d time.Duration) bool {
+		if best < 0 || d < bestD {
+			return true
+		}
+		if d > bestD {
+			return false
+		}
+		oc, ob := m.obls[m.movs[c].link.obl].ID, m.obls[m.movs[best].link.obl].ID
+		if oc != ob {
+			return oc < ob
+		}
+		return m.movs[c].id < m.movs[best].id
+	}
+	i, _ := slices.BinarySearchFunc(list, t, func(c int32, t time.Time) int { return m.created(c).Compare(t) })
+	for j := i - 1; j >= 0; j-- {
+		d := absDur(t.Sub(m.created(list[j])))
+		if d > w || best >= 0 && d > bestD {
+			break
+		}
+		if better(list[j], d) {
+			best, bestD = list[j], d
+		}
+	}
+	for j := i; j < len(list); j++ {
+		d := absDur(m.created(list[j]).Sub(t))
+		if d > w || best >= 0 && d > bestD {
+			break
+		}
+		if better(list[j], d) {
+			best, bestD = list[j], d
+		}
+	}
+	return best
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// moneyEq reports whether every succeeded member of movement mv moved
+// exactly want (an intent and its charge normally agree; if they do not,
+// the movement is not proof of the obligation's money).
+func (m *matcher) moneyEq(mv int32, want reconcile.Money) bool {
+	_, off := m.offMoney(mv, want)
+	return !off
+}
+
+// offMoney returns money of movement mv that differs from want: the
+// movement's own if it differs, else that of the succeeded member with
+// the smallest id that differs.
+func (m *matcher) offMoney(mv int32, want reconcile.Money) (reconcile.Money, bool) {
+	if mon := m.money(mv); mon != want {
+		return mon, true
+	}
+	var found *reconcile.ProviderObject
+	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
+		p := m.objs[j]
+		if p.Status == reconcile.Succeeded && p.Money != want && (found == nil || p.ID < found.ID) {
+			found = p
+		}
+	}
+	if found == nil {
+		return reconcile.Money{}, false
+	}
+	return found.Money, true
+}
+
+func (m *matcher) money(mv int32) reconcile.Money { return m.objs[m.movs[mv].rep].Money }
+
+func (m *matcher) created(mv int32) time.Time { return m.objs[m.movs[mv].rep].Created }
+
+func (m *matcher) sortMovs(movs []int32) {
+	if len(movs) > 1 {
+		slices.SortFunc(movs, func(a, b int32) int { return strings.Compare(m.movs[a].id, m.movs[b].id) })
+	}
+}
+
+// ids appends the ids of the members of movement mv that have status
+// want, or of every member when want is empty.
+func (m *matcher) ids(dst []string, mv int32, want reconcile.Status) []string {
+	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
+		if want == "" || m.objs[j].Status == want {
+			dst = append(dst, m.objs[j].ID)
+		}
+	}
+	return dst
+}
+
+// movIDs are the movements' own ids (an intent's group by its intent), for
+// sentences.
+func (m *matcher) movIDs(movs []int32) string {
+	s := make([]string, len(movs))
+	for k, mv := range movs {
+		s[k] = m.movs[mv].id
+	}
+	return strings.Join(s, ", ")
+}
+
+func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []string, money, atRisk reconcile.Money, detail string) {
+	if ids == nil {
+		ids = []string{}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	m.res.Findings = append(m.res.Findings, reconcile.Finding{
+		Kind:         kind,
+		Severity:     kind.Severity(),
+		ObligationID: oblID,
+		ProviderIDs:  ids,
+		Money:        money,
+		AtRisk:       atRisk,
+		Fingerprint:  reconcile.Fingerprint(kind, oblID, objectID),
+		ContentHash:  reconcile.ContentHash(atRisk, ids),
+		Detail:       detail,
+	})
+}
+
+func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
+	v := &m.movs[mv]
+	obls := []string{m.obls[v.link.obl].ID}
+	for _, l := range v.more {
+		obls = append(obls, m.obls[l.obl].ID)
+	}
+	slices.Sort(obls)
+	money := m.money(mv)
+	m.add(reconcile.ConflictingLink, o.ID, v.id, m.ids(nil, mv, ""), o.Money, money,
+		fmt.Sprintf("The provider's %s %s of %s is claimed by %s obligations (%s): it cannot count for any of them until someone decides which it belongs to.",
+			m.movNoun(mv), v.id, money, count(len(obls)), strings.Join(obls, ", ")))
+}
+
+func (m *matcher) duplicateFinding(o *reconcile.Obligation, succ []int32) {
+	var ids []string
+	var same, maxSame int64
+	nSame := 0
+	foreign := map[string]int64{}
+	for _, mv := range succ {
+		ids = m.ids(ids, mv, reconcile.Succeeded)
+		mon := m.money(mv)
+		if mon.Currency == o.Money.Currency {
+			same += mon.Amount
+			maxSame = max(maxSame, mon.Amount)
+			nSame++
+		} else {
+			foreign[mon.Currency] += mon.Amount
+		}
+	}
+	// The money at risk is what moved beyond the obligation's amount. When
+	// the movements do not add up to more (each moved too little), it is
+	// all but the largest. Money in other currencies is all extra; it is
+	// the figure at risk only when none is extra in the obligation's own.
+	extra := same - o.Money.Amount
+	if extra <= 0 && nSame > 1 {
+		extra = same - maxSame
+	}
+	atRisk := reconcile.Money{Amount: max(extra, 0), Currency: o.Money.Currency}
+	others := slices.Sorted(maps.Keys(foreign))
+	var also []string
+	for _, c := range others {
+		mon := reconcile.Money{Amount: foreign[c], Currency: c}
+		if atRisk.Amount == 0 {
+			atRisk = mon
+			continue
+		}
+		also = append(also, mon.String())
+	}
+	tooMuch := atRisk.String()
+	if len(also) > 0 {
+		tooMuch += " and " + strings.Join(also, " and ")
+	}
+	noun, verb, loss := oblWords(o.Kind)
+	m.add(reconcile.Duplicate, o.ID, "", ids, o.Money, atRisk,
+		fmt.Sprintf("%s %s of %s was %s %s by the provider (%s): %s too much %s.",
+			noun, o.ID, o.Money, verb, times(len(succ)), m.movIDs(succ), tooMuch, loss))
+}
+
+// amountFinding reports the succeeded movements whose money differs from
+// the obligation's; it reports whether there were any.
+func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
+	var bad []int32
+	var off []reconcile.Money
+	for _, mv := range succ {
+		if mon, ok := m.offMoney(mv, o.Money); ok {
+			bad = append(bad, mv)
+			off = append(off, mon)
+		}
+	}
+	if len(bad) == 0 {
+		return false
+	}
+	var ids []string
+	var diff int64
+	foreign := ""
+	for k, mv := range bad {
+		ids = m.ids(ids, mv, reconcile.Succeeded)
+		mon := off[k]
+		if mon.Currency == o.Money.Currency {
+			d := mon.Amount - o.Money.Amount
+			diff += max(d, -d)
+		} else if foreign == "" || mon.Currency < foreign {
+			foreign = mon.Currency
+		}
+	}
+	atRisk := reconcile.Money{Amount: diff, Currency: o.Money.Currency}
+	if foreign != "" {
+		atRisk = reconcile.Money{Currency: foreign}
+		for _, mon := range off {
+			if mon.Currency == foreign {
+				atRisk.Amount += mon.Amount
+			}
+		}
+	}
+	noun, verb, _ := oblWords(o.Kind)
+	var detail string
+	switch mon := off[0]; {
+	case len(bad) > 1:
+		parts := make([]string, len(bad))
+		for k, mv := range bad {
+			parts[k] = fmt.Sprintf("%s %s", off[k], m.movs[mv].id)
+		}
+		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s other amounts for it (%s).",
+			noun, o.ID, o.Money, verb, strings.Join(parts, ", "))
+	case mon.Currency != o.Money.Currency:
+		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s), in another currency.",
+			noun, o.ID, o.Money, verb, mon, m.movs[bad[0]].id)
+	default:
+		more := "more"
+		if mon.Amount < o.Money.Amount {
+			more = "less"
+		}
+		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s): %s %s than approved.",
+			noun, o.ID, o.Money, verb, mon, m.movs[bad[0]].id, atRisk, more)
+	}
+	m.add(reconcile.AmountMismatch, o.ID, "", ids, o.Money, atRisk, detail)
+	return true
+}
+
+// paidFailedFinding: PAID, but every provider record of it failed or was
+// canceled.
+func (m *matcher) paidFailedFinding(o *reconcile.Obligation, failed []int32) {
+	var ids []string
+	for _, mv := range failed {
+		ids = m.ids(ids, mv, "")
+	}
+	noun, _, _ := oblWords(o.Kind)
+	what := "failed"
+	if len(failed) == 1 && m.objs[m.movs[failed[0]].rep].Status == reconcile.Canceled {
+		what = "was canceled"
+	}
+	rec := "record of it (" + m.movIDs(failed) + ") " + what
+	if len(failed) > 1 {
+		rec = "records of it (" + m.movIDs(failed) + ") all failed or were canceled"
+	}
+	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is marked paid, but the provider's %s: no money moved.", noun, o.ID, o.Money, rec))
+}
+
+// paidStaleFinding: PAID, but its provider record is still pending long
+// after the grace period: that is no evidence that money moved.
+func (m *matcher) paidStaleFinding(o *reconcile.Obligation, stale []int32) {
+	var ids []string
+	for _, mv := range stale {
+		ids = m.ids(ids, mv, "")
+	}
+	noun, _, _ := oblWords(o.Kind)
+	m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is marked paid, but the provider's record of it (%s) is still pending after %s: no money has moved yet.",
+			noun, o.ID, o.Money, m.movIDs(stale), human(m.now.Sub(m.created(stale[0])))))
+}
+
+// absenceFinding: PAID and nothing links to it. Absence is claimed only on
+// evidence of absence: the object it names was looked up and does not
+// exist, or the listing (and, for an obligation that only its key could
+// link, the events) covered its whole time. Anything less proves nothing.
+func (m *matcher) absenceFinding(o *reconcile.Obligation) {
+	noun, _, _ := oblWords(o.Kind)
+	skew := m.opts.ClockSkew
+	from, to := o.CreatedAt.Add(-skew), maxTime(o.UpdatedAt, o.PaidAt).Add(skew)
+	listed := m.in.Listed.Valid() && m.in.Listed.Covers(from, to)
+	if o.ProviderID != "" {
+		l, looked := m.lookups[o.ProviderID]
+		switch {
+		case looked && l.Result == reconcile.LookupNotFound:
+			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money,
+				fmt.Sprintf("%s %s of %s is marked paid, but the provider has no record %s: it was looked up and does not exist.",
+					noun, o.ID, o.Money, o.ProviderID))
+			return
+		case looked && l.Result == reconcile.LookupFailed:
+			reason := "failed"
+			if l.Err != "" {
+				reason += " (" + l.Err + ")"
+			}
+			m.unverified(o, []string{o.ProviderID}, fmt.Sprintf("the lookup of %s %s", o.ProviderID, reason))
+			return
+		case looked:
+			m.unverified(o, []string{o.ProviderID}, fmt.Sprintf("%s exists but was not among the records read", o.ProviderID))
+			return
+		}
+		if listed {
+			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money,
+				fmt.Sprintf("%s %s of %s is marked paid with provider record %s, but the provider has no such record between %s and %s.",
+					noun, o.ID, o.Money, o.ProviderID, stamp(m.in.Listed.From), stamp(m.in.Listed.To)))
+			return
+		}
+		m.unverified(o, []string{o.ProviderID}, "the provider's records of its time were not all read")
+		return
+	}
+	// Without a provider id only its key or metadata can link it; the key
+	// is known only from events, so they must cover its time too.
+	events := !m.in.EventsFrom.IsZero() && !m.in.EventsFrom.After(from)
+	if listed && events {
+		m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{}, o.Money, o.Money,
+			fmt.Sprintf("%s %s of %s is marked paid, but nothing the provider recorded between %s and %s belongs to it.",
+				noun, o.ID, o.Money, stamp(m.in.Listed.From), stamp(m.in.Listed.To)))
+		return
+	}
+	m.unverified(o, []string{}, "the provider's records and events of its time were not all read")
+}
+
+func (m *matcher) unverified(o *reconcile.Obligation, ids []string, why string) {
+	if !m.opts.ReportUnverified {
+		return
+	}
+	noun, _, _ := oblWords(o.Kind)
+	m.add(Unverified, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is marked paid and no provider record links to it, but this could not be checked: %s.",
+			noun, o.ID, o.Money, why))
+}
+
+// movedFinding: money moved for an obligation that says it must not have.
+func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
+	var ids []string
+	for _, mv := range succ {
+		ids = m.ids(ids, mv, reconcile.Succeeded)
+	}
+	noun, verb, _ := oblWords(o.Kind)
+	var state string
+	switch o.State {
+	case reconcile.FailedState:
+		state = "is marked failed"
+	case reconcile.Approved:
+		state = "is approved and waiting to be executed"
+	case reconcile.PendingApproval:
+		state = "is still awaiting approval"
+	default:
+		state = "is held for review"
+	}
+	moved := fmt.Sprintf("%s for it (%s)", m.money(succ[0]), m.movs[succ[0]].id)
+	if len(succ) > 1 {
+		moved = fmt.Sprintf("money for it %s (%s)", times(len(succ)), m.movIDs(succ))
+	}
+	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s %s, but the provider already %s %s.", noun, o.ID, o.Money, state, verb, moved))
+}
+
+func (m *matcher) staleLeaseFinding(o *reconcile.Obligation, failed, stale []int32) {
+	var ids []string
+	for _, mv := range failed {
+		ids = m.ids(ids, mv, "")
+	}
+	for _, mv := range stale {
+		ids = m.ids(ids, mv, "")
+	}
+	noun, _, _ := oblWords(o.Kind)
+	lease := "has no worker lease"
+	if !o.LeaseExpiresAt.IsZero() {
+		lease = fmt.Sprintf("lost its worker when the lease expired %s ago (%s)", human(m.now.Sub(o.LeaseExpiresAt)), stamp(o.LeaseExpiresAt))
+	}
+	m.add(reconcile.StaleLease, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is still marked executing but %s, and %s: someone must find out whether it was sent.",
+			noun, o.ID, o.Money, lease, m.noSuccess(o, failed, stale)))
+}
+
+func (m *matcher) unknownFinding(o *reconcile.Obligation, failed, stale []int32) {
+	var ids []string
+	for _, mv := range failed {
+		ids = m.ids(ids, mv, "")
+	}
+	for _, mv := range stale {
+		ids = m.ids(ids, mv, "")
+	}
+	noun, _, _ := oblWords(o.Kind)
+	m.add(reconcile.UnresolvedUnknown, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is waiting for confirmation, and %s.", noun, o.ID, o.Money, m.noSuccess(o, failed, stale)))
+}
+
+// noSuccess says what the provider shows for an obligation without a
+// succeeded movement; only failed ones are named as such (DESIGN.md §3).
+func (m *matcher) noSuccess(o *reconcile.Obligation, failed, stale []int32) string {
+	_, verb, _ := oblWords(o.Kind)
+	switch {
+	case len(failed) == 1 && len(stale) == 0:
+		what := "failed"
+		if m.objs[m.movs[failed[0]].rep].Status == reconcile.Canceled {
+			what = "was canceled"
+		}
+		return fmt.Sprintf("the provider's only record of it (%s) %s, so no money moved", m.movIDs(failed), what)
+	case len(failed) > 0 && len(stale) == 0:
+		return fmt.Sprintf("the provider's only records of it (%s) failed or were canceled, so no money moved", m.movIDs(failed))
+	case len(stale) > 0:
+		return fmt.Sprintf("the provider's record of it (%s) is still pending after %s", m.movIDs(stale), human(m.now.Sub(m.created(stale[0]))))
+	}
+	return "the provider shows nothing " + verb + " for it"
+}
+
+func (m *matcher) orphanFinding(s int32) {
+	v := &m.movs[s]
+	money := m.money(s)
+	on := ""
+	if v.class == reconcile.Refund && v.target != "" {
+		on = fmt.Sprintf(" (on %s %s)", m.targetNoun(v.target), v.target)
+	}
+	verb := "collected"
+	if v.class == reconcile.Refund {
+		verb = "paid out"
+	}
+	m.add(reconcile.Orphan, "", v.id, m.ids(nil, s, reconcile.Succeeded), money, money,
+		fmt.Sprintf("%s %s of %s%s was %s by the provider but belongs to no obligation.",
+			capital(m.movNoun(s)), v.id, money, on, verb))
+}
+
+func (m *matcher) suspectFinding(s, twin int32) {
+	v, t := &m.movs[s], &m.movs[twin]
+	o := m.obls[t.link.obl]
+	money := m.money(s)
+	ids := m.ids(nil, s, reconcile.Succeeded)
+	ids = m.ids(ids, twin, reconcile.Succeeded)
+	same, outcome := "same customer "+v.target, "the customer was probably charged twice"
+	if v.class == reconcile.Refund {
+		same, outcome = "same "+m.targetNoun(v.target)+" "+v.target, "probably paid out twice"
+	}
+	m.add(reconcile.SuspectedDuplicate, o.ID, v.id, ids, o.Money, money,
+		fmt.Sprintf("%s %s of %s belongs to no obligation but repeats %s %s of %s (%s, same amount, %s apart): %s.",
+			capital(m.movNoun(s)), v.id, money, m.movNoun(twin), t.id, o.ID, same,
+			human(absDur(m.created(s).Sub(m.created(twin)))), outcome))
+}
+
+// movNoun names a movement's kind for people: an intent with its charges
+// is a payment.
+func (m *matcher) movNoun(mv int32) string {
+	v := &m.movs[mv]
+	if _, ok := m.absentPI[v.id]; ok {
+		return "payment"
+	}
+	if i, ok := m.objByID[v.id]; ok {
+		switch m.objs[i].Kind {
+		case reconcile.PaymentIntent:
+			return "payment"
+		case reconcile.Charge:
+			return "charge"
+		case reconcile.Refund:
+			return "refund"
+		}
+	}
+	return "record"
+}
+
+// targetNoun names what a refund refunds; an id that was not read is
+// named by its provider prefix.
+func (m *matcher) targetNoun(id string) string {
+	if mv := m.movementOf(id); mv >= 0 {
+		return m.movNoun(mv)
+	}
+	if strings.HasPrefix(id, "ch_") || strings.HasPrefix(id, "py_") {
+		return "charge"
+	}
+	return "payment"
+}
+
+// oblWords are the words a sentence about an obligation of kind k uses.
+func oblWords(k reconcile.ObjectKind) (noun, verb, loss string) {
+	if k == reconcile.Refund {
+		return "Refund", "paid out", "left the account"
+	}
+	if oblClass(k) == reconcile.Charge {
+		return "Charge", "collected", "was taken from the customer"
+	}
+	return "Obligation", "moved", "moved"
+}
+
+func count(n int) string {
+	if n >= 2 && n <= 9 {
+		return []string{"two", "three", "four", "five", "six", "seven", "eight", "nine"}[n-2]
+	}
+	return fmt.Sprint(n)
+}
+
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	case 3:
+		return "three times"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// human formats a duration the way a person says it.
+func human(d time.Duration) string {
+	d = absDur(d)
+	unit := func(n int64, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	switch {
+	case d < time.Minute:
+		return unit(int64(d/time.Second), "second")
+	case d < 2*time.Hour:
+		return unit(int64(d/time.Minute), "minute")
+	case d < 48*time.Hour:
+		return unit(int64(d/time.Hour), "hour")
+	}
+	return unit(int64(d/(24*time.Hour)), "day")
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
+
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
