@@ -1,0 +1,364 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reconcile"
+)
+
+// ErrNotFound is returned (wrapped) by Obligations.Get when no obligation
+// has the id asked for.
+var ErrNotFound = errors.New("obligation not found")
+
+// Obligations reads the application's obligations table, read-only, through
+// a pgx pool. Table, column and state names come from a validated
+// reconcile.ObligationTable and are quoted with pgx.Identifier; every value
+// travels as a query parameter.
+type Obligations struct {
+	pool  *pgxpool.Pool
+	table reconcile.ObligationTable
+
+	name    string // the quoted, possibly schema-qualified table name
+	readSQL string
+	getSQL  string
+	probe   string // the select list over the table, LIMIT 0: what Check runs last
+	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
+	// which are in scope whatever their age.
+	open []string
+}
+
+// NewObligations returns a reader of the table that table describes. A bad
+// identifier or state mapping is refused with an error naming the
+// configuration field (obligations.columns.state, …); nothing is sent to the
+// database until Read, Get or Check.
+func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Obligations, error) {
+	if err := table.Validate("obligations"); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, errors.New("obligations reader: nil pool")
+	}
+	c := table.Columns
+	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	name := q(table.Table)
+	if table.Schema != "" {
+		name = pgx.Identifier{table.Schema, table.Table}.Sanitize()
+	}
+	// Text-like columns are read and compared as ::text so that a team's
+	// varchar, enum or uuid column works as well as the reference text one;
+	// on a text column the cast is a no-op and its indexes still apply.
+	// Amount and the times are left as they are: the scanners below accept
+	// every integer type, numeric without fraction, timestamp and
+	// timestamptz.
+	txt := func(col string) string { return q(col) + "::text" }
+	list := strings.Join([]string{
+		txt(c.ID), txt(c.Kind), txt(c.IdempotencyKey), txt(c.Provider), txt(c.ProviderID), txt(c.TargetID),
+		q(c.Amount), txt(c.Currency), txt(c.State), txt(c.LeaseOwner), q(c.LeaseExpiresAt),
+		q(c.CreatedAt), q(c.UpdatedAt), q(c.PaidAt),
+	}, ", ")
+	from := " FROM " + name
+	// One scan of the table, every scope rule an OR term. The created and
+	// updated bounds are separate parameters so that the two columns may
+	// differ in type (timestamp vs timestamptz) without a conflicting
+	// parameter type. The named lists are = ANY(array): under a custom plan
+	// PostgreSQL ≥ 14 turns each into a hash probe, so hundreds of
+	// thousands of names cost one hash build, not a comparison per name per
+	// row; Read forces the custom plan (see there).
+	read := "SELECT " + list + from + " WHERE " +
+		txt(c.State) + " = ANY($1::text[])" +
+		" OR (" + q(c.CreatedAt) + " >= $2 AND " + q(c.CreatedAt) + " < $3)" +
+		" OR (" + q(c.UpdatedAt) + " >= $4 AND " + q(c.UpdatedAt) + " < $5)" +
+		" OR " + txt(c.ID) + " = ANY($6::text[])" +
+		" OR " + txt(c.IdempotencyKey) + " = ANY($7::text[])" +
+		" OR " + txt(c.ProviderID) + " = ANY($8::text[])" +
+		" OR " + txt(c.TargetID) + " = ANY($8::text[])"
+	return &Obligations{
+		pool:    pool,
+		table:   table,
+		name:    name,
+		readSQL: read,
+		// LIMIT 2: a second row means the id column is not unique, which
+		// Get reports rather than picking one.
+		getSQL: "SELECT " + list + from + " WHERE " + txt(c.ID) + " = $1 LIMIT 2",
+		probe:  "SELECT " + list + from + " LIMIT 0",
+		open:   []string{table.Raw(reconcile.Executing), table.Raw(reconcile.ConfirmationUnknown)},
+	}, nil
+}
+
+// Named is what the listed provider objects name, each list matched against
+// the obligations table: IDs are obligation ids (metadata), Keys are
+// idempotency keys (metadata and events), ProviderIDs are the objects' own
+// ids, matched against both provider_id and target_id.
+type Named struct {
+	IDs, Keys, ProviderIDs []string
+}
+
+// Read returns DESIGN.md §3's scope, sorted by id, each obligation once:
+// every obligation whose state is EXECUTING or CONFIRMATION_UNKNOWN
+// whatever its age; those created or updated in [w.From, w.To); and those
+// whose id, idempotency key, provider_id or target_id is named. An
+// obligation that cannot be mapped (an unknown kind, a NULL amount) fails
+// the read: leaving it out would turn its money into orphans.
+func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named) ([]reconcile.Obligation, error) {
+	if w.To.Before(w.From) {
+		return nil, fmt.Errorf("read obligations: window from %s is after to %s",
+			w.From.Format(time.RFC3339Nano), w.To.Format(time.RFC3339Nano))
+	}
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: begin: %w", err)
+	}
+	// Read-only: there is nothing to commit.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// pgx caches the prepared statement, and after five executions
+	// PostgreSQL may switch it to a generic plan, where the arrays are
+	// parameters rather than constants: = ANY is then no longer hashed and
+	// every row is compared with every name (minutes on a large table
+	// instead of a second). A custom plan also lets the planner use a
+	// team's indexes (a BitmapOr) when it has one on every column.
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+		return nil, fmt.Errorf("read obligations: set plan_cache_mode: %w", err)
+	}
+	from, to := w.From.UTC(), w.To.UTC()
+	rows, err := tx.Query(ctx, r.readSQL, r.open, from, to, from, to,
+		nonNil(named.IDs), nonNil(named.Keys), nonNil(named.ProviderIDs))
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: %w", err)
+	}
+	obs, err := r.collect(rows, 1024)
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: %w", err)
+	}
+	// Sorted in Go, byte-wise, rather than ORDER BY: the database's collation
+	// would order ids differently from every other sort in the program, and
+	// a sort of a million rows in PostgreSQL spills to disk at the default
+	// work_mem.
+	if !slices.IsSortedFunc(obs, compareID) {
+		slices.SortFunc(obs, compareID)
+	}
+	// One query returns each row once; equal ids mean the configured id
+	// column is not unique, and compare-and-set by id would be ambiguous.
+	for i := 1; i < len(obs); i++ {
+		if obs[i].ID == obs[i-1].ID {
+			return nil, fmt.Errorf("read obligations: id %q is on more than one row of %s: "+
+				"obligations.columns.id must name a unique column", obs[i].ID, r.name)
+		}
+	}
+	return obs, nil
+}
+
+// Get returns the obligation with id, or an error wrapping ErrNotFound when
+// there is none. It is what `reconcile trace` starts from.
+func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation, error) {
+	rows, err := r.pool.Query(ctx, r.getSQL, id)
+	if err != nil {
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
+	}
+	obs, err := r.collect(rows, 1)
+	if err != nil {
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
+	}
+	switch len(obs) {
+	case 0:
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, ErrNotFound)
+	case 1:
+		return obs[0], nil
+	}
+	return reconcile.Obligation{}, fmt.Errorf("get obligation %q: on more than one row of %s: "+
+		"obligations.columns.id must name a unique column", id, r.name)
+}
+
+// Check verifies that the table and every configured column exist, that
+// the amount and time columns have types the reader understands, and that
+// the reader may select from the table. Its error names each missing or
+// unusable column by its configuration field. The command runs it before
+// any provider call, so that a wrong mapping costs no Stripe requests.
+func (r *Obligations) Check(ctx context.Context) error {
+	var oid *uint32
+	// to_regclass takes the quoted name as a value: it resolves the schema
+	// (or the search path) exactly as the queries will, and answers NULL
+	// instead of failing when the table is absent.
+	if err := r.pool.QueryRow(ctx, "SELECT to_regclass($1)::oid", r.name).Scan(&oid); err != nil {
+		return fmt.Errorf("check obligations table %s: %w", r.name, err)
+	}
+	if oid == nil {
+		field := "obligations.table"
+		if r.table.Schema != "" {
+			field = "obligations.schema, obligations.table"
+		}
+		return fmt.Errorf("check obligations table: %s: table %s does not exist", field, r.name)
+	}
+	rows, err := r.pool.Query(ctx, `SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, *oid)
+	if err != nil {
+		return fmt.Errorf("check obligations table %s: %w", r.name, err)
+	}
+	type column struct{ typname, typ string }
+	have := map[string]column{}
+	var attname, typname, typ string
+	_, err = pgx.ForEachRow(rows, []any{&attname, &typname, &typ}, func() error {
+		have[attname] = column{typname, typ}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check obligations table %s: %w", r.name, err)
+	}
+	integer := []string{"int2", "int4", "int8", "numeric"}
+	timestamp := []string{"timestamptz", "timestamp"}
+	c := r.table.Columns
+	var problems []string
+	for _, col := range []struct {
+		field, name string
+		types       []string // acceptable pg_type names; nil: anything, read as text
+	}{
+		{"id", c.ID, nil}, {"kind", c.Kind, nil}, {"idempotency_key", c.IdempotencyKey, nil},
+		{"provider", c.Provider, nil}, {"provider_id", c.ProviderID, nil}, {"target_id", c.TargetID, nil},
+		{"amount", c.Amount, integer}, {"currency", c.Currency, nil}, {"state", c.State, nil},
+		{"lease_owner", c.LeaseOwner, nil}, {"lease_expires_at", c.LeaseExpiresAt, timestamp},
+		{"created_at", c.CreatedAt, timestamp}, {"updated_at", c.UpdatedAt, timestamp}, {"paid_at", c.PaidAt, timestamp},
+	} {
+		got, ok := have[col.name]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q does not exist", col.field, col.name))
+		case col.types != nil && !slices.Contains(col.types, got.typname):
+			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q is %s, want one of %s",
+				col.field, col.name, got.typ, strings.Join(col.types, ", ")))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check obligations table %s: %s", r.name, strings.Join(problems, "; "))
+	}
+	// The catalogue says the columns exist; selecting them says this role
+	// may read them.
+	rows, err = r.pool.Query(ctx, r.probe)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("check obligations table %s: select: %w", r.name, err)
+	}
+	return nil
+}
+
+// collect maps rows to obligations, one row at a time into reused scan
+// targets, and closes rows.
+func (r *Obligations) collect(rows pgx.Rows, capacity int) ([]reconcile.Obligation, error) {
+	defer rows.Close()
+	var (
+		id, kind, key, provider, providerID, targetID pgtype.Text
+		currency, state, leaseOwner                   pgtype.Text
+		amount                                        pgtype.Int8
+		lease, created, updated, paid                 scanTime
+	)
+	targets := []any{&id, &kind, &key, &provider, &providerID, &targetID,
+		&amount, &currency, &state, &leaseOwner, &lease, &created, &updated, &paid}
+	obs := make([]reconcile.Obligation, 0, capacity)
+	for rows.Next() {
+		if err := rows.Scan(targets...); err != nil {
+			return nil, fmt.Errorf("row %d: %w", len(obs)+1, err)
+		}
+		k, ok := obligationKind(kind.String)
+		if !ok {
+			return nil, fmt.Errorf("obligation %q: kind %q is neither charge nor refund", id.String, kind.String)
+		}
+		if !amount.Valid {
+			return nil, fmt.Errorf("obligation %q: amount is NULL", id.String)
+		}
+		for _, t := range []struct {
+			field string
+			t     *scanTime
+		}{{"lease_expires_at", &lease}, {"created_at", &created}, {"updated_at", &updated}, {"paid_at", &paid}} {
+			if t.t.infinite {
+				return nil, fmt.Errorf("obligation %q: %s is infinite", id.String, t.field)
+			}
+		}
+		obs = append(obs, reconcile.Obligation{
+			ID:             id.String,
+			Kind:           k,
+			IdempotencyKey: key.String,
+			Provider:       provider.String,
+			ProviderID:     providerID.String,
+			TargetID:       targetID.String,
+			Money:          reconcile.Money{Amount: amount.Int64, Currency: strings.TrimSpace(currency.String)},
+			State:          r.table.Canonical(state.String),
+			RawState:       state.String,
+			LeaseOwner:     leaseOwner.String,
+			LeaseExpiresAt: lease.t,
+			CreatedAt:      created.t,
+			UpdatedAt:      updated.t,
+			PaidAt:         paid.t,
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return obs, nil
+}
+
+// obligationKind accepts the kind column's value in any case and with
+// surrounding blanks: the reference table's CHECK allows only the two
+// lower-case words, but a team's table may not constrain it.
+func obligationKind(raw string) (reconcile.ObjectKind, bool) {
+	switch strings.ToLower(strings.TrimSpace(raw)) {
+	case "charge":
+		return reconcile.Charge, true
+	case "refund":
+		return reconcile.Refund, true
+	}
+	return "", false
+}
+
+func compareID(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) }
+
+// nonNil turns a nil list into an empty one: pgx sends nil as a NULL array,
+// and x = ANY(NULL) is NULL rather than false.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// scanTime scans timestamptz and timestamp columns alike (a timestamp
+// without time zone is read as UTC, as pgx writes it), NULL as the zero
+// time. PostgreSQL's ±infinity has no time.Time; it is flagged so that the
+// row is refused with the column's name rather than misread.
+type scanTime struct {
+	t        time.Time
+	infinite bool
+}
+
+// ScanTimestamptz implements pgtype.TimestamptzScanner.
+func (s *scanTime) ScanTimestamptz(v pgtype.Timestamptz) error {
+	s.set(v.Time, v.Valid, v.InfinityModifier)
+	return nil
+}
+
+// ScanTimestamp implements pgtype.TimestampScanner.
+func (s *scanTime) ScanTimestamp(v pgtype.Timestamp) error {
+	s.set(v.Time, v.Valid, v.InfinityModifier)
+	return nil
+}
+
+func (s *scanTime) set(t time.Time, valid bool, inf pgtype.InfinityModifier) {
+	*s = scanTime{}
+	switch {
+	case !valid:
+	case inf != pgtype.Finite:
+		s.infinite = true
+	default:
+		s.t = t.UTC()
+	}
+}

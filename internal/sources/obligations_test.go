@@ -1,0 +1,457 @@
+package sources_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reconcile"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/sources"
+)
+
+// The window of the scope tests: [oblFrom, oblTo).
+var (
+	oblFrom = time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	oblTo   = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	oblOld  = oblFrom.AddDate(0, 0, -30)
+)
+
+// oblFixture is one obligation per scope rule. Ids run against insertion
+// order so that sorting is tested too.
+func oblFixture() []reconcile.Obligation {
+	ob := func(id string, state reconcile.State, created, updated time.Time) reconcile.Obligation {
+		return reconcile.Obligation{
+			ID: id, Kind: reconcile.Charge, IdempotencyKey: "key:" + id, Provider: "stripe",
+			Money: reconcile.Money{Amount: 8900, Currency: "usd"}, State: state, RawState: string(state),
+			CreatedAt: created, UpdatedAt: updated,
+		}
+	}
+	us := time.Microsecond // PostgreSQL's resolution
+	executing := ob("z-old-executing", reconcile.Executing, oblOld, oblOld)
+	executing.LeaseOwner = "worker-1"
+	executing.LeaseExpiresAt = oblOld.Add(time.Minute)
+	paid := ob("x-old-paid", reconcile.Paid, oblOld, oblOld)
+	paid.ProviderID = "ch_x"
+	paid.PaidAt = oblOld.Add(time.Second)
+	named := ob("w-old-paid-named", reconcile.Paid, oblOld, oblOld)
+	named.Kind = reconcile.Refund
+	named.IdempotencyKey = "key-w"
+	named.ProviderID = "re_w"
+	named.TargetID = "ch_w_target"
+	named.PaidAt = oblOld.Add(time.Second)
+	return []reconcile.Obligation{
+		executing,
+		ob("y-old-unknown", reconcile.ConfirmationUnknown, oblOld, oblOld),
+		paid,
+		named,
+		ob("v-created-at-from", reconcile.Paid, oblFrom, oblFrom),
+		ob("u-created-before-from", reconcile.Paid, oblFrom.Add(-us), oblFrom.Add(-us)),
+		ob("t-created-before-to", reconcile.Paid, oblTo.Add(-us), oblTo.Add(-us)),
+		ob("s-created-at-to", reconcile.Paid, oblTo, oblTo),
+		ob("r-updated-in-window", reconcile.Paid, oblOld, oblFrom.Add(time.Hour)),
+		ob("q-updated-at-to", reconcile.Paid, oblOld, oblTo),
+		ob("p-old-failed", reconcile.FailedState, oblOld, oblOld),
+		ob("o-old-approved", reconcile.Approved, oblOld, oblOld),
+		ob("n-old-pending-approval", reconcile.PendingApproval, oblOld, oblOld),
+		ob("m-old-requires-review", reconcile.RequiresReview, oblOld, oblOld),
+	}
+}
+
+// oblInScope is what Read returns for the fixture with nothing named.
+var oblInScope = []string{"r-updated-in-window", "t-created-before-to", "v-created-at-from", "y-old-unknown", "z-old-executing"}
+
+func newObligationsReader(tb testing.TB, pool *pgxpool.Pool, table reconcile.ObligationTable) *sources.Obligations {
+	tb.Helper()
+	r, err := sources.NewObligations(pool, table)
+	if err != nil {
+		tb.Fatalf("NewObligations: %v", err)
+	}
+	return r
+}
+
+func oblIDs(obs []reconcile.Obligation) []string {
+	ids := make([]string, len(obs))
+	for i, o := range obs {
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+func oblExec(tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	tb.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		tb.Fatalf("exec %.60q: %v", sql, err)
+	}
+}
+
+func TestObligationsReadScope(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	pgtest.InsertObligations(t, pool, oblFixture()...)
+	r := newObligationsReader(t, pool, reconcile.DefaultObligationTable())
+	w := reconcile.Window{From: oblFrom, To: oblTo}
+
+	many := make([]string, 50_000)
+	for i := range many {
+		many[i] = fmt.Sprintf("absent-%d", i)
+	}
+	plus := func(ids ...string) []string {
+		all := append(slices.Clone(oblInScope), ids...)
+		slices.Sort(all)
+		return all
+	}
+	for _, tc := range []struct {
+		name  string
+		named sources.Named
+		want  []string
+	}{
+		{"nothing named", sources.Named{}, oblInScope},
+		{"PAID named by id", sources.Named{IDs: []string{"w-old-paid-named"}}, plus("w-old-paid-named")},
+		{"PAID named by idempotency key", sources.Named{Keys: []string{"key-w"}}, plus("w-old-paid-named")},
+		{"PAID named by provider_id", sources.Named{ProviderIDs: []string{"re_w"}}, plus("w-old-paid-named")},
+		{"PAID named by target_id", sources.Named{ProviderIDs: []string{"ch_w_target"}}, plus("w-old-paid-named")},
+		{"a key is not an id", sources.Named{IDs: []string{"key-w"}, Keys: []string{"w-old-paid-named"}}, oblInScope},
+		{"named twice and already in scope", sources.Named{
+			IDs: []string{"z-old-executing", "x-old-paid"}, Keys: []string{"key:x-old-paid"}, ProviderIDs: []string{"ch_x", "re_w"},
+		}, plus("w-old-paid-named", "x-old-paid")},
+		{"50k names of which one exists", sources.Named{IDs: append(slices.Clone(many), "p-old-failed"), Keys: many, ProviderIDs: many},
+			plus("p-old-failed")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := r.Read(t.Context(), w, tc.named)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, oblIDs(got)); diff != "" {
+				t.Errorf("Read(%s) ids (-want +got):\n%s", tc.name, diff)
+			}
+		})
+	}
+
+	t.Run("empty window: only open states", func(t *testing.T) {
+		got, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblFrom}, sources.Named{})
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if diff := cmp.Diff([]string{"y-old-unknown", "z-old-executing"}, oblIDs(got)); diff != "" {
+			t.Errorf("Read ids (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("reversed window refused", func(t *testing.T) {
+		_, err := r.Read(t.Context(), reconcile.Window{From: oblTo, To: oblFrom}, sources.Named{})
+		if err == nil || !strings.Contains(err.Error(), "window") {
+			t.Errorf("Read(reversed window) error = %v, want one about the window", err)
+		}
+	})
+	t.Run("fields", func(t *testing.T) {
+		got, err := r.Read(t.Context(), w, sources.Named{IDs: []string{"w-old-paid-named", "x-old-paid"}})
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		want := map[string]reconcile.Obligation{}
+		for _, o := range oblFixture() {
+			want[o.ID] = o
+		}
+		for _, o := range got {
+			if diff := cmp.Diff(want[o.ID], o); diff != "" {
+				t.Errorf("Read: obligation %s (-want +got):\n%s", o.ID, diff)
+			}
+			for name, ts := range map[string]time.Time{"CreatedAt": o.CreatedAt, "UpdatedAt": o.UpdatedAt,
+				"LeaseExpiresAt": o.LeaseExpiresAt, "PaidAt": o.PaidAt} {
+				if loc := ts.Location(); loc != time.UTC {
+					t.Errorf("Read: obligation %s %s location = %v, want UTC", o.ID, name, loc)
+				}
+			}
+		}
+	})
+}
+
+// TestObligationsReadUnusualValues reads NULLs, unicode ids and currencies
+// Stripe may or may not know, exactly as stored (the currency trimmed).
+func TestObligationsReadUnusualValues(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	at := oblFrom.Add(time.Hour)
+	ob := func(id string, amount int64, currency string) reconcile.Obligation {
+		return reconcile.Obligation{ID: id, Kind: reconcile.Charge, IdempotencyKey: "key:" + id, Provider: "stripe",
+			Money: reconcile.Money{Amount: amount, Currency: currency}, State: reconcile.ConfirmationUnknown,
+			RawState: string(reconcile.ConfirmationUnknown), CreatedAt: at, UpdatedAt: at}
+	}
+	in := []reconcile.Obligation{
+		ob("charge:jpy", 12000, "jpy"),
+		ob("charge:kwd", 1000, "kwd"),
+		ob("charge:unknown-currency", 1, "qqq"),
+		ob("charge:padded-currency", 500, " usd "),
+		ob("charge:max", 1<<63-1, "usd"),
+		ob("refund:Ørsted:注文-4821", 8900, "eur"),
+		ob("charge:😀\u200d", 100, "gbp"),
+	}
+	in[0].ProviderID, in[0].TargetID, in[0].LeaseOwner = "", "", "" // all NULL in the table
+	pgtest.InsertObligations(t, pool, in...)
+	r := newObligationsReader(t, pool, reconcile.DefaultObligationTable())
+	got, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	want := slices.Clone(in)
+	want[3].Money.Currency = "usd"
+	slices.SortFunc(want, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Read (-want +got):\n%s", diff)
+	}
+}
+
+// TestObligationsTeamTable reads a team's table (another schema, table,
+// column and state names, an enum state, a varchar id, an integer amount, a
+// timestamp without time zone) and gets what the reference table gives.
+func TestObligationsTeamTable(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	pgtest.InsertObligations(t, pool, oblFixture()...)
+	oblExec(t, pool, `CREATE SCHEMA billing`)
+	oblExec(t, pool, `CREATE TYPE billing.status AS ENUM ('pending_approval', 'approved', 'executing',
+		'confirmation_unknown', 'paid', 'failed', 'requires_review')`)
+	oblExec(t, pool, `CREATE TABLE billing.payment_obligations (
+		obligation_ref varchar(200) PRIMARY KEY, "type" text NOT NULL, request_key text NOT NULL,
+		psp text NOT NULL, psp_ref text, refunded_ref text, amount_minor integer NOT NULL, ccy varchar(3) NOT NULL,
+		status billing.status NOT NULL, worker text, lease_until timestamp,
+		"InsertedAt" timestamptz NOT NULL, modified_at timestamptz NOT NULL, settled_at timestamptz)`)
+	oblExec(t, pool, `INSERT INTO billing.payment_obligations
+		SELECT id, kind, idempotency_key, provider, provider_id, target_id, amount, currency,
+		       lower(state)::billing.status, lease_owner, lease_expires_at AT TIME ZONE 'UTC',
+		       created_at, updated_at, paid_at
+		FROM public.obligations`)
+
+	team := reconcile.ObligationTable{
+		Schema: "billing", Table: "payment_obligations",
+		Columns: reconcile.ObligationColumns{
+			ID: "obligation_ref", Kind: "type", IdempotencyKey: "request_key", Provider: "psp",
+			ProviderID: "psp_ref", TargetID: "refunded_ref", Amount: "amount_minor", Currency: "ccy",
+			State: "status", LeaseOwner: "worker", LeaseExpiresAt: "lease_until",
+			CreatedAt: "InsertedAt", UpdatedAt: "modified_at", PaidAt: "settled_at",
+		},
+		States: map[reconcile.State]string{},
+	}
+	for _, s := range reconcile.States {
+		team.States[s] = strings.ToLower(string(s))
+	}
+	ref := newObligationsReader(t, pool, reconcile.DefaultObligationTable())
+	teamReader := newObligationsReader(t, pool, team)
+	if err := teamReader.Check(t.Context()); err != nil {
+		t.Fatalf("Check(team table) = %v, want nil", err)
+	}
+	w := reconcile.Window{From: oblFrom, To: oblTo}
+	for _, named := range []sources.Named{
+		{},
+		{IDs: []string{"w-old-paid-named"}},
+		{Keys: []string{"key:x-old-paid"}, ProviderIDs: []string{"ch_w_target"}},
+	} {
+		want, err := ref.Read(t.Context(), w, named)
+		if err != nil {
+			t.Fatalf("Read(reference, %+v): %v", named, err)
+		}
+		got, err := teamReader.Read(t.Context(), w, named)
+		if err != nil {
+			t.Fatalf("Read(team, %+v): %v", named, err)
+		}
+		for i := range want {
+			want[i].RawState = strings.ToLower(want[i].RawState)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Read(team, %+v) (-reference +team):\n%s", named, diff)
+		}
+	}
+	got, err := teamReader.Get(t.Context(), "z-old-executing")
+	if err != nil {
+		t.Fatalf("Get(team): %v", err)
+	}
+	if got.State != reconcile.Executing || got.RawState != "executing" {
+		t.Errorf("Get(team) state = %q (raw %q), want %q (raw %q)", got.State, got.RawState, reconcile.Executing, "executing")
+	}
+}
+
+func TestNewObligationsRefusesBadIdentifiers(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	for _, tc := range []struct {
+		name   string
+		change func(*reconcile.ObligationTable)
+		field  string
+	}{
+		{"state column injection", func(tb *reconcile.ObligationTable) { tb.Columns.State = "state; DROP TABLE obligations" }, "obligations.columns.state"},
+		{"quote in id column", func(tb *reconcile.ObligationTable) { tb.Columns.ID = `id" OR 1=1 --` }, "obligations.columns.id"},
+		{"empty amount column", func(tb *reconcile.ObligationTable) { tb.Columns.Amount = "" }, "obligations.columns.amount"},
+		{"dotted table", func(tb *reconcile.ObligationTable) { tb.Table = "public.obligations" }, "obligations.table"},
+		{"schema with a space", func(tb *reconcile.ObligationTable) { tb.Schema = "billing x" }, "obligations.schema"},
+		{"missing state value", func(tb *reconcile.ObligationTable) { delete(tb.States, reconcile.Paid) }, "obligations.states.PAID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := reconcile.DefaultObligationTable()
+			tc.change(&table)
+			r, err := sources.NewObligations(pool, table)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("NewObligations(%s) = %v, %v; want an error naming %s", tc.name, r, err, tc.field)
+			}
+		})
+	}
+	// The refused configuration reached no SQL: the table is still there.
+	if err := newObligationsReader(t, pool, reconcile.DefaultObligationTable()).Check(t.Context()); err != nil {
+		t.Errorf("Check after refused configurations = %v, want nil", err)
+	}
+}
+
+func TestObligationsCheck(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	// Each case gets a schema holding a copy of the reference table, then
+	// breaks it.
+	for i, tc := range []struct {
+		name   string
+		alter  string // SQL breaking the case's table (%s); empty: nothing broken
+		change func(*reconcile.ObligationTable)
+		want   []string // substrings of the error; nil: no error
+	}{
+		{name: "reference table"},
+		{name: "missing column", alter: `ALTER TABLE %s DROP COLUMN paid_at`,
+			want: []string{"obligations.columns.paid_at", `"paid_at" does not exist`}},
+		{name: "two missing columns", alter: `ALTER TABLE %s DROP COLUMN kind, DROP COLUMN lease_owner`,
+			want: []string{"obligations.columns.kind", "obligations.columns.lease_owner"}},
+		{name: "configured column absent", change: func(tb *reconcile.ObligationTable) { tb.Columns.UpdatedAt = "modified_at" },
+			want: []string{"obligations.columns.updated_at", `"modified_at" does not exist`}},
+		{name: "text amount", alter: `ALTER TABLE %[1]s DROP COLUMN amount; ALTER TABLE %[1]s ADD COLUMN amount text`,
+			want: []string{"obligations.columns.amount", "is text"}},
+		{name: "date paid_at", alter: `ALTER TABLE %s ALTER COLUMN paid_at TYPE date`,
+			want: []string{"obligations.columns.paid_at", "is date"}},
+		{name: "missing table", change: func(tb *reconcile.ObligationTable) { tb.Table = "payment_obligations" },
+			want: []string{"obligations.table", "payment_obligations", "does not exist"}},
+		{name: "missing schema", change: func(tb *reconcile.ObligationTable) { tb.Schema = "nowhere" },
+			want: []string{"obligations.schema", `"nowhere"."obligations"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := fmt.Sprintf("check_%d", i)
+			oblExec(t, pool, `CREATE SCHEMA `+schema)
+			oblExec(t, pool, `CREATE TABLE `+schema+`.obligations (LIKE public.obligations INCLUDING ALL)`)
+			if tc.alter != "" {
+				oblExec(t, pool, fmt.Sprintf(tc.alter, schema+".obligations"))
+			}
+			table := reconcile.DefaultObligationTable()
+			table.Schema = schema
+			if tc.change != nil {
+				tc.change(&table)
+			}
+			err := newObligationsReader(t, pool, table).Check(t.Context())
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Check(%s) = %v, want nil", tc.name, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Check(%s) = nil, want an error naming %v", tc.name, tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Check(%s) = %q, want it to contain %q", tc.name, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestObligationsGet(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	fixture := oblFixture()
+	uni := fixture[3]
+	uni.ID, uni.IdempotencyKey = "refund:Ørsted:注文-4821", "key:注文"
+	pgtest.InsertObligations(t, pool, append(fixture, uni)...)
+	r := newObligationsReader(t, pool, reconcile.DefaultObligationTable())
+	for _, want := range []reconcile.Obligation{fixture[0], fixture[3], uni} {
+		got, err := r.Get(t.Context(), want.ID)
+		if err != nil {
+			t.Fatalf("Get(%q): %v", want.ID, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Get(%q) (-want +got):\n%s", want.ID, diff)
+		}
+	}
+	for _, id := range []string{"absent", "", "Z-OLD-EXECUTING", "z-old-executing "} {
+		if _, err := r.Get(t.Context(), id); !errors.Is(err, sources.ErrNotFound) {
+			t.Errorf("Get(%q) error = %v, want ErrNotFound", id, err)
+		}
+	}
+}
+
+// TestObligationsRefusesUnmappableRows: a row the reader cannot map fails
+// the read with the obligation's id, rather than vanishing from the scope
+// (its provider objects would then look like orphans).
+func TestObligationsRefusesUnmappableRows(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	// A team table without the reference table's constraints.
+	oblExec(t, pool, `CREATE SCHEMA loose`)
+	oblExec(t, pool, `CREATE TABLE loose.obligations (LIKE public.obligations INCLUDING DEFAULTS)`)
+	oblExec(t, pool, `ALTER TABLE loose.obligations ALTER COLUMN amount DROP NOT NULL, ALTER COLUMN kind DROP NOT NULL`)
+	table := reconcile.DefaultObligationTable()
+	table.Schema = "loose"
+	r := newObligationsReader(t, pool, table)
+	insert := func(t *testing.T, id string, kind *string, amount *int64, lease string) {
+		t.Helper()
+		oblExec(t, pool, `TRUNCATE loose.obligations`)
+		oblExec(t, pool, `INSERT INTO loose.obligations (id, kind, idempotency_key, amount, currency, state, lease_expires_at)
+			VALUES ($1, $2, $1, $3, 'usd', 'EXECUTING', $4::timestamptz)`, id, kind, amount, lease)
+	}
+	amount := int64(100)
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		name, id string
+		kind     *string
+		amount   *int64
+		lease    string
+		want     []string // substrings of the error; nil: reads fine
+		wantKind reconcile.ObjectKind
+	}{
+		{"unknown kind", "payout:1", str("payout"), &amount, "2026-11-28T00:00:00Z", []string{`"payout:1"`, `"payout"`}, ""},
+		{"NULL kind", "charge:2", nil, &amount, "2026-11-28T00:00:00Z", []string{`"charge:2"`, "kind"}, ""},
+		{"NULL amount", "charge:3", str("charge"), nil, "2026-11-28T00:00:00Z", []string{`"charge:3"`, "amount is NULL"}, ""},
+		{"infinite lease", "charge:4", str("charge"), &amount, "infinity", []string{`"charge:4"`, "lease_expires_at"}, ""},
+		{"kind in capitals and blanks", "refund:5", str(" Refund "), &amount, "2026-11-28T00:00:00Z", nil, reconcile.Refund},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			insert(t, tc.id, tc.kind, tc.amount, tc.lease)
+			got, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
+			_, getErr := r.Get(t.Context(), tc.id)
+			if tc.want == nil {
+				if err != nil || getErr != nil {
+					t.Fatalf("Read, Get(%s) = %v, %v; want no error", tc.name, err, getErr)
+				}
+				if len(got) != 1 || got[0].Kind != tc.wantKind {
+					t.Fatalf("Read(%s) = %+v, want one obligation of kind %s", tc.name, got, tc.wantKind)
+				}
+				return
+			}
+			for _, e := range []error{err, getErr} {
+				if e == nil {
+					t.Fatalf("Read, Get(%s) = %v, %v; want errors naming %v", tc.name, err, getErr, tc.want)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(e.Error(), w) {
+						t.Errorf("Read/Get(%s) error = %q, want it to contain %q", tc.name, e, w)
+					}
+				}
+			}
+		})
+	}
+	t.Run("id not unique", func(t *testing.T) {
+		insert(t, "charge:6", str("charge"), &amount, "2026-11-28T00:00:00Z")
+		oblExec(t, pool, `INSERT INTO loose.obligations SELECT * FROM loose.obligations`)
+		_, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
+		_, getErr := r.Get(t.Context(), "charge:6")
+		for _, e := range []error{err, getErr} {
+			if e == nil || !strings.Contains(e.Error(), "obligations.columns.id") {
+				t.Errorf("Read/Get(duplicate id) error = %v, want one naming obligations.columns.id", e)
+			}
+		}
+	})
+}
