@@ -36,8 +36,10 @@ type Faults struct {
 	DropP     float64
 
 	// FailList names a list ("refunds", "events", …) every request to which
-	// answers 500, forever.
-	FailList string
+	// answers 500, forever, once FailListAfter requests to it succeeded
+	// (so that a reader fails mid-list, holding a cursor).
+	FailList      string
+	FailListAfter int
 
 	// Latency delays every response (errors included).
 	Latency time.Duration
@@ -95,6 +97,7 @@ func (s *Server) SetFaults(f Faults) {
 	defer s.faultMu.Unlock()
 	s.faults, s.limiter = f, lim
 	s.faultSeq.Store(0)
+	s.failSeq.Store(0)
 }
 
 func (s *Server) currentFaults() (Faults, *rate.Limiter) {

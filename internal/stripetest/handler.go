@@ -73,7 +73,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			msg: fmt.Sprintf("Unrecognized request URL (GET: %s). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.", r.URL.Path)})
 		return
 	}
-	if !hasID && name == f.FailList {
+	if !hasID && name == f.FailList && s.failSeq.Add(1) > int64(f.FailListAfter) {
 		s.writeError(w, reqID, serverError(f))
 		return
 	}

@@ -59,6 +59,7 @@ type Server struct {
 	faults   Faults
 	limiter  *rate.Limiter
 	faultSeq atomic.Uint64 // authenticated GETs since the faults were set
+	failSeq  atomic.Int64  // requests to FailList since the faults were set
 
 	seq atomic.Uint64 // requests received, for request ids
 

@@ -429,9 +429,14 @@ func TestFaults(t *testing.T) {
 		}
 	})
 	t.Run("fail list", func(t *testing.T) {
-		_, base := newServer(t, Faults{FailList: ListCharges})
-		if r := get(t, base, "/v1/charges", nil); r.status != 500 || r.body["error"].(map[string]any)["type"] != "api_error" {
-			t.Errorf("failing list = %d %v, want 500 api_error", r.status, r.body)
+		_, base := newServer(t, Faults{FailList: ListCharges, FailListAfter: 1})
+		if r := get(t, base, "/v1/charges", nil); r.status != 200 {
+			t.Errorf("first request to a list failing after one = %d, want 200", r.status)
+		}
+		for range 2 {
+			if r := get(t, base, "/v1/charges", nil); r.status != 500 || r.body["error"].(map[string]any)["type"] != "api_error" {
+				t.Errorf("failing list = %d %v, want 500 api_error", r.status, r.body)
+			}
 		}
 		if r := get(t, base, "/v1/charges/ch_1", nil); r.status != 200 {
 			t.Errorf("retrieve beside a failing list = %d, want 200", r.status)

@@ -1,0 +1,410 @@
+// Package sources holds the reconciler's read-only adapters: the provider's
+// records (Stripe, through stripe-go) and the application's obligations
+// (PostgreSQL, through pgx), translated into the root package's types. No
+// foreign type leaves this package.
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	stripe "github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
+	"golang.org/x/time/rate"
+)
+
+// EventRetention is how long Stripe keeps events: key evidence (which
+// idempotency key created which object) older than this is gone from the
+// provider.
+const EventRetention = 30 * 24 * time.Hour
+
+// DefaultStripeBaseURL is the real API, used when no base URL is given.
+const DefaultStripeBaseURL = "https://api.stripe.com"
+
+// The lists the reader reads, by their names in Stripe's paths; errors and
+// progress name them so.
+const (
+	ListCharges        = "charges"
+	ListRefunds        = "refunds"
+	ListPaymentIntents = "payment_intents"
+	ListEvents         = "events"
+)
+
+// StripeOptions configure a Stripe reader. Zero values take the defaults
+// given beside each field.
+type StripeOptions struct {
+	// APIKey is the secret or restricted key (read access to charges,
+	// refunds, payment intents and events is enough). Required. It never
+	// appears in an error or a log line.
+	APIKey string
+	// BaseURL is STRIPE_API_BASE: stripe-mock or the test server; default
+	// https://api.stripe.com.
+	BaseURL string
+
+	// Rate is the most requests a second sent, all lists together
+	// (default 25, Stripe's test-mode read limit; live mode allows 100).
+	// math.Inf(1) disables pacing. Burst is how many may go at once after
+	// a pause (default 1).
+	Rate  float64
+	Burst int
+	// Concurrency is how many time slices are read at once, and how many
+	// retrievals by id run at once (default 4), so that latency does not
+	// cap throughput under the rate.
+	Concurrency int
+	// SliceMin is the shortest time slice a window is split into
+	// (default 1h): short windows are read in fewer slices.
+	SliceMin time.Duration
+	// EventGrace extends the events read past the window's end (default
+	// 1m), because an object's creation event may be stamped a second
+	// after the object.
+	EventGrace time.Duration
+
+	// MaxRetries is how many times one request is retried after a 429, a
+	// 5xx or a network error (default 8). RetryBase is the first backoff
+	// (default 500ms), doubled at each retry up to RetryMax (default 20s),
+	// half of it jittered. Seed seeds the jitter (default 1), so that runs
+	// and tests are reproducible.
+	MaxRetries int
+	RetryBase  time.Duration
+	RetryMax   time.Duration
+	Seed       uint64
+	// RequestTimeout bounds one attempt of one request (default 30s).
+	RequestTimeout time.Duration
+
+	// HTTPClient carries the requests (default: a client with connections
+	// pooled for Concurrency and no overall timeout, RequestTimeout bounds
+	// each attempt).
+	HTTPClient *http.Client
+	// Logger receives stripe-go's own messages at debug level, without
+	// response bodies (they hold customer data) and with the key
+	// redacted; default: discarded.
+	Logger *slog.Logger
+	// Progress, when set, is called after every page read (never
+	// concurrently), for a progress line on a terminal.
+	Progress func(ProgressEvent)
+}
+
+// ProgressEvent reports one page read.
+type ProgressEvent struct {
+	List    string // the list the page belongs to
+	Pages   int    // pages read so far, all lists together
+	Items   int    // objects and events read so far
+	Retries int    // requests retried so far
+}
+
+// Stripe reads charges, refunds, payment intents and events from Stripe's
+// API, read-only, paced under a request rate, retrying what can be retried,
+// and failing rather than returning a partial listing.
+type Stripe struct {
+	api     *client.API
+	opts    StripeOptions
+	limiter *rate.Limiter
+	log     *slog.Logger
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	// sleep waits between retries; tests keep it real, with millisecond
+	// backoffs.
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// NewStripe validates opts, applies the defaults and returns a reader. It
+// sends no request.
+func NewStripe(opts StripeOptions) (*Stripe, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("stripe options: %w", err)
+	}
+	s := &Stripe{
+		opts:    o,
+		limiter: rate.NewLimiter(rate.Limit(o.Rate), o.Burst),
+		log:     o.Logger,
+		rng:     rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)),
+		sleep:   sleepContext,
+	}
+	if math.IsInf(o.Rate, 1) {
+		s.limiter = rate.NewLimiter(rate.Inf, 1)
+	}
+	backends := stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+		URL:        stripe.String(o.BaseURL),
+		HTTPClient: o.HTTPClient,
+		// The reader retries itself, under its own pacing: stripe-go's
+		// retries would hide requests from the limiter and do not cover
+		// rate limits.
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripeLogger{log: o.Logger, key: o.APIKey},
+		EnableTelemetry:   stripe.Bool(false),
+	})
+	s.api = client.New(o.APIKey, backends)
+	return s, nil
+}
+
+func (o StripeOptions) withDefaults() (StripeOptions, error) {
+	if strings.TrimSpace(o.APIKey) == "" {
+		return o, errors.New("APIKey is required (STRIPE_API_KEY)")
+	}
+	if o.BaseURL == "" {
+		o.BaseURL = DefaultStripeBaseURL
+	}
+	u, err := url.Parse(o.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return o, fmt.Errorf("BaseURL (STRIPE_API_BASE) %q: want an http or https URL such as %s", o.BaseURL, DefaultStripeBaseURL)
+	}
+	o.BaseURL = strings.TrimSuffix(o.BaseURL, "/")
+	checks := []struct {
+		name string
+		bad  bool
+		want string
+	}{
+		{"Rate", o.Rate < 0 || math.IsNaN(o.Rate), "a positive number of requests a second"},
+		{"Burst", o.Burst < 0, "at least 1"},
+		{"Concurrency", o.Concurrency < 0 || o.Concurrency > 64, "between 1 and 64"},
+		{"SliceMin", o.SliceMin < 0, "a positive duration"},
+		{"EventGrace", o.EventGrace < 0, "a positive duration"},
+		{"MaxRetries", o.MaxRetries < 0 || o.MaxRetries > 30, "between 0 and 30"},
+		{"RetryBase", o.RetryBase < 0, "a positive duration"},
+		{"RetryMax", o.RetryMax < 0 || (o.RetryMax > 0 && o.RetryMax < o.RetryBase), "a positive duration, at least RetryBase"},
+		{"RequestTimeout", o.RequestTimeout < 0, "a positive duration"},
+	}
+	for _, c := range checks {
+		if c.bad {
+			return o, fmt.Errorf("%s: want %s", c.name, c.want)
+		}
+	}
+	o.Rate = orDefault(o.Rate, 25)
+	o.Burst = orDefault(o.Burst, 1)
+	o.Concurrency = orDefault(o.Concurrency, 4)
+	o.SliceMin = orDefault(o.SliceMin, time.Hour)
+	o.EventGrace = orDefault(o.EventGrace, time.Minute)
+	o.MaxRetries = orDefault(o.MaxRetries, 8)
+	o.RetryBase = orDefault(o.RetryBase, 500*time.Millisecond)
+	o.RetryMax = orDefault(o.RetryMax, max(20*time.Second, o.RetryBase))
+	o.Seed = orDefault(o.Seed, 1)
+	o.RequestTimeout = orDefault(o.RequestTimeout, 30*time.Second)
+	if o.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = max(8, 2*o.Concurrency)
+		o.HTTPClient = &http.Client{Transport: tr}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func sleepContext(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// RequestError is a Stripe request that failed for good: after its
+// retries, or at once when no retry can help (a bad key, a bad parameter,
+// Stripe-Should-Retry: false). Its text never holds the API key.
+type RequestError struct {
+	// Status is the HTTP status; 0 when no response arrived.
+	Status int
+	// Type and Code are Stripe's error type and code (rate_limit,
+	// resource_missing, …), when it answered one.
+	Type, Code string
+	// Message says what went wrong, the key and response bodies removed.
+	Message   string
+	RequestID string
+	Attempts  int
+
+	retry bool
+	cause error // a context error, kept for errors.Is
+}
+
+func (e *RequestError) Error() string {
+	var b strings.Builder
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "stripe answered %d", e.Status)
+		if e.Type != "" {
+			b.WriteString(" " + e.Type)
+		}
+		if e.Code != "" {
+			b.WriteString("/" + e.Code)
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Message)
+	if e.RequestID != "" {
+		b.WriteString(" (request " + e.RequestID + ")")
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
+	}
+	return b.String()
+}
+
+// Unwrap gives errors.Is a context error that ended the request.
+func (e *RequestError) Unwrap() error { return e.cause }
+
+// NotFound reports whether Stripe said the object does not exist, which
+// is evidence of absence (a timeout or a 5xx is not).
+func (e *RequestError) NotFound() bool {
+	return e.Status == http.StatusNotFound && e.Code == string(stripe.ErrorCodeResourceMissing)
+}
+
+// translate turns what stripe-go returned into a RequestError, deciding
+// whether a retry can help.
+func (s *Stripe) translate(err error) *RequestError {
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		re := &RequestError{
+			Status: se.HTTPStatusCode, Type: string(se.Type), Code: string(se.Code),
+			Message: s.scrub(se.Msg), RequestID: se.RequestID,
+			retry: se.HTTPStatusCode == http.StatusTooManyRequests || se.HTTPStatusCode >= 500,
+		}
+		if se.LastResponse != nil {
+			switch se.LastResponse.Header.Get("Stripe-Should-Retry") {
+			case "false":
+				re.retry = false
+				re.Message += " (Stripe-Should-Retry: false)"
+			case "true":
+				re.retry = true
+			}
+		}
+		if re.Message == "" {
+			re.Message = http.StatusText(re.Status)
+		}
+		return re
+	}
+	// No Stripe error: the request or the response broke on the way (a
+	// reset, a timeout, a body cut short). Retrying is the cure.
+	return &RequestError{Message: s.scrub(err.Error()), retry: true}
+}
+
+// scrub removes the API key and response bodies from a message bound for
+// an error or a log.
+func (s *Stripe) scrub(msg string) string {
+	return scrubSecret(msg, s.opts.APIKey)
+}
+
+func scrubSecret(msg, key string) string {
+	if key != "" {
+		msg = strings.ReplaceAll(msg, key, "<redacted>")
+	}
+	// stripe-go quotes up to 500 bytes of an undecodable body, which may
+	// hold metadata (card numbers, e-mails): keep only the decoder's word.
+	if strings.HasPrefix(msg, "Couldn't deserialize JSON") {
+		why := ""
+		if i := strings.LastIndex(msg, "): "); i >= 0 {
+			why = ": " + msg[i+3:]
+		}
+		msg = "undecodable JSON response" + why
+	}
+	const most = 400
+	if len(msg) > most {
+		msg = msg[:most] + "…"
+	}
+	return msg
+}
+
+// counters are one operation's request statistics, shared by its workers.
+type counters struct {
+	requests, retries, pages, items atomic.Int64
+}
+
+// call sends one request through the limiter, retrying 429s, 5xx and
+// network errors with bounded exponential backoff and jitter. do receives
+// a context bounded by RequestTimeout.
+func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		if err := s.limiter.Wait(ctx); err != nil {
+			return &RequestError{Message: "waiting for the rate limiter: " + err.Error(), Attempts: attempt - 1, cause: ctxErr(ctx, err)}
+		}
+		c.requests.Add(1)
+		actx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		err := do(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return &RequestError{Message: "canceled: " + ctx.Err().Error(), Attempts: attempt, cause: ctx.Err()}
+		}
+		re := s.translate(err)
+		re.Attempts = attempt
+		if !re.retry || attempt > s.opts.MaxRetries {
+			return re
+		}
+		c.retries.Add(1)
+		wait := s.backoff(attempt)
+		s.log.DebugContext(ctx, "stripe request retried", slog.Int("attempt", attempt),
+			slog.Int("status", re.Status), slog.String("code", re.Code), slog.Duration("backoff", wait))
+		if err := s.sleep(ctx, wait); err != nil {
+			return &RequestError{Message: "canceled: " + err.Error(), Attempts: attempt, cause: err}
+		}
+	}
+}
+
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// backoff is the wait before retry number attempt (1-based): RetryBase
+// doubled per attempt, capped at RetryMax, its upper half jittered so that
+// workers that failed together do not retry together.
+func (s *Stripe) backoff(attempt int) time.Duration {
+	d := s.opts.RetryMax
+	if shift := attempt - 1; shift < 30 && s.opts.RetryBase<<shift < d {
+		d = s.opts.RetryBase << shift
+	}
+	half := d / 2
+	s.rngMu.Lock()
+	j := time.Duration(s.rng.Int64N(int64(half) + 1))
+	s.rngMu.Unlock()
+	return d - half + j
+}
+
+// stripeLogger routes stripe-go's messages to slog at debug level. It
+// drops stripe-go's debug messages (whole response bodies, which hold
+// customer data) and redacts the key from the rest.
+type stripeLogger struct {
+	log *slog.Logger
+	key string
+}
+
+func (l *stripeLogger) Debugf(string, ...any) {}
+
+func (l *stripeLogger) Infof(format string, v ...any) { l.emit(format, v) }
+
+func (l *stripeLogger) Warnf(format string, v ...any) { l.emit(format, v) }
+
+func (l *stripeLogger) Errorf(format string, v ...any) { l.emit(format, v) }
+
+func (l *stripeLogger) emit(format string, v []any) {
+	if !l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l.log.Debug(scrubSecret(fmt.Sprintf(format, v...), l.key), slog.String("component", "stripe-go"))
+}

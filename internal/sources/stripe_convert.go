@@ -1,0 +1,208 @@
+package sources
+
+import (
+	"maps"
+	"strings"
+	"time"
+
+	stripe "github.com/stripe/stripe-go/v79"
+
+	"reconcile"
+)
+
+// This file is the boundary: stripe-go's types become the root package's
+// here and go no further.
+
+func unixUTC(sec int64) time.Time { return time.Unix(sec, 0).UTC() }
+
+func money(amount int64, currency stripe.Currency) reconcile.Money {
+	return reconcile.Money{Amount: amount, Currency: strings.ToLower(string(currency))}
+}
+
+// copyMetadata carries metadata as it is: it may hold anything a caller
+// put there (non-UTF-8 bytes, card numbers); the matcher reads two keys and
+// nothing prints the rest.
+func copyMetadata(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+// chargeStatus normalises a charge's status. A succeeded charge that is
+// not captured is only authorised: no money moved yet, so it is pending.
+// An unknown word is treated as not final, which proves nothing either way.
+func chargeStatus(status string, captured bool) reconcile.Status {
+	switch status {
+	case "succeeded":
+		if !captured {
+			return reconcile.Pending
+		}
+		return reconcile.Succeeded
+	case "failed":
+		return reconcile.Failed
+	}
+	return reconcile.Pending
+}
+
+// refundStatus normalises a refund's status; requires_action (the
+// customer must act before the money moves) is pending.
+func refundStatus(status string) reconcile.Status {
+	switch status {
+	case "succeeded":
+		return reconcile.Succeeded
+	case "failed":
+		return reconcile.Failed
+	case "canceled":
+		return reconcile.Canceled
+	}
+	return reconcile.Pending
+}
+
+// paymentIntentStatus normalises an intent's status: processing and every
+// requires_* (payment method, confirmation, action, capture) are not final.
+func paymentIntentStatus(status string) reconcile.Status {
+	switch status {
+	case "succeeded":
+		return reconcile.Succeeded
+	case "canceled":
+		return reconcile.Canceled
+	}
+	return reconcile.Pending
+}
+
+func chargeObject(c *stripe.Charge) reconcile.ProviderObject {
+	o := reconcile.ProviderObject{
+		ID: c.ID, Kind: reconcile.Charge, Money: money(c.Amount, c.Currency),
+		Status: chargeStatus(string(c.Status), c.Captured), RawStatus: string(c.Status),
+		AmountRefunded: c.AmountRefunded, Metadata: copyMetadata(c.Metadata), Created: unixUTC(c.Created),
+	}
+	if c.PaymentIntent != nil {
+		o.PaymentIntent = c.PaymentIntent.ID
+	}
+	if c.Customer != nil {
+		o.Customer = c.Customer.ID
+	}
+	return o
+}
+
+func refundObject(r *stripe.Refund) reconcile.ProviderObject {
+	o := reconcile.ProviderObject{
+		ID: r.ID, Kind: reconcile.Refund, Money: money(r.Amount, r.Currency),
+		Status: refundStatus(string(r.Status)), RawStatus: string(r.Status),
+		Metadata: copyMetadata(r.Metadata), Created: unixUTC(r.Created),
+	}
+	if r.Charge != nil {
+		o.Charge = r.Charge.ID
+	}
+	if r.PaymentIntent != nil {
+		o.PaymentIntent = r.PaymentIntent.ID
+	}
+	o.Target = o.Charge
+	if o.Target == "" {
+		o.Target = o.PaymentIntent
+	}
+	return o
+}
+
+func paymentIntentObject(p *stripe.PaymentIntent) reconcile.ProviderObject {
+	o := reconcile.ProviderObject{
+		ID: p.ID, Kind: reconcile.PaymentIntent, Money: money(p.Amount, p.Currency),
+		Status: paymentIntentStatus(string(p.Status)), RawStatus: string(p.Status),
+		Metadata: copyMetadata(p.Metadata), Created: unixUTC(p.Created),
+	}
+	if p.LatestCharge != nil {
+		o.Charge = p.LatestCharge.ID
+	}
+	if p.Customer != nil {
+		o.Customer = p.Customer.ID
+	}
+	return o
+}
+
+// keyEvents are the event types whose request is the one that created the
+// object in data.object, so that the request's idempotency key is the
+// creating key of that object; they are the exact names passed as types[]
+// (at most 20, no wildcard there).
+//
+// Deliberately absent: charge.refunded and charge.refund.updated carry the
+// request that created a REFUND (same key) while their object is the
+// charge, so they would tie the refund's key to the charge; charge.captured
+// and charge.updated carry a later request. Reading them would only cost
+// pages.
+func keyEvents() []keyEvent {
+	return []keyEvent{
+		{"charge.succeeded", reconcile.Charge},
+		{"charge.pending", reconcile.Charge},
+		{"charge.failed", reconcile.Charge},
+
+		{"refund.created", reconcile.Refund},
+		{"refund.updated", reconcile.Refund}, // only when it carries a request key
+
+		{"payment_intent.created", reconcile.PaymentIntent},
+		{"payment_intent.succeeded", reconcile.PaymentIntent},
+		{"payment_intent.processing", reconcile.PaymentIntent},
+		{"payment_intent.requires_action", reconcile.PaymentIntent},
+		{"payment_intent.payment_failed", reconcile.PaymentIntent},
+		{"payment_intent.canceled", reconcile.PaymentIntent},
+		{"payment_intent.amount_capturable_updated", reconcile.PaymentIntent},
+		{"payment_intent.partially_funded", reconcile.PaymentIntent},
+	}
+}
+
+type keyEvent struct {
+	typ  string
+	kind reconcile.ObjectKind
+}
+
+// keyEventTypes are the names passed as types[].
+func keyEventTypes() []string {
+	var out []string
+	for _, k := range keyEvents() {
+		out = append(out, k.typ)
+	}
+	return out
+}
+
+// keyEventKinds maps each type of keyEvents to the kind of its object.
+func keyEventKinds() map[string]reconcile.ObjectKind {
+	m := map[string]reconcile.ObjectKind{}
+	for _, k := range keyEvents() {
+		m[k.typ] = k.kind
+	}
+	return m
+}
+
+// keyEvidence reads from one event which idempotency key created which
+// object, if the event says so.
+// kinds is keyEventKinds().
+func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
+	kind, ok := kinds[string(ev.Type)]
+	if !ok || ev.Request == nil || ev.Request.IdempotencyKey == "" || ev.Data == nil {
+		return reconcile.KeyEvidence{}, false
+	}
+	id, _ := ev.Data.Object["id"].(string)
+	object, _ := ev.Data.Object["object"].(string)
+	if id == "" || object != string(kind) {
+		return reconcile.KeyEvidence{}, false
+	}
+	return reconcile.KeyEvidence{
+		ObjectID: id, ObjectKind: kind, Key: ev.Request.IdempotencyKey,
+		EventID: ev.ID, EventType: string(ev.Type), Created: unixUTC(ev.Created),
+	}, true
+}
+
+// kindOfID tells an object's kind from its id prefix, which is how Stripe
+// names them: ch_ (and py_ for non-card payments) charges, re_ (pyr_)
+// refunds, pi_ payment intents.
+func kindOfID(id string) (reconcile.ObjectKind, bool) {
+	switch {
+	case strings.HasPrefix(id, "ch_"), strings.HasPrefix(id, "py_"):
+		return reconcile.Charge, true
+	case strings.HasPrefix(id, "re_"), strings.HasPrefix(id, "pyr_"):
+		return reconcile.Refund, true
+	case strings.HasPrefix(id, "pi_"):
+		return reconcile.PaymentIntent, true
+	}
+	return "", false
+}

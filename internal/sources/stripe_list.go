@@ -1,0 +1,402 @@
+package sources
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	stripe "github.com/stripe/stripe-go/v79"
+	"golang.org/x/sync/errgroup"
+
+	"reconcile"
+)
+
+// pageSize is Stripe's largest page.
+const pageSize = 100
+
+// Listing is everything List read from one window: complete, or not
+// returned at all.
+type Listing struct {
+	// Objects are the charges, refunds and payment intents created in the
+	// window, each once, sorted by kind, creation time and id.
+	Objects []reconcile.ProviderObject
+	// Keys say which idempotency key created which object, from the
+	// window's events (Stripe keeps them EventRetention), one per object
+	// and key, sorted by object kind, creation time, object id and key.
+	Keys  []reconcile.KeyEvidence
+	Stats ListStats
+}
+
+// ListStats count what a listing cost and held.
+type ListStats struct {
+	Slices   int // time slices each list was split into
+	Requests int // HTTP requests sent, retries included
+	Retries  int
+	Pages    int // pages read
+	// Objects per kind, events read, and key evidence kept.
+	Charges, Refunds, PaymentIntents, Events, Keys int
+}
+
+// ListError says that a list could not be read to its end, so that the
+// listing is not complete: which list, which time slice, and the cursor
+// (the starting_after id of the page that failed; empty for the first page).
+type ListError struct {
+	List     string
+	From, To time.Time
+	Cursor   string
+	Err      error
+}
+
+func (e *ListError) Error() string {
+	at := "at its first page"
+	if e.Cursor != "" {
+		at = "at the page starting after " + e.Cursor
+	}
+	return fmt.Sprintf("list stripe %s created %s to %s: stopped %s: %v",
+		e.List, e.From.Format(time.RFC3339), e.To.Format(time.RFC3339), at, e.Err)
+}
+
+func (e *ListError) Unwrap() error { return e.Err }
+
+// span is a time slice in Unix seconds, [from, to): Stripe's created is in
+// whole seconds.
+type span struct{ from, to int64 }
+
+// ceilUnix is the first whole second at or after t, so that a window
+// [From, To) holds exactly the objects created in seconds
+// [ceilUnix(From), ceilUnix(To)).
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// spans splits [from, to) into at most n slices of at least minLen
+// seconds.
+func spans(from, to int64, n int, minLen time.Duration) []span {
+	if to <= from {
+		return nil
+	}
+	length := to - from
+	step := max(1, int64((minLen+time.Second-1)/time.Second))
+	n = int(min(int64(n), max(1, length/step)))
+	out := make([]span, n)
+	for i := range n {
+		out[i] = span{from + length*int64(i)/int64(n), from + length*int64(i+1)/int64(n)}
+	}
+	return out
+}
+
+// page is one page of a list, already translated.
+type page struct {
+	list    string
+	ids     []string // every entry's id in order: the last is the next cursor
+	objects []reconcile.ProviderObject
+	keys    []reconcile.KeyEvidence
+	hasMore bool
+}
+
+// lister fetches one page of one list.
+type lister struct {
+	name  string
+	fetch func(ctx context.Context, sp span, after string) (page, error)
+}
+
+func listParams(ctx context.Context, after string) stripe.ListParams {
+	lp := stripe.ListParams{Context: ctx, Limit: stripe.Int64(pageSize), Single: true}
+	if after != "" {
+		lp.StartingAfter = stripe.String(after)
+	}
+	return lp
+}
+
+func (sp span) created() *stripe.RangeQueryParams {
+	return &stripe.RangeQueryParams{GreaterThanOrEqual: sp.from, LesserThan: sp.to}
+}
+
+func (s *Stripe) listers() []lister {
+	kinds := keyEventKinds()
+	types := stripe.StringSlice(keyEventTypes())
+	return []lister{
+		// Events first: they are the longest list, and starting the longest
+		// work first keeps every worker busy to the end.
+		{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
+			it := s.api.Events.List(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
+			var pg page
+			for it.Next() {
+				ev := it.Event()
+				pg.ids = append(pg.ids, ev.ID)
+				if k, ok := keyEvidence(ev, kinds); ok {
+					pg.keys = append(pg.keys, k)
+				}
+			}
+			pg.hasMore = it.Meta().HasMore
+			return pg, it.Err()
+		}},
+		{ListCharges, func(ctx context.Context, sp span, after string) (page, error) {
+			it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			var pg page
+			for it.Next() {
+				c := it.Charge()
+				pg.ids = append(pg.ids, c.ID)
+				pg.objects = append(pg.objects, chargeObject(c))
+			}
+			pg.hasMore = it.Meta().HasMore
+			return pg, it.Err()
+		}},
+		{ListPaymentIntents, func(ctx context.Context, sp span, after string) (page, error) {
+			it := s.api.PaymentIntents.List(&stripe.PaymentIntentListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			var pg page
+			for it.Next() {
+				p := it.PaymentIntent()
+				pg.ids = append(pg.ids, p.ID)
+				pg.objects = append(pg.objects, paymentIntentObject(p))
+			}
+			pg.hasMore = it.Meta().HasMore
+			return pg, it.Err()
+		}},
+		{ListRefunds, func(ctx context.Context, sp span, after string) (page, error) {
+			it := s.api.Refunds.List(&stripe.RefundListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			var pg page
+			for it.Next() {
+				r := it.Refund()
+				pg.ids = append(pg.ids, r.ID)
+				pg.objects = append(pg.objects, refundObject(r))
+			}
+			pg.hasMore = it.Meta().HasMore
+			return pg, it.Err()
+		}},
+	}
+}
+
+// List reads the charges, refunds and payment intents created in w, and
+// the key evidence of the events created in w (and EventGrace after it).
+// The window is split into time slices read concurrently; every page goes
+// through the rate limiter and the retries. If any list cannot be read to
+// its end, List returns a *ListError naming it and its cursor, and no
+// listing: a partial listing would make orphans of what it missed.
+func (s *Stripe) List(ctx context.Context, w reconcile.Window) (*Listing, error) {
+	if w.To.Before(w.From) {
+		return nil, fmt.Errorf("list stripe: window ends (%s) before it starts (%s)",
+			w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
+	}
+	from, to := ceilUnix(w.From), ceilUnix(w.To)
+	objSpans := spans(from, to, s.opts.Concurrency, s.opts.SliceMin)
+	type unit struct {
+		lister
+		sp span
+	}
+	var units []unit
+	for _, l := range s.listers() {
+		for i, sp := range objSpans {
+			if l.name == ListEvents && i == len(objSpans)-1 {
+				sp.to += int64((s.opts.EventGrace + time.Second - 1) / time.Second)
+			}
+			units = append(units, unit{l, sp})
+		}
+	}
+
+	var c counters
+	prog := &progress{fn: s.opts.Progress}
+	results := make([]page, len(units))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.opts.Concurrency)
+	for i, u := range units {
+		g.Go(func() error {
+			var err error
+			results[i], err = s.readSpan(gctx, u.lister, u.sp, &c, prog)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	l := merge(results)
+	l.Stats.Slices = len(objSpans)
+	l.Stats.Requests, l.Stats.Retries, l.Stats.Pages = int(c.requests.Load()), int(c.retries.Load()), int(c.pages.Load())
+	return l, nil
+}
+
+// readSpan reads one list over one slice, page after page. A page that
+// fails is retried from the same cursor (the last id read), so nothing is
+// read twice or skipped; when it fails for good, so does the slice.
+func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, prog *progress) (page, error) {
+	all := page{list: l.name}
+	after := ""
+	fail := func(err error) (page, error) {
+		return page{}, &ListError{List: l.name, From: unixUTC(sp.from), To: unixUTC(sp.to), Cursor: after, Err: err}
+	}
+	for {
+		var pg page
+		err := s.call(ctx, c, func(ctx context.Context) error {
+			var err error
+			pg, err = l.fetch(ctx, sp, after)
+			return err
+		})
+		if err != nil {
+			return fail(err)
+		}
+		c.pages.Add(1)
+		c.items.Add(int64(len(pg.ids)))
+		prog.report(l.name, c)
+		all.ids = append(all.ids, pg.ids...)
+		all.objects = append(all.objects, pg.objects...)
+		all.keys = append(all.keys, pg.keys...)
+		if !pg.hasMore {
+			return all, nil
+		}
+		if len(pg.ids) == 0 || pg.ids[len(pg.ids)-1] == after {
+			return fail(errors.New("stripe said has_more but the page did not advance the cursor"))
+		}
+		after = pg.ids[len(pg.ids)-1]
+	}
+}
+
+// progress serialises Progress calls.
+type progress struct {
+	mu sync.Mutex
+	fn func(ProgressEvent)
+}
+
+func (p *progress) report(list string, c *counters) {
+	if p.fn == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fn(ProgressEvent{List: list, Pages: int(c.pages.Load()), Items: int(c.items.Load()), Retries: int(c.retries.Load())})
+}
+
+// merge joins the slices' pages: each object once (by id), each (object,
+// key) pair once (its earliest event), in an order that does not depend on
+// which worker read what.
+func merge(results []page) *Listing {
+	l := &Listing{}
+	seen := map[string]bool{}
+	type pair struct{ object, key string }
+	keys := map[pair]reconcile.KeyEvidence{}
+	events := map[string]bool{}
+	for _, r := range results {
+		for _, o := range r.objects {
+			if !seen[o.ID] {
+				seen[o.ID] = true
+				l.Objects = append(l.Objects, o)
+			}
+		}
+		if r.list == ListEvents {
+			for _, id := range r.ids {
+				events[id] = true
+			}
+		}
+		for _, k := range r.keys {
+			p := pair{k.ObjectID, k.Key}
+			if old, ok := keys[p]; !ok || k.Created.Before(old.Created) || k.Created.Equal(old.Created) && k.EventID < old.EventID {
+				keys[p] = k
+			}
+		}
+	}
+	slices.SortFunc(l.Objects, func(a, b reconcile.ProviderObject) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	for _, k := range keys {
+		l.Keys = append(l.Keys, k)
+	}
+	slices.SortFunc(l.Keys, func(a, b reconcile.KeyEvidence) int {
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
+			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
+	})
+	for _, o := range l.Objects {
+		switch o.Kind {
+		case reconcile.Charge:
+			l.Stats.Charges++
+		case reconcile.Refund:
+			l.Stats.Refunds++
+		case reconcile.PaymentIntent:
+			l.Stats.PaymentIntents++
+		}
+	}
+	l.Stats.Events, l.Stats.Keys = len(events), len(l.Keys)
+	return l
+}
+
+// Retrieve looks up by id the objects that obligations name but the
+// listing did not return (an old charge is not a missing one), with the
+// same pacing and retries as List, Concurrency at a time. Each distinct
+// non-empty id gets one Lookup, sorted by id: found, not found (Stripe's
+// 404 resource_missing, evidence of absence) or failed (anything else,
+// including an id of no known prefix: a failure proves nothing). The found
+// objects come back sorted by kind, creation time and id.
+func (s *Stripe) Retrieve(ctx context.Context, ids []string) ([]reconcile.ProviderObject, []reconcile.Lookup) {
+	uniq := slices.Clone(ids)
+	slices.Sort(uniq)
+	uniq = slices.Compact(slices.DeleteFunc(uniq, func(id string) bool { return id == "" }))
+	found := make([]*reconcile.ProviderObject, len(uniq))
+	lookups := make([]reconcile.Lookup, len(uniq))
+	sem := make(chan struct{}, s.opts.Concurrency)
+	var c counters
+	var wg sync.WaitGroup
+	for i, id := range uniq {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			found[i], lookups[i] = s.retrieveOne(ctx, id, &c)
+		})
+	}
+	wg.Wait()
+	var objs []reconcile.ProviderObject
+	for _, o := range found {
+		if o != nil {
+			objs = append(objs, *o)
+		}
+	}
+	slices.SortFunc(objs, func(a, b reconcile.ProviderObject) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	return objs, lookups
+}
+
+func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reconcile.ProviderObject, reconcile.Lookup) {
+	kind, ok := kindOfID(id)
+	if !ok {
+		return nil, reconcile.Lookup{ID: id, Result: reconcile.LookupFailed,
+			Err: "unknown id prefix: want ch_ or py_ (charge), re_ or pyr_ (refund), pi_ (payment intent)"}
+	}
+	var o reconcile.ProviderObject
+	err := s.call(ctx, c, func(ctx context.Context) error {
+		switch kind {
+		case reconcile.Charge:
+			ch, err := s.api.Charges.Get(id, &stripe.ChargeParams{Params: stripe.Params{Context: ctx}})
+			if err != nil {
+				return err
+			}
+			o = chargeObject(ch)
+		case reconcile.Refund:
+			r, err := s.api.Refunds.Get(id, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
+			if err != nil {
+				return err
+			}
+			o = refundObject(r)
+		case reconcile.PaymentIntent:
+			p, err := s.api.PaymentIntents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+			if err != nil {
+				return err
+			}
+			o = paymentIntentObject(p)
+		}
+		return nil
+	})
+	if err != nil {
+		var re *RequestError
+		if errors.As(err, &re) && re.NotFound() {
+			return nil, reconcile.Lookup{ID: id, Result: reconcile.LookupNotFound}
+		}
+		return nil, reconcile.Lookup{ID: id, Result: reconcile.LookupFailed, Err: fmt.Sprintf("retrieve %s %s: %v", kind, id, err)}
+	}
+	return &o, reconcile.Lookup{ID: id, Result: reconcile.LookupFound}
+}
