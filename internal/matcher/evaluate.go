@@ -14,13 +14,14 @@ import (
 // reaching it and decides its PAID transition.
 func (m *matcher) evaluateObligations() {
 	var succ, failed, stale, conflicts []int32 // scratch, reused
-	for i, o := range m.obls {
+	for _, i := range m.oblOrder {
+		o := m.obls[i]
 		movs := m.oblMovs[m.oblStart[i]:m.oblStart[i+1]]
 		succ, failed, stale, conflicts = succ[:0], failed[:0], stale[:0], conflicts[:0]
 		live := 0
 		for _, mv := range movs {
 			v := &m.movs[mv]
-			if v.nLinks() > 1 {
+			if v.conflict {
 				conflicts = append(conflicts, mv)
 				continue
 			}
@@ -107,55 +108,64 @@ func (m *matcher) evidenceID(o *reconcile.Obligation, mv int32) string {
 	if o.ProviderID != "" && m.movementOf(o.ProviderID) == mv {
 		return o.ProviderID
 	}
-	return m.movs[mv].id
+	return m.movID(mv)
 }
 
 // classifyUnlinked buckets every movement and reports the unlinked
 // succeeded ones as suspected duplicates or orphans.
 func (m *matcher) classifyUnlinked() {
 	type skey struct {
-		class  reconcile.ObjectKind
+		class  class
 		target string
 		money  reconcile.Money
 	}
 	var suspects []int32
-	var twins map[skey][]int32
 	for k := range m.movs {
-		v := &m.movs[k]
-		switch n := v.nLinks(); {
-		case n == 1:
-			v.bucket = BucketLinked
-		case n > 1:
-			v.bucket = BucketConflict
+		mv, v := int32(k), &m.movs[k]
+		switch {
+		case v.conflict:
+			v.bucket = bConflict
+		case v.link.obl >= 0:
+			v.bucket = bLinked
 		case v.status == mSucceeded:
-			v.bucket = BucketOrphan
-			suspects = append(suspects, int32(k))
-			if v.target != "" {
-				if twins == nil {
-					twins = map[skey][]int32{}
-				}
-				twins[skey{v.class, v.target, m.money(int32(k))}] = nil
-			}
+			v.bucket = bOrphan
+			suspects = append(suspects, mv)
 		case v.status == mPendingLive:
-			v.bucket = BucketPending
+			v.bucket = bPending
 		default:
-			v.bucket = BucketIgnored
+			v.bucket = bIgnored
 		}
 	}
 	if len(suspects) == 0 {
 		return
 	}
-	// Only the keys some unlinked object needs are indexed, so a clean run
-	// pays nothing for suspicion.
+	// Only the twins some suspect could have are indexed: amounts first
+	// (cheap), then targets, so that a run with few unlinked objects pays
+	// little for suspicion.
+	targets := make([]string, len(suspects))
+	var twins map[skey][]int32
+	amounts := map[int64]struct{}{}
+	for k, s := range suspects {
+		if targets[k] = m.target(s); targets[k] != "" {
+			if twins == nil {
+				twins = map[skey][]int32{}
+			}
+			twins[skey{m.movs[s].class, targets[k], m.money(s)}] = nil
+			amounts[m.money(s).Amount] = struct{}{}
+		}
+	}
 	if len(twins) > 0 {
 		for k := range m.movs {
-			v := &m.movs[k]
-			if v.status != mSucceeded || v.nLinks() != 1 || v.target == "" {
+			mv, v := int32(k), &m.movs[k]
+			if v.status != mSucceeded || v.bucket != bLinked {
 				continue
 			}
-			key := skey{v.class, v.target, m.money(int32(k))}
-			if list, ok := twins[key]; ok {
-				twins[key] = append(list, int32(k))
+			if _, ok := amounts[m.money(mv).Amount]; !ok {
+				continue
+			}
+			key := skey{v.class, m.target(mv), m.money(mv)}
+			if list, ok := twins[key]; ok && key.target != "" {
+				twins[key] = append(list, mv)
 			}
 		}
 		for key, list := range twins {
@@ -163,24 +173,23 @@ func (m *matcher) classifyUnlinked() {
 				if c := m.created(a).Compare(m.created(b)); c != 0 {
 					return c
 				}
-				return strings.Compare(m.movs[a].id, m.movs[b].id)
+				return strings.Compare(m.movID(a), m.movID(b))
 			})
 			twins[key] = list
 		}
 	}
-	for _, s := range suspects {
-		v := &m.movs[s]
+	for k, s := range suspects {
 		twin := int32(-1)
-		if v.target != "" {
-			twin = m.nearestTwin(s, twins[skey{v.class, v.target, m.money(s)}])
+		if targets[k] != "" {
+			twin = m.nearestTwin(s, twins[skey{m.movs[s].class, targets[k], m.money(s)}])
 		}
 		if twin < 0 {
-			m.orphanFinding(s)
+			m.orphanFinding(s, targets[k])
 			continue
 		}
-		v.bucket = BucketSuspected
+		m.movs[s].bucket = bSuspected
 		m.suspected[m.movs[twin].link.obl] = true
-		m.suspectFinding(s, twin)
+		m.suspectFinding(s, twin, targets[k])
 	}
 }
 
@@ -205,7 +214,7 @@ func (m *matcher) nearestTwin(s int32, list []int32) int32 {
 		if oc != ob {
 			return oc < ob
 		}
-		return m.movs[c].id < m.movs[best].id
+		return m.movID(c) < m.movID(best)
 	}
 	i, _ := slices.BinarySearchFunc(list, t, func(c int32, t time.Time) int { return m.created(c).Compare(t) })
 	for j := i - 1; j >= 0; j-- {
@@ -270,7 +279,7 @@ func (m *matcher) created(mv int32) time.Time { return m.objs[m.movs[mv].rep].Cr
 
 func (m *matcher) sortMovs(movs []int32) {
 	if len(movs) > 1 {
-		slices.SortFunc(movs, func(a, b int32) int { return strings.Compare(m.movs[a].id, m.movs[b].id) })
+		slices.SortFunc(movs, func(a, b int32) int { return strings.Compare(m.movID(a), m.movID(b)) })
 	}
 }
 
@@ -290,7 +299,7 @@ func (m *matcher) ids(dst []string, mv int32, want reconcile.Status) []string {
 func (m *matcher) movIDs(movs []int32) string {
 	s := make([]string, len(movs))
 	for k, mv := range movs {
-		s[k] = m.movs[mv].id
+		s[k] = m.movID(mv)
 	}
 	return strings.Join(s, ", ")
 }
@@ -315,16 +324,15 @@ func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []
 }
 
 func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
-	v := &m.movs[mv]
-	obls := []string{m.obls[v.link.obl].ID}
-	for _, l := range v.more {
+	obls := []string{m.obls[m.movs[mv].link.obl].ID}
+	for _, l := range m.more[mv] {
 		obls = append(obls, m.obls[l.obl].ID)
 	}
 	slices.Sort(obls)
-	money := m.money(mv)
-	m.add(reconcile.ConflictingLink, o.ID, v.id, m.ids(nil, mv, ""), o.Money, money,
+	money, id := m.money(mv), m.movID(mv)
+	m.add(reconcile.ConflictingLink, o.ID, id, m.ids(nil, mv, ""), o.Money, money,
 		fmt.Sprintf("The provider's %s %s of %s is claimed by %s obligations (%s): it cannot count for any of them until someone decides which it belongs to.",
-			m.movNoun(mv), v.id, money, count(len(obls)), strings.Join(obls, ", ")))
+			m.movNoun(mv), id, money, count(len(obls)), strings.Join(obls, ", ")))
 }
 
 func (m *matcher) duplicateFinding(o *reconcile.Obligation, succ []int32) {
@@ -414,20 +422,20 @@ func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
 	case len(bad) > 1:
 		parts := make([]string, len(bad))
 		for k, mv := range bad {
-			parts[k] = fmt.Sprintf("%s %s", off[k], m.movs[mv].id)
+			parts[k] = fmt.Sprintf("%s %s", off[k], m.movID(mv))
 		}
 		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s other amounts for it (%s).",
 			noun, o.ID, o.Money, verb, strings.Join(parts, ", "))
 	case mon.Currency != o.Money.Currency:
 		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s), in another currency.",
-			noun, o.ID, o.Money, verb, mon, m.movs[bad[0]].id)
+			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]))
 	default:
 		more := "more"
 		if mon.Amount < o.Money.Amount {
 			more = "less"
 		}
 		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s): %s %s than approved.",
-			noun, o.ID, o.Money, verb, mon, m.movs[bad[0]].id, atRisk, more)
+			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]), atRisk, more)
 	}
 	m.add(reconcile.AmountMismatch, o.ID, "", ids, o.Money, atRisk, detail)
 	return true
@@ -543,7 +551,7 @@ func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
 	default:
 		state = "is held for review"
 	}
-	moved := fmt.Sprintf("%s for it (%s)", m.money(succ[0]), m.movs[succ[0]].id)
+	moved := fmt.Sprintf("%s for it (%s)", m.money(succ[0]), m.movID(succ[0]))
 	if len(succ) > 1 {
 		moved = fmt.Sprintf("money for it %s (%s)", times(len(succ)), m.movIDs(succ))
 	}
@@ -601,54 +609,51 @@ func (m *matcher) noSuccess(o *reconcile.Obligation, failed, stale []int32) stri
 	return "the provider shows nothing " + verb + " for it"
 }
 
-func (m *matcher) orphanFinding(s int32) {
+func (m *matcher) orphanFinding(s int32, target string) {
 	v := &m.movs[s]
-	money := m.money(s)
+	money, id := m.money(s), m.movID(s)
 	on := ""
-	if v.class == reconcile.Refund && v.target != "" {
-		on = fmt.Sprintf(" (on %s %s)", m.targetNoun(v.target), v.target)
+	if v.class == clsRefund && target != "" {
+		on = fmt.Sprintf(" (on %s %s)", m.targetNoun(target), target)
 	}
 	verb := "collected"
-	if v.class == reconcile.Refund {
+	if v.class == clsRefund {
 		verb = "paid out"
 	}
-	m.add(reconcile.Orphan, "", v.id, m.ids(nil, s, reconcile.Succeeded), money, money,
+	m.add(reconcile.Orphan, "", id, m.ids(nil, s, reconcile.Succeeded), money, money,
 		fmt.Sprintf("%s %s of %s%s was %s by the provider but belongs to no obligation.",
-			capital(m.movNoun(s)), v.id, money, on, verb))
+			capital(m.movNoun(s)), id, money, on, verb))
 }
 
-func (m *matcher) suspectFinding(s, twin int32) {
-	v, t := &m.movs[s], &m.movs[twin]
-	o := m.obls[t.link.obl]
-	money := m.money(s)
+func (m *matcher) suspectFinding(s, twin int32, target string) {
+	o := m.obls[m.movs[twin].link.obl]
+	money, id := m.money(s), m.movID(s)
 	ids := m.ids(nil, s, reconcile.Succeeded)
 	ids = m.ids(ids, twin, reconcile.Succeeded)
-	same, outcome := "same customer "+v.target, "the customer was probably charged twice"
-	if v.class == reconcile.Refund {
-		same, outcome = "same "+m.targetNoun(v.target)+" "+v.target, "probably paid out twice"
+	same, outcome := "same customer "+target, "the customer was probably charged twice"
+	if m.movs[s].class == clsRefund {
+		same, outcome = "same "+m.targetNoun(target)+" "+target, "probably paid out twice"
 	}
-	m.add(reconcile.SuspectedDuplicate, o.ID, v.id, ids, o.Money, money,
+	m.add(reconcile.SuspectedDuplicate, o.ID, id, ids, o.Money, money,
 		fmt.Sprintf("%s %s of %s belongs to no obligation but repeats %s %s of %s (%s, same amount, %s apart): %s.",
-			capital(m.movNoun(s)), v.id, money, m.movNoun(twin), t.id, o.ID, same,
+			capital(m.movNoun(s)), id, money, m.movNoun(twin), m.movID(twin), o.ID, same,
 			human(absDur(m.created(s).Sub(m.created(twin)))), outcome))
 }
 
 // movNoun names a movement's kind for people: an intent with its charges
 // is a payment.
 func (m *matcher) movNoun(mv int32) string {
-	v := &m.movs[mv]
-	if _, ok := m.absentPI[v.id]; ok {
+	r := m.movs[mv].ref
+	if r < 0 {
 		return "payment"
 	}
-	if i, ok := m.objByID[v.id]; ok {
-		switch m.objs[i].Kind {
-		case reconcile.PaymentIntent:
-			return "payment"
-		case reconcile.Charge:
-			return "charge"
-		case reconcile.Refund:
-			return "refund"
-		}
+	switch m.objs[r].Kind {
+	case reconcile.PaymentIntent:
+		return "payment"
+	case reconcile.Charge:
+		return "charge"
+	case reconcile.Refund:
+		return "refund"
 	}
 	return "record"
 }
@@ -670,7 +675,7 @@ func oblWords(k reconcile.ObjectKind) (noun, verb, loss string) {
 	if k == reconcile.Refund {
 		return "Refund", "paid out", "left the account"
 	}
-	if oblClass(k) == reconcile.Charge {
+	if kindClass(k) == clsCharge {
 		return "Charge", "collected", "was taken from the customer"
 	}
 	return "Obligation", "moved", "moved"

@@ -2,6 +2,7 @@ package matcher
 
 import (
 	"cmp"
+	"encoding/binary"
 	"maps"
 	"slices"
 	"strings"
@@ -55,6 +56,40 @@ const (
 	mPendingStale
 )
 
+// class is what a movement or an obligation is, for linking: a charge
+// obligation takes charges and intents, a refund obligation refunds.
+type class uint8
+
+const (
+	clsNone class = iota // an unknown kind: links to nothing
+	clsCharge
+	clsRefund
+)
+
+func kindClass(k reconcile.ObjectKind) class {
+	switch k {
+	case reconcile.Charge, reconcile.PaymentIntent:
+		return clsCharge
+	case reconcile.Refund:
+		return clsRefund
+	}
+	return clsNone
+}
+
+// The buckets as small integers, indexing bucketNames.
+const (
+	bLinked uint8 = iota
+	bConflict
+	bSuspected
+	bOrphan
+	bPending
+	bIgnored
+)
+
+func bucketName(b uint8) Bucket {
+	return [...]Bucket{BucketLinked, BucketConflict, BucketSuspected, BucketOrphan, BucketPending, BucketIgnored}[b]
+}
+
 // mlink is one obligation a movement reaches, by its best route.
 type mlink struct {
 	obl   int32
@@ -63,25 +98,21 @@ type mlink struct {
 
 // movement is one money movement: a refund, a charge on its own, or a
 // payment intent together with its charges (DESIGN.md §3: never a
-// duplicate of each other).
+// duplicate of each other). It holds no pointers, so that a million of
+// them cost the garbage collector nothing to scan.
 type movement struct {
-	id     string // the intent's id for an intent's group, else the object's
-	first  int32  // first member object; members are chained by matcher.next
-	rep    int32  // the member whose money and time stand for the movement
-	class  reconcile.ObjectKind
-	status mstatus
-	failed bool // some member failed or was canceled
-	target string
-	link   mlink   // first obligation reached; obl -1 when none
-	more   []mlink // further obligations reached: a conflict (rare)
-	bucket Bucket
-}
-
-func (mv *movement) nLinks() int {
-	if mv.link.obl < 0 {
-		return 0
-	}
-	return 1 + len(mv.more)
+	first int32 // first member object; members are chained by matcher.next
+	rep   int32 // the member whose money and time stand for the movement
+	// ref names the movement: the object whose id is its id (the intent
+	// of a group), or -1-k for absentIDs[k], an intent only its charges
+	// named.
+	ref      int32
+	link     mlink // first obligation reached; obl -1 when none
+	class    class
+	status   mstatus
+	failed   bool  // some member failed or was canceled
+	conflict bool  // more obligations reached, in matcher.more
+	bucket   uint8 // set by classifyUnlinked
 }
 
 // matcher holds one Match call's working state. Indexes are int32 to halve
@@ -96,13 +127,17 @@ type matcher struct {
 	oblKey  map[string]int32   // idempotency key → obligation
 	dupKeys map[string][]int32 // further obligations sharing a key (bad data)
 
-	objs     []*reconcile.ProviderObject // distinct objects
-	objByID  map[string]int32
-	objMov   []int32 // object → movement
-	next     []int32 // object → next member of its movement, -1 at the end
-	absentPI map[string]int32
+	oblOrder []int32 // obligations sorted by id
+
+	objs      []*reconcile.ProviderObject // distinct objects
+	objByID   map[string]int32
+	objMov    []int32 // object → movement
+	next      []int32 // object → next member of its movement, -1 at the end
+	absentPI  map[string]int32
+	absentIDs []string
 
 	movs    []movement
+	more    map[int32][]mlink // further obligations of conflicting movements
 	lookups map[string]reconcile.Lookup
 
 	// oblStart/oblMovs list, per obligation, the movements reaching it
@@ -154,6 +189,15 @@ func (m *matcher) indexObligations() {
 		m.oblByID[o.ID] = int32(len(m.obls))
 		m.obls = append(m.obls, o)
 	}
+	// Obligations are evaluated in id order, so that transitions come out
+	// sorted and ObligationIDs needs no second sort.
+	order := sortedByID(len(m.obls), func(i int32) string { return m.obls[i].ID })
+	m.oblOrder = make([]int32, len(order))
+	m.res.ObligationIDs = make([]string, len(order))
+	for k, e := range order {
+		m.oblOrder[k] = e.idx
+		m.res.ObligationIDs[k] = m.obls[e.idx].ID
+	}
 	m.oblKey = make(map[string]int32, len(m.obls))
 	for i, o := range m.obls {
 		if o.IdempotencyKey == "" {
@@ -197,87 +241,111 @@ func (m *matcher) groupMovements() {
 	m.objMov = make([]int32, n)
 	m.next = make([]int32, n)
 	m.movs = make([]movement, 0, n)
-	var chargeToPI map[string]string
+	// Intents first: each is a movement of its own.
+	var named []int32 // intents naming a charge as their latest
 	for i, p := range m.objs {
 		m.objMov[i] = -1
 		m.next[i] = -1
 		if p.Kind == reconcile.PaymentIntent {
-			m.objMov[i] = m.newMovement(p.ID, reconcile.Charge)
+			m.objMov[i] = m.newMovement(int32(i), clsCharge)
 			m.addMember(m.objMov[i], int32(i))
 			if p.Charge != "" {
-				if chargeToPI == nil {
-					chargeToPI = map[string]string{}
-				}
-				// Several intents naming one charge is bad data; the
-				// smallest id wins, whatever the order.
-				if cur, ok := chargeToPI[p.Charge]; !ok || p.ID < cur {
-					chargeToPI[p.Charge] = p.ID
-				}
+				named = append(named, int32(i))
 			}
 		}
+	}
+	// A charge that names no intent joins the intent that names it (the
+	// smallest id, should several: bad data, but order must not matter).
+	var chargeToPI map[int32]int32
+	for _, i := range named {
+		j, ok := m.objByID[m.objs[i].Charge]
+		if !ok || m.objs[j].Kind != reconcile.Charge || m.objs[j].PaymentIntent != "" {
+			continue
+		}
+		if chargeToPI == nil {
+			chargeToPI = map[int32]int32{}
+		}
+		if cur, ok := chargeToPI[j]; !ok || m.objs[i].ID < m.objs[cur].ID {
+			chargeToPI[j] = i
+		}
+	}
+	for j, i := range chargeToPI {
+		m.objMov[j] = m.objMov[i]
+		m.addMember(m.objMov[j], j)
 	}
 	for i, p := range m.objs {
 		if m.objMov[i] >= 0 {
 			continue
 		}
-		class := p.Kind
-		if class != reconcile.Charge && class != reconcile.Refund {
-			class = "" // an unknown kind links to nothing
-		}
-		if p.Kind == reconcile.Charge {
-			pi := p.PaymentIntent
-			if pi == "" {
-				pi = chargeToPI[p.ID]
-			}
-			if pi != "" {
-				if j, ok := m.objByID[pi]; ok {
-					if m.objs[j].Kind == reconcile.PaymentIntent {
-						m.objMov[i] = m.objMov[j]
-					}
-				} else {
-					// The intent was not listed; its charges still move
-					// money once, together.
-					if m.absentPI == nil {
-						m.absentPI = map[string]int32{}
-					}
-					mv, ok := m.absentPI[pi]
-					if !ok {
-						mv = m.newMovement(pi, reconcile.Charge)
-						m.absentPI[pi] = mv
-					}
-					m.objMov[i] = mv
+		if pi := p.PaymentIntent; pi != "" && p.Kind == reconcile.Charge {
+			if j, ok := m.objByID[pi]; ok {
+				if m.objs[j].Kind == reconcile.PaymentIntent {
+					m.objMov[i] = m.objMov[j]
 				}
+			} else {
+				// The intent was not listed; its charges still move
+				// money once, together.
+				if m.absentPI == nil {
+					m.absentPI = map[string]int32{}
+				}
+				mv, ok := m.absentPI[pi]
+				if !ok {
+					m.absentIDs = append(m.absentIDs, pi)
+					mv = m.newMovement(int32(-len(m.absentIDs)), clsCharge)
+					m.absentPI[pi] = mv
+				}
+				m.objMov[i] = mv
 			}
 		}
 		if m.objMov[i] < 0 {
-			m.objMov[i] = m.newMovement(p.ID, class)
+			m.objMov[i] = m.newMovement(int32(i), kindClass(p.Kind))
 		}
 		m.addMember(m.objMov[i], int32(i))
 	}
 	for k := range m.movs {
 		m.summarise(&m.movs[k])
 	}
-	// Targets need every movement grouped: a refund's target is the
-	// movement of the charge or intent it refunds.
-	for k := range m.movs {
-		mv := &m.movs[k]
-		rep := m.objs[mv.rep]
-		switch mv.class {
-		case reconcile.Refund:
-			mv.target = m.refundTarget(rep)
-		case reconcile.Charge:
-			mv.target = rep.Customer
-			if mv.target == "" {
-				if j, ok := m.objByID[mv.id]; ok {
-					mv.target = m.objs[j].Customer
-				}
-			}
-		}
-	}
 }
 
-func (m *matcher) newMovement(id string, class reconcile.ObjectKind) int32 {
-	m.movs = append(m.movs, movement{id: id, first: -1, rep: -1, class: class, link: mlink{obl: -1}})
+// movID is a movement's id: its intent's for a group, else its object's.
+func (m *matcher) movID(mv int32) string {
+	if r := m.movs[mv].ref; r >= 0 {
+		return m.objs[r].ID
+	}
+	return m.absentIDs[-1-m.movs[mv].ref]
+}
+
+// target is what a movement is a suspected duplicate against: a refund's
+// refunded movement, a charge's or an intent's customer ("" for none).
+func (m *matcher) target(mv int32) string {
+	v := &m.movs[mv]
+	rep := m.objs[v.rep]
+	switch v.class {
+	case clsRefund:
+		return m.refundTarget(rep)
+	case clsCharge:
+		if rep.Customer == "" && v.ref >= 0 {
+			return m.objs[v.ref].Customer
+		}
+		return rep.Customer
+	}
+	return ""
+}
+
+// nLinks is how many obligations movement mv reaches.
+func (m *matcher) nLinks(mv int32) int {
+	v := &m.movs[mv]
+	switch {
+	case v.link.obl < 0:
+		return 0
+	case v.conflict:
+		return 1 + len(m.more[mv])
+	}
+	return 1
+}
+
+func (m *matcher) newMovement(ref int32, c class) int32 {
+	m.movs = append(m.movs, movement{first: -1, rep: -1, ref: ref, class: c, link: mlink{obl: -1}})
 	return int32(len(m.movs) - 1)
 }
 
@@ -351,7 +419,7 @@ func (m *matcher) refundTarget(r *reconcile.ProviderObject) string {
 		return ""
 	}
 	if mv := m.movementOf(t); mv >= 0 {
-		return m.movs[mv].id
+		return m.movID(mv)
 	}
 	if r.PaymentIntent != "" {
 		return r.PaymentIntent
@@ -457,7 +525,7 @@ func (m *matcher) linkKey(mv int32, key string, route uint8) {
 // its key about the charge; the kinds keep that from linking the charge.)
 func (m *matcher) addLink(mv, o int32, r uint8) {
 	v := &m.movs[mv]
-	if v.class == "" || oblClass(m.obls[o].Kind) != v.class {
+	if v.class == clsNone || kindClass(m.obls[o].Kind) != v.class {
 		return
 	}
 	switch {
@@ -466,13 +534,18 @@ func (m *matcher) addLink(mv, o int32, r uint8) {
 	case v.link.obl == o:
 		v.link.route = min(v.link.route, r)
 	default:
-		for k := range v.more {
-			if v.more[k].obl == o {
-				v.more[k].route = min(v.more[k].route, r)
+		if m.more == nil {
+			m.more = map[int32][]mlink{}
+		}
+		more := m.more[mv]
+		for k := range more {
+			if more[k].obl == o {
+				more[k].route = min(more[k].route, r)
 				return
 			}
 		}
-		v.more = append(v.more, mlink{o, r})
+		m.more[mv] = append(more, mlink{o, r})
+		v.conflict = true
 	}
 }
 
@@ -487,10 +560,13 @@ func (m *matcher) buildObligationIndex() {
 			continue
 		}
 		m.oblStart[v.link.obl+1]++
-		for _, l := range v.more {
-			m.oblStart[l.obl+1]++
+		total++
+		if v.conflict {
+			for _, l := range m.more[int32(k)] {
+				m.oblStart[l.obl+1]++
+				total++
+			}
 		}
-		total += 1 + len(v.more)
 	}
 	for i := range n {
 		m.oblStart[i+1] += m.oblStart[i]
@@ -508,27 +584,21 @@ func (m *matcher) buildObligationIndex() {
 			continue
 		}
 		put(v.link.obl, int32(k))
-		for _, l := range v.more {
-			put(l.obl, int32(k))
+		if v.conflict {
+			for _, l := range m.more[int32(k)] {
+				put(l.obl, int32(k))
+			}
 		}
 	}
 }
 
 // emit fills the result's buckets, links, ids and counts, sorted.
 func (m *matcher) emit() {
-	type idIdx struct {
-		id  string
-		idx int32
-	}
-	objs := make([]idIdx, len(m.objs))
-	for i, p := range m.objs {
-		objs[i] = idIdx{p.ID, int32(i)}
-	}
-	slices.SortFunc(objs, func(a, b idIdx) int { return strings.Compare(a.id, b.id) })
+	objs := sortedByID(len(m.objs), func(i int32) string { return m.objs[i].ID })
 
 	nLinks := 0
 	for k := range m.movs {
-		if n := m.movs[k].nLinks(); n > 0 {
+		if n := m.nLinks(int32(k)); n > 0 {
 			nLinks += n * m.members(int32(k))
 		}
 	}
@@ -537,40 +607,34 @@ func (m *matcher) emit() {
 	m.res.Links = make([]reconcile.Link, 0, nLinks)
 	var more []reconcile.Link
 	for k, e := range objs {
-		m.res.ObjectIDs[k] = e.id
-		v := &m.movs[m.objMov[e.idx]]
-		m.res.Buckets[e.id] = v.bucket
-		if v.bucket == BucketLinked {
+		id := m.objs[e.idx].ID
+		m.res.ObjectIDs[k] = id
+		mv := m.objMov[e.idx]
+		v := &m.movs[mv]
+		m.res.Buckets[id] = bucketName(v.bucket)
+		if v.bucket == bLinked {
 			m.res.Counts.Linked++
 		}
 		if v.link.obl < 0 {
 			continue
 		}
-		if len(v.more) == 0 {
-			m.res.Links = append(m.res.Links, reconcile.Link{ObjectID: e.id, ObligationID: m.obls[v.link.obl].ID, Route: routeName(v.link.route)})
+		first := reconcile.Link{ObjectID: id, ObligationID: m.obls[v.link.obl].ID, Route: routeName(v.link.route)}
+		if !v.conflict {
+			m.res.Links = append(m.res.Links, first)
 			continue
 		}
-		more = more[:0]
-		more = append(more, reconcile.Link{ObjectID: e.id, ObligationID: m.obls[v.link.obl].ID, Route: routeName(v.link.route)})
-		for _, l := range v.more {
-			more = append(more, reconcile.Link{ObjectID: e.id, ObligationID: m.obls[l.obl].ID, Route: routeName(l.route)})
+		more = append(more[:0], first)
+		for _, l := range m.more[mv] {
+			more = append(more, reconcile.Link{ObjectID: id, ObligationID: m.obls[l.obl].ID, Route: routeName(l.route)})
 		}
 		slices.SortFunc(more, func(a, b reconcile.Link) int { return strings.Compare(a.ObligationID, b.ObligationID) })
 		m.res.Links = append(m.res.Links, more...)
 	}
-
-	m.res.ObligationIDs = make([]string, len(m.obls))
-	for i, o := range m.obls {
-		m.res.ObligationIDs[i] = o.ID
-	}
-	slices.Sort(m.res.ObligationIDs)
 	m.res.Counts.Obligations = len(m.obls)
 	m.res.Counts.ProviderObjects = len(m.objs)
 
+	// Transitions were decided in obligation id order: already sorted.
 	slices.SortFunc(m.res.Findings, compareFindings)
-	slices.SortFunc(m.res.Transitions, func(a, b reconcile.Transition) int {
-		return strings.Compare(a.ObligationID, b.ObligationID)
-	})
 	if m.res.Findings == nil {
 		m.res.Findings = []reconcile.Finding{}
 	}
@@ -652,11 +716,36 @@ func compareMaps(a, b map[string]string) int {
 	return 0
 }
 
-// oblClass is the movement class an obligation of kind k links to. The
-// schema allows only charge and refund; an intent is read as a charge.
-func oblClass(k reconcile.ObjectKind) reconcile.ObjectKind {
-	if k == reconcile.PaymentIntent {
-		return reconcile.Charge
+// sortKey orders ids without touching their bytes in most comparisons:
+// the first 16 bytes, big-endian and zero-padded, order exactly as the
+// strings do unless they tie, when the strings themselves decide. The
+// keys hold no pointers, so sorting a million of them moves no pointers
+// and needs no write barriers.
+type sortKey struct {
+	hi, lo uint64
+	idx    int32
+}
+
+func makeSortKey(id string, idx int32) sortKey {
+	var b [16]byte
+	copy(b[:], id)
+	return sortKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), idx}
+}
+
+// sortedByID returns 0..n-1 ordered by id(i).
+func sortedByID(n int, id func(int32) string) []sortKey {
+	keys := make([]sortKey, n)
+	for i := range keys {
+		keys[i] = makeSortKey(id(int32(i)), int32(i))
 	}
-	return k
+	slices.SortFunc(keys, func(a, b sortKey) int {
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
+		}
+		if a.lo != b.lo {
+			return cmp.Compare(a.lo, b.lo)
+		}
+		return strings.Compare(id(a.idx), id(b.idx))
+	})
+	return keys
 }
