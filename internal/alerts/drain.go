@@ -1,0 +1,155 @@
+package alerts
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DrainStats says what one drain did.
+type DrainStats struct {
+	Messages    int `json:"messages"`     // messages Slack accepted
+	Sent        int `json:"sent"`         // outbox rows marked sent
+	Retries     int `json:"retries"`      // requests repeated after a 429, 5xx or network error
+	RateLimited int `json:"rate_limited"` // 429 answers
+	Unknown     int `json:"unknown"`      // rows whose delivery may or may not have arrived
+	Failed      int `json:"failed"`       // rows of messages Slack refused, tried again later
+	Deferred    int `json:"deferred"`     // rows left in the outbox for a later drain
+	// Stopped says, redacted, why the drain ended before the outbox was
+	// empty; empty when it ran to the end.
+	Stopped string `json:"stopped,omitempty"`
+}
+
+// status is what became of one message.
+type status int
+
+const (
+	statusSent     status = iota
+	statusSkipped         // Slack refused this message only: try it again later, go on
+	statusDeferred        // Slack unavailable: stop, the rest waits for the next drain
+	statusUnknown         // the request went out and no answer came: stop
+	statusFatal           // no retry can help until someone fixes something: stop
+)
+
+type outcome struct {
+	status      status
+	channel, ts string    // statusSent
+	retryAt     time.Time // not due again before; zero: at once
+	errText     string    // redacted, for MarkAttempt and logs
+	err         error     // statusFatal
+}
+
+// sendFunc posts one message, in the thread of threadTS when set.
+type sendFunc func(ctx context.Context, m Message, threadTS string) outcome
+
+// bookkeepingTimeout bounds recording a send after the drain's context
+// ended: a message Slack accepted must be marked sent even during shutdown.
+const bookkeepingTimeout = 10 * time.Second
+
+// drain posts what the outbox has due, batch after batch, until nothing is
+// due or delivery must stop. A row is marked sent only after Slack accepted
+// the message that carries it.
+func drain(ctx context.Context, outbox Outbox, now func() time.Time, popts PlanOptions, batch int,
+	log *slog.Logger, send sendFunc) (DrainStats, error) {
+	var st DrainStats
+	handled := map[int64]bool{}
+	for {
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("drain alerts: %w", err)
+		}
+		rows, err := outbox.Due(ctx, now(), batch)
+		if err != nil {
+			return st, fmt.Errorf("read due alerts: %w", err)
+		}
+		// A row handled earlier in this drain and due again (an outbox that
+		// ignored a mark) must not loop: stop when nothing is new.
+		fresh := 0
+		for _, r := range rows {
+			if !handled[r.ID] {
+				handled[r.ID] = true
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			return st, nil
+		}
+		msgs := Plan(rows, now(), popts)
+		roots := make([]string, len(msgs))
+		for i, m := range msgs {
+			thread := m.ThreadTS
+			if m.Parent >= 0 && m.Parent < i {
+				// The parent was posted just now; if it was refused, this
+				// goes top-level rather than waiting.
+				thread = roots[m.Parent]
+			}
+			o := send(ctx, m, thread)
+			if o.status == statusSent {
+				root := cmpOr(thread, o.ts)
+				roots[i] = root
+				if err := markSent(ctx, outbox, m.AlertIDs, o.channel, root, now()); err != nil {
+					return st, err
+				}
+				st.Messages++
+				st.Sent += len(m.AlertIDs)
+				log.Debug("slack message sent", "kind", string(m.Kind), "alerts", len(m.AlertIDs), "in_thread", thread != "")
+				continue
+			}
+			if o.status != statusFatal {
+				next := o.retryAt
+				if next.IsZero() {
+					next = now()
+				}
+				if err := markAttempt(ctx, outbox, m.AlertIDs, next, o.status == statusUnknown, o.errText); err != nil {
+					return st, err
+				}
+			}
+			switch o.status {
+			case statusSkipped:
+				st.Failed += len(m.AlertIDs)
+				log.Warn("slack refused a message; it stays in the outbox", "kind", string(m.Kind), "alerts", len(m.AlertIDs), "error", o.errText)
+				continue
+			case statusUnknown:
+				st.Unknown += len(m.AlertIDs)
+			}
+			for _, rest := range msgs[i:] {
+				st.Deferred += len(rest.AlertIDs)
+			}
+			st.Stopped = o.errText
+			if o.status == statusFatal {
+				return st, o.err
+			}
+			if err := ctx.Err(); err != nil {
+				return st, fmt.Errorf("drain alerts: %w", err)
+			}
+			log.Warn("slack delivery stopped; undelivered alerts stay in the outbox for the next run",
+				"reason", o.errText, "deferred", st.Deferred, "outcome_unknown", o.status == statusUnknown)
+			return st, nil
+		}
+		if len(rows) < batch {
+			return st, nil
+		}
+	}
+}
+
+func markSent(ctx context.Context, outbox Outbox, ids []int64, channel, ts string, at time.Time) error {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	for _, id := range ids {
+		if err := outbox.MarkSent(bctx, id, channel, ts, at); err != nil {
+			return fmt.Errorf("mark alert %d sent: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func markAttempt(ctx context.Context, outbox Outbox, ids []int64, next time.Time, unknown bool, errText string) error {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	for _, id := range ids {
+		if err := outbox.MarkAttempt(bctx, id, next, unknown, errText); err != nil {
+			return fmt.Errorf("mark alert %d attempted: %w", id, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,382 @@
+// Package alerts tells finance in Slack what a run found: it plans the
+// messages that the alert outbox's due rows call for (pure: the rows and
+// now in, messages out), renders them as Block Kit within Slack's limits
+// with every outside string redacted and escaped, and delivers them through
+// slack-go, marking a row sent only after Slack accepted the message that
+// carries it (DESIGN.md §5).
+//
+// Deciding what is due (first alert, change, repeat after the repeat
+// interval, resolution, acknowledgement) is the store's: the planner adds
+// no message of its own, so a rerun with nothing due posts nothing.
+package alerts
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"reconcile"
+)
+
+// Outbox is what delivery needs from the alert outbox: the rows due now,
+// and recording what became of a send. The store implements it.
+type Outbox interface {
+	// Due returns unsent rows due at now, oldest first, a run's summary
+	// before its findings, at most limit of them. ThreadTS is filled: for
+	// resolved and repeat rows, the ts of the finding's first sent firing
+	// message; for firing rows, the ts of its run's summary if that was
+	// sent.
+	Due(ctx context.Context, now time.Time, limit int) ([]reconcile.Alert, error)
+	// MarkSent records that Slack accepted the message carrying row id, in
+	// channel, under ts (the ts a later reply about this row threads
+	// under: the message's own for a top-level message, its thread's root
+	// for a reply).
+	MarkSent(ctx context.Context, id int64, channel, ts string, at time.Time) error
+	// MarkAttempt records a failed attempt; the row is not due again before
+	// next. unknown is set when the request may have been delivered.
+	MarkAttempt(ctx context.Context, id int64, next time.Time, unknown bool, errText string) error
+}
+
+// PlanOptions shape what Plan produces.
+type PlanOptions struct {
+	// Live makes links point at Stripe's live dashboard instead of /test/.
+	Live bool
+	// Webhook plans for an incoming webhook: no threads, so everything that
+	// would go into a thread is grouped into as few top-level messages.
+	Webhook bool
+	// MaxCritical is how many critical findings of one drain get a message
+	// each; the rest are grouped. Default 10.
+	MaxCritical int
+	// MaxMessages caps the messages of one drain; beyond it, findings are
+	// counted in one overflow message instead of listed. Default 50.
+	MaxMessages int
+	// MaxThreads is how many distinct finding threads of one drain get a
+	// reply of their own; other repeats and resolutions are grouped.
+	// Default 10.
+	MaxThreads int
+}
+
+func (o PlanOptions) withDefaults() PlanOptions {
+	if o.MaxCritical <= 0 {
+		o.MaxCritical = 10
+	}
+	if o.MaxMessages <= 0 {
+		o.MaxMessages = 50
+	}
+	if o.MaxThreads <= 0 {
+		o.MaxThreads = 10
+	}
+	return o
+}
+
+// MessageKind says what a planned message is.
+type MessageKind string
+
+// The message kinds.
+const (
+	KindSummary  MessageKind = "summary"  // one run's summary
+	KindFinding  MessageKind = "finding"  // one critical finding
+	KindGroup    MessageKind = "group"    // many findings, repeats or resolutions, listed
+	KindOverflow MessageKind = "overflow" // findings counted, not listed
+)
+
+// Message is one Slack message to post and the outbox rows it carries:
+// once Slack accepted it, exactly those rows are marked sent.
+type Message struct {
+	Kind     MessageKind
+	RunID    string
+	AlertIDs []int64
+	// Parent is the index, in the same plan, of the message this one
+	// replies to (its ts is known only once that one is sent); -1 if none.
+	Parent int
+	// ThreadTS is the ts of an earlier message this one replies to; empty
+	// for a top-level message. Parent wins when both are set.
+	ThreadTS string
+	// PossibleRepeat is set when an earlier delivery of a carried row may
+	// have arrived; the message says so.
+	PossibleRepeat bool
+	// Text is the notification and screen-reader text, carrying the
+	// essential ids and amounts; Blocks are what Slack shows.
+	Text   string
+	Blocks []slack.Block
+}
+
+// family is what a listed row announces.
+type family int
+
+const (
+	famFiring family = iota
+	famRepeat
+	famResolved
+	famAny // webhook: every family in one group
+)
+
+// item is one row to list in a group message, rendered once.
+type item struct {
+	row  reconcile.Alert
+	fam  family
+	line string // mrkdwn, one line
+	text string // plain text, one line
+}
+
+type groupKey struct {
+	run     string
+	fam     family
+	parent  int
+	ts      string
+	unknown bool
+}
+
+type group struct {
+	key   groupKey
+	items []item
+}
+
+type chunk struct {
+	g     *group
+	items []item
+}
+
+// Plan turns due outbox rows into the messages to post, in order: the runs'
+// summaries, one message per critical finding (up to MaxCritical), then
+// groups (high and warning findings in their run summary's thread, repeats
+// and resolutions in their finding's thread), then, beyond MaxMessages, one
+// overflow message that counts the rest. Every row is carried by exactly
+// one message. Plan adds nothing that is not due and is pure: the same rows,
+// now and options give the same messages.
+func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
+	opts = opts.withDefaults()
+	var summaries []Message
+	summaryAt := map[string]int{}
+	for _, r := range rows {
+		if r.Event != reconcile.AlertSummary {
+			continue
+		}
+		if _, ok := summaryAt[r.RunID]; !ok {
+			summaryAt[r.RunID] = len(summaries)
+		}
+		summaries = append(summaries, renderSummary(r, opts))
+	}
+
+	var crits []reconcile.Alert
+	var groups []*group
+	byKey := map[groupKey]*group{}
+	threads := map[string]bool{}
+	for _, r := range rows {
+		var fam family
+		switch r.Event {
+		case reconcile.AlertSummary:
+			continue
+		case reconcile.AlertRepeat:
+			fam = famRepeat
+		case reconcile.AlertResolved:
+			fam = famResolved
+		default: // firing, or an event this version does not know: announce it
+			fam = famFiring
+			if severityOf(r.Finding) == reconcile.Critical && len(crits) < opts.MaxCritical {
+				crits = append(crits, r)
+				continue
+			}
+		}
+		k := groupKey{run: r.RunID, fam: fam, parent: -1, unknown: r.UnknownOutcome}
+		if opts.Webhook {
+			k.fam = famAny
+		} else {
+			i, hasSummary := summaryAt[r.RunID]
+			switch {
+			case fam == famFiring && hasSummary:
+				k.parent = i
+			case fam == famFiring:
+				k.ts = r.ThreadTS
+			case r.ThreadTS != "" && (threads[r.ThreadTS] || len(threads) < opts.MaxThreads):
+				threads[r.ThreadTS] = true
+				k.ts = r.ThreadTS
+			case hasSummary:
+				k.parent = i
+			}
+		}
+		g := byKey[k]
+		if g == nil {
+			g = &group{key: k}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		line, text := itemLine(r, fam, now, opts)
+		g.items = append(g.items, item{row: r, fam: fam, line: line, text: text})
+	}
+
+	var chunks []chunk
+	for _, g := range groups {
+		slices.SortStableFunc(g.items, compareItems)
+		chunks = append(chunks, pack(g)...)
+	}
+
+	// Keep within MaxMessages: summaries always go; then criticals, then
+	// groups; what does not fit is counted in one overflow message.
+	var overflow []item
+	if avail := opts.MaxMessages - len(summaries); len(crits)+len(chunks) > avail {
+		room := max(avail-1, 0)
+		if len(crits) > room {
+			for _, r := range crits[room:] {
+				overflow = append(overflow, item{row: r, fam: famFiring})
+			}
+			crits = crits[:room]
+		}
+		room -= len(crits)
+		for _, c := range chunks[room:] {
+			overflow = append(overflow, c.items...)
+		}
+		chunks = chunks[:room]
+	}
+
+	msgs := summaries
+	for _, r := range crits {
+		msgs = append(msgs, renderFinding(r, opts))
+	}
+	parts := map[*group]int{}
+	for _, c := range chunks {
+		parts[c.g]++
+	}
+	seen := map[*group]int{}
+	for _, c := range chunks {
+		seen[c.g]++
+		msgs = append(msgs, renderGroup(c, seen[c.g], parts[c.g], now, opts))
+	}
+	if len(overflow) > 0 {
+		parent := -1
+		if i, ok := summaryAt[overflow[0].row.RunID]; ok && !opts.Webhook {
+			parent = i
+		}
+		msgs = append(msgs, renderOverflow(overflow, parent))
+	}
+	for i := range msgs {
+		fit(&msgs[i])
+	}
+	return msgs
+}
+
+// compareItems orders a group's lines: by family, most severe first, by
+// kind in DESIGN's order, then by ids, so that a plan does not depend on
+// the order the outbox returned rows in.
+func compareItems(a, b item) int {
+	return cmp.Or(
+		cmp.Compare(a.fam, b.fam),
+		cmp.Compare(severityOf(b.row.Finding).Rank(), severityOf(a.row.Finding).Rank()),
+		cmp.Compare(kindOrder(a.row.Finding.Kind), kindOrder(b.row.Finding.Kind)),
+		strings.Compare(string(a.row.Finding.Kind), string(b.row.Finding.Kind)),
+		strings.Compare(a.row.Finding.ObligationID, b.row.Finding.ObligationID),
+		slices.Compare(a.row.Finding.ProviderIDs, b.row.Finding.ProviderIDs),
+		cmp.Compare(a.row.ID, b.row.ID),
+	)
+}
+
+func kindOrder(k reconcile.FindingKind) int {
+	if i := slices.Index(reconcile.FindingKinds, k); i >= 0 {
+		return i
+	}
+	return len(reconcile.FindingKinds)
+}
+
+func severityOf(f reconcile.Finding) reconcile.Severity {
+	if f.Severity.Rank() > 0 {
+		return f.Severity
+	}
+	return f.Kind.Severity()
+}
+
+// Slack's limits (https://docs.slack.dev/reference/block-kit/blocks), with
+// some room kept for the parts of a group message around its lines.
+const (
+	maxBlocks      = 50
+	maxSectionText = 3000
+	maxHeaderText  = 150
+	maxContextElem = 10
+	maxText        = 40000
+
+	sectionBudget    = 2900
+	groupFixedBlocks = 4     // possible repeat, title, what to do, footer
+	textLineBudget   = 34000 // of maxText, for a group's listed lines
+	maxLine          = 1500  // one listed line, mrkdwn or plain
+)
+
+// pack splits a group's sorted items into chunks that each render within
+// Slack's limits. It lays lines out exactly as renderGroup does.
+func pack(g *group) []chunk {
+	var out []chunk
+	var lay layout
+	var cur []item
+	for _, it := range g.items {
+		next := lay
+		if next.add(it, len(cur) == 0) && len(cur) > 0 {
+			out = append(out, chunk{g: g, items: cur})
+			cur, lay = nil, layout{}
+			lay.add(it, true)
+		} else {
+			lay = next
+		}
+		cur = append(cur, it)
+	}
+	if len(cur) > 0 {
+		out = append(out, chunk{g: g, items: cur})
+	}
+	return out
+}
+
+// layout counts how a group message's lines fill sections and text.
+type layout struct {
+	sections, secLen, text int
+	fam                    family
+}
+
+// add places one item, with its family's heading when the family changes,
+// and reports whether that overflowed the message.
+func (l *layout) add(it item, first bool) (over bool) {
+	if first || it.fam != l.fam {
+		h := familyHeading(it.fam)
+		l.line(runeLen(h))
+		l.text += runeLen(h) + 1
+		l.fam = it.fam
+	}
+	l.line(runeLen(it.line))
+	l.text += runeLen(it.text) + 1
+	return l.sections > maxBlocks-groupFixedBlocks || l.text > textLineBudget
+}
+
+func (l *layout) line(n int) {
+	switch {
+	case l.sections == 0 || l.secLen+1+n > sectionBudget:
+		l.sections++
+		l.secLen = n
+	default:
+		l.secLen += 1 + n
+	}
+}
+
+// sectionize joins lines into section texts the way layout counts them.
+func sectionize(lines []string) []string {
+	var out []string
+	var cur strings.Builder
+	n := 0
+	for _, ln := range lines {
+		l := runeLen(ln)
+		if cur.Len() > 0 && n+1+l > sectionBudget {
+			out = append(out, cur.String())
+			cur.Reset()
+			n = 0
+		}
+		if cur.Len() > 0 {
+			cur.WriteByte('\n')
+			n++
+		}
+		cur.WriteString(ln)
+		n += l
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}

@@ -1,0 +1,134 @@
+package alerts
+
+import (
+	"strings"
+	"testing"
+	"unicode"
+)
+
+func TestRedact(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"stripe live secret key", "key sk_live_51H8abcDEF0123456789", "key [redacted]"},
+		{"stripe test secret key", "sk_test_acceptanceSECRET4f9a1c failed", "[redacted] failed"},
+		{"stripe restricted key", "used rk_live_0123456789abcdefXYZ here", "used [redacted] here"},
+		{"stripe webhook secret", "whsec_abcDEF123", "[redacted]"},
+		{"slack bot token", "token xoxb-1234-5678-abcdEFGH", "token [redacted]"},
+		{"slack user token", "xoxp-1-2-3-abc", "[redacted]"},
+		{"slack token with SECRET", "xoxb-acceptance-SECRET-77aa", "[redacted]"},
+		{"slack app token", "xapp-1-A0-123-abc", "[redacted]"},
+		{"slack webhook", "post https://hooks.slack.com/services/T000/B000/XXXXyyyy: 404", "post https://hooks.slack.com/[redacted] 404"},
+		{"webhook path on another host", "http://127.0.0.1:9/services/T0ACC/B0ACC/abc123 refused", "http://127.0.0.1:9/services/[redacted] refused"},
+		{"postgres dsn password", "dial postgres://app:hunter2@db.internal:5432/pay", "dial postgres://app:[redacted]@db.internal:5432/pay"},
+		{"dsn password with @", "postgres://app:p@ss@db/pay", "postgres://app:[redacted]@db/pay"},
+		{"mysql dsn", "app:s3cret@tcp(10.0.0.1:3306)/pay", "app:[redacted]@tcp(10.0.0.1:3306)/pay"},
+		{"password field", "password=hunter2 host=db", "password=[redacted] host=db"},
+		{"quoted secret field", `api_key: "abc def"`, "api_key: [redacted]"},
+		{"bearer", "Authorization: Bearer abcdefghijkl", "Authorization: Bearer [redacted]"},
+		{"email", "refund for jane.doe+shop@example.co.uk today", "refund for [email] today"},
+		{"card plain", "card 4242424242424242 used", "card •••• 4242 used"},
+		{"card spaced", "pan 4111 1111 1111 1111.", "pan •••• 1111."},
+		{"card hyphens", "5555-5555-5555-4444", "•••• 4444"},
+		{"amex 15 digits", "378282246310005", "•••• 0005"},
+		{"card among other groups", "order 12 4242424242424242 ok", "order 12 •••• 4242 ok"},
+		{"not luhn", "4242424242424241", "4242424242424241"},
+		{"too short", "424242424242", "424242424242"},
+		{"too long without separators", "42424242424242424242", "42424242424242424242"},
+		{"ids untouched", "refund:4821:approved-request-7 re_4821a ch_3MmlLrLkdIwHu7ix0snN0B15", "refund:4821:approved-request-7 re_4821a ch_3MmlLrLkdIwHu7ix0snN0B15"},
+		{"money untouched", "USD 89.00, JPY 12,000", "USD 89.00, JPY 12,000"},
+		{"control characters", "a\x00b\x1bc\nd", "a b c\nd"},
+		{"slack markup is not redaction's job", "<!channel> & <@U123>", "<!channel> & <@U123>"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Redact(tt.in); got != tt.want {
+				t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEscape(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"<!channel>", "&lt;!channel&gt;"},
+		{"<!here> now", "&lt;!here&gt; now"},
+		{"<http://evil.example|your bank>", "&lt;http://evil.example|your bank&gt;"},
+		{"<@U123> & co", "&lt;@U123&gt; &amp; co"},
+		{"plain", "plain"},
+	}
+	for _, tt := range tests {
+		if got := escape(tt.in); got != tt.want {
+			t.Errorf("escape(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCodeSpan(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"re_4821a", "`re_4821a`"},
+		{"a`b", "`a'b`"},
+		{"x\ny", "`x y`"},
+		{"", "—"},
+		{"<!channel>", "`&lt;!channel&gt;`"},
+	}
+	for _, tt := range tests {
+		if got := code(tt.in); got != tt.want {
+			t.Errorf("code(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestTruncateEscapedKeepsEntitiesWhole(t *testing.T) {
+	s := strings.Repeat("a", 8) + "&amp;tail"
+	got := truncateEscaped(s, 11)
+	if got != strings.Repeat("a", 8)+"…" {
+		t.Errorf("truncateEscaped(%q, 11) = %q, want the entity dropped whole", s, got)
+	}
+}
+
+// FuzzRedact checks Redact's invariants on any input: it is idempotent, and
+// no card-like run that passes Luhn survives it.
+func FuzzRedact(f *testing.F) {
+	for _, s := range []string{
+		"4242424242424242", "4242 4242 4242 4242 4242424242424", "sk_live_abc", "a@b.co",
+		"1 4242424242424242 1", "postgres://u:p@h/db", "xoxb-1-2",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := Redact(s)
+		if again := Redact(got); again != got {
+			t.Errorf("Redact(Redact(%q)) = %q, want %q", s, again, got)
+		}
+		if run, ok := cardLike(got); ok {
+			t.Errorf("Redact(%q) = %q, still holds card-like %q", s, got, run)
+		}
+	})
+}
+
+// cardLike finds a maximal run of digits (single spaces or hyphens between
+// them) of 13 to 19 digits that passes Luhn.
+func cardLike(s string) (string, bool) {
+	rs := []rune(s)
+	for i := 0; i < len(rs); i++ {
+		if !unicode.IsDigit(rs[i]) || rs[i] > '9' || (i > 0 && rs[i-1] >= '0' && rs[i-1] <= '9') {
+			continue
+		}
+		j := i
+		for j < len(rs) && (rs[j] >= '0' && rs[j] <= '9' ||
+			(rs[j] == ' ' || rs[j] == '-') && j+1 < len(rs) && rs[j+1] >= '0' && rs[j+1] <= '9' && rs[j-1] >= '0' && rs[j-1] <= '9') {
+			j++
+		}
+		run := string(rs[i:j])
+		d := digitsOf(run)
+		if len(d) >= 13 && len(d) <= 19 && luhn(d) {
+			return run, true
+		}
+		i = j
+	}
+	return "", false
+}

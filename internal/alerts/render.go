@@ -1,0 +1,730 @@
+package alerts
+
+import (
+	"fmt"
+	"maps"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/slack-go/slack"
+
+	"reconcile"
+)
+
+// traceHint and listHint are the commands a reader runs next.
+const (
+	traceHint = "reconcile trace OBLIGATION_ID"
+	listHint  = "reconcile findings --open"
+	ackHint   = `reconcile ack FINGERPRINT --reason "…"`
+)
+
+// kindLabel names a finding kind for finance.
+func kindLabel(k reconcile.FindingKind) string {
+	switch k {
+	case reconcile.Duplicate:
+		return "Duplicate payment"
+	case reconcile.SuspectedDuplicate:
+		return "Suspected duplicate"
+	case reconcile.Orphan:
+		return "Money moved without an obligation"
+	case reconcile.PaidWithoutEvidence:
+		return "Paid without evidence"
+	case reconcile.AmountMismatch:
+		return "Amount mismatch"
+	case reconcile.StatusMismatch:
+		return "Status mismatch"
+	case reconcile.StaleLease:
+		return "Stalled payment (stale lease)"
+	case reconcile.UnresolvedUnknown:
+		return "Outcome still unknown"
+	case reconcile.ConflictingLink:
+		return "Conflicting link"
+	}
+	s := clean(strings.ReplaceAll(string(k), "_", " "), 60, true)
+	if s == "" {
+		return "Finding"
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// kindAction is the one line that says what a person does next.
+func kindAction(k reconcile.FindingKind) string {
+	switch k {
+	case reconcile.Duplicate:
+		return "Confirm with the customer and recover the extra money; do not retry the obligation."
+	case reconcile.SuspectedDuplicate:
+		return "Check whether this second movement of the same amount was intended; if not, recover it from the customer's account and record why."
+	case reconcile.Orphan:
+		return "Find who moved this money outside the workflow; record it against an obligation or reverse it."
+	case reconcile.PaidWithoutEvidence:
+		return "Look for the payment in the Stripe dashboard before anyone tells the customer it is paid; if there is none, send the obligation back for review."
+	case reconcile.AmountMismatch:
+		return "Compare the two amounts and settle the difference with the customer; correct the obligation if it is the one that is wrong."
+	case reconcile.StatusMismatch:
+		return "Compare the obligation's state with Stripe's record and correct the obligation by hand; do not retry it until they agree."
+	case reconcile.StaleLease:
+		return "A worker stopped mid-payment: check Stripe before anyone retries, then let the workflow resume or fail the obligation."
+	case reconcile.UnresolvedUnknown:
+		return "Stripe shows no successful payment for it yet: confirm with Stripe before retrying, and retry only with the same idempotency key."
+	case reconcile.ConflictingLink:
+		return "One Stripe object is linked to two obligations: decide which one it belongs to and correct the other's provider id or metadata."
+	}
+	return "Review it with `" + traceHint + "`."
+}
+
+// money formats an amount for people, by the currency's exponent.
+func money(m reconcile.Money) string {
+	if len(m.Currency) == 3 && isAlpha(m.Currency) {
+		return m.String()
+	}
+	if m.Currency == "" {
+		return m.Major()
+	}
+	return m.Major() + " " + clean(m.Currency, 12, true)
+}
+
+func isAlpha(s string) bool {
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// moneyPhrase is what a finding is worth, for a line or a header.
+func moneyPhrase(f reconcile.Finding, fam family) string {
+	switch {
+	case fam == famResolved && f.Money.Amount != 0:
+		return money(f.Money)
+	case f.AtRisk.Amount != 0:
+		return money(f.AtRisk) + " at risk"
+	case f.Money.Amount != 0:
+		return money(f.Money)
+	}
+	return "no amount"
+}
+
+var stripeID = regexp.MustCompile(`^(ch|py|pi|re|pyr|cus|dp|du|in)_[0-9A-Za-z]+$`)
+
+// dashboardURL links a Stripe object in the dashboard of the key's mode;
+// empty for ids that are not Stripe's or that redaction would change.
+func dashboardURL(id string, live bool) string {
+	if len(id) > 255 || !stripeID.MatchString(id) || Redact(id) != id {
+		return ""
+	}
+	var section string
+	switch id[:strings.IndexByte(id, '_')] {
+	case "ch", "py", "pi":
+		section = "payments"
+	case "re", "pyr":
+		section = "refunds"
+	case "cus":
+		section = "customers"
+	case "dp", "du":
+		section = "disputes"
+	case "in":
+		section = "invoices"
+	}
+	base := "https://dashboard.stripe.com/"
+	if !live {
+		base += "test/"
+	}
+	return base + section + "/" + url.PathEscape(id)
+}
+
+// providerRefs lists provider ids in code spans with dashboard links, and
+// the same plainly for the text fallback.
+func providerRefs(ids []string, limit int, live bool) (mrkdwn, plain string) {
+	var ms, ps []string
+	for i, id := range ids {
+		if i == limit {
+			more := fmt.Sprintf("+%d more", len(ids)-limit)
+			ms, ps = append(ms, more), append(ps, more)
+			break
+		}
+		m := code(id)
+		if u := dashboardURL(id, live); u != "" {
+			m += " (<" + u + "|dashboard>)"
+		}
+		ms, ps = append(ms, m), append(ps, plainID(id))
+	}
+	return strings.Join(ms, ", "), strings.Join(ps, ", ")
+}
+
+func obligationRef(id string) (mrkdwn, plain string) {
+	if id == "" {
+		return "none", "none"
+	}
+	return code(id), plainID(id)
+}
+
+func possibleRepeatLine(rows []reconcile.Alert) string {
+	attempt := 0
+	for _, r := range rows {
+		if r.UnknownOutcome {
+			attempt = max(attempt, r.Attempts+1)
+		}
+	}
+	s := "Possible repeat: an earlier delivery of this alert timed out and may have arrived"
+	if attempt > 1 {
+		s += " (attempt " + strconv.Itoa(attempt) + ")"
+	}
+	return s + "."
+}
+
+func mrkdwn(s string) *slack.TextBlockObject {
+	// verbatim: Slack must not turn words into links or mentions.
+	return slack.NewTextBlockObject(slack.MarkdownType, s, false, true)
+}
+
+func section(s string) *slack.SectionBlock { return slack.NewSectionBlock(mrkdwn(s), nil, nil) }
+
+func header(s string) *slack.HeaderBlock {
+	return slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, truncateEscaped(s, maxHeaderText), true, false))
+}
+
+func contextBlock(parts ...string) *slack.ContextBlock {
+	var els []slack.MixedElement
+	for _, p := range parts {
+		if p != "" && len(els) < maxContextElem {
+			els = append(els, mrkdwn(p))
+		}
+	}
+	return slack.NewContextBlock("", els...)
+}
+
+func runLabel(id string) string {
+	if id == "" {
+		return "an unnamed run"
+	}
+	return "run " + code(id)
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	return t.UTC().Format("2006-01-02 15:04")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// renderSummary is one run's summary: counts of what is new, changed and
+// resolved by kind, money at risk per currency, the window, and how to
+// trace a finding. It names no finding, so it re-alerts nothing.
+func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
+	s := r.Summary
+	if s == nil {
+		s = &reconcile.RunSummary{RunID: r.RunID}
+	}
+	runID := cmpOr(s.RunID, r.RunID)
+	total := func(m map[reconcile.FindingKind]int) int {
+		n := 0
+		for _, v := range m {
+			n += v
+		}
+		return n
+	}
+	nNew, nChanged, nResolved := total(s.New), total(s.Changed), total(s.Resolved)
+	var parts []string
+	if nNew > 0 {
+		parts = append(parts, strconv.Itoa(nNew)+" new")
+	}
+	if nChanged > 0 {
+		parts = append(parts, strconv.Itoa(nChanged)+" changed")
+	}
+	if nResolved > 0 {
+		parts = append(parts, strconv.Itoa(nResolved)+" resolved")
+	}
+	title := "Reconciliation: nothing new"
+	if len(parts) > 0 {
+		noun := " findings"
+		if nNew+nChanged+nResolved == 1 {
+			noun = " finding"
+		}
+		title = "Reconciliation: " + strings.Join(parts, ", ") + noun
+	}
+
+	window := formatTime(s.Window.From) + " → " + formatTime(s.Window.To) + " UTC"
+	facts := fmt.Sprintf("*Window* %s\n*Checked* %s against %s (%d linked)\n*Run* %s",
+		window, plural(s.Counts.Obligations, "obligation", "obligations"),
+		plural(s.Counts.ProviderObjects, "Stripe object", "Stripe objects"), s.Counts.Linked, code(runID))
+
+	kinds := slices.Collect(maps.Keys(s.New))
+	for k := range s.Changed {
+		kinds = append(kinds, k)
+	}
+	for k := range s.Resolved {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b reconcile.FindingKind) int {
+		if d := kindOrder(a) - kindOrder(b); d != 0 {
+			return d
+		}
+		return strings.Compare(string(a), string(b))
+	})
+	kinds = slices.Compact(kinds)
+	var kindLines, kindText []string
+	for _, k := range kinds {
+		var ns []string
+		if n := s.New[k]; n > 0 {
+			ns = append(ns, strconv.Itoa(n)+" new")
+		}
+		if n := s.Changed[k]; n > 0 {
+			ns = append(ns, strconv.Itoa(n)+" changed")
+		}
+		if n := s.Resolved[k]; n > 0 {
+			ns = append(ns, strconv.Itoa(n)+" resolved")
+		}
+		if len(ns) == 0 {
+			continue
+		}
+		label := kindLabel(k) + " (" + string(k.Severity()) + ")"
+		kindLines = append(kindLines, "• *"+label+"*: "+strings.Join(ns, ", "))
+		kindText = append(kindText, label+": "+strings.Join(ns, ", "))
+	}
+
+	var risk []string
+	for _, m := range s.AtRisk {
+		if m.Amount != 0 {
+			risk = append(risk, money(m))
+		}
+	}
+	open := 0
+	for _, v := range s.Open {
+		open += v
+	}
+
+	var blocks []slack.Block
+	if r.UnknownOutcome {
+		blocks = append(blocks, contextBlock(":warning: "+possibleRepeatLine([]reconcile.Alert{r})))
+	}
+	blocks = append(blocks, header(title), section(facts))
+	if len(kindLines) > 0 {
+		blocks = append(blocks, section("*By kind*\n"+strings.Join(kindLines, "\n")))
+	}
+	if len(risk) > 0 {
+		blocks = append(blocks, section("*Money at risk* (new and changed findings): "+strings.Join(risk, " · ")))
+	}
+	blocks = append(blocks, contextBlock(
+		"Open after this run: "+strconv.Itoa(open),
+		"Trace a finding: `"+traceHint+"`",
+		"List open findings: `"+listHint+"`",
+	))
+
+	var t strings.Builder
+	if r.UnknownOutcome {
+		t.WriteString(possibleRepeatLine([]reconcile.Alert{r}) + "\n")
+	}
+	fmt.Fprintf(&t, "%s. Run %s, window %s.", title, plainID(runID), window)
+	if len(kindText) > 0 {
+		t.WriteString(" " + strings.Join(kindText, "; ") + ".")
+	}
+	if len(risk) > 0 {
+		t.WriteString(" Money at risk: " + strings.Join(risk, ", ") + ".")
+	}
+	t.WriteString(" Trace a finding: " + traceHint + ".")
+	return Message{
+		Kind: KindSummary, RunID: r.RunID, AlertIDs: []int64{r.ID}, Parent: -1,
+		PossibleRepeat: r.UnknownOutcome, Text: t.String(), Blocks: blocks,
+	}
+}
+
+// renderFinding is a critical finding's own top-level message.
+func renderFinding(r reconcile.Alert, opts PlanOptions) Message {
+	f := r.Finding
+	label := kindLabel(f.Kind)
+	sev := severityOf(f)
+	title := ":rotating_light: " + label + ": " + moneyPhrase(f, famFiring)
+	if r.Changed {
+		title = ":rotating_light: Changed: " + label + ", now " + moneyPhrase(f, famFiring)
+	}
+	oblM, oblP := obligationRef(f.ObligationID)
+	facts := "*Obligation* " + oblM + "\n*Amount* " + money(f.Money)
+	if f.AtRisk.Amount != 0 {
+		facts += " · *At risk* " + money(f.AtRisk)
+	}
+	facts += " · *Severity* " + string(sev)
+	idsM, idsP := providerRefs(f.ProviderIDs, 10, opts.Live)
+	detail := clean(f.Detail, 1500, false)
+	action := kindAction(f.Kind)
+
+	var blocks []slack.Block
+	if r.UnknownOutcome {
+		blocks = append(blocks, contextBlock(":warning: "+possibleRepeatLine([]reconcile.Alert{r})))
+	}
+	blocks = append(blocks, header(title), section(facts))
+	if idsM != "" {
+		blocks = append(blocks, section("*At Stripe* "+idsM))
+	}
+	if detail != "" {
+		blocks = append(blocks, section(detail))
+	}
+	if r.Changed {
+		blocks = append(blocks, section("_This finding was alerted before; the money at risk or the Stripe objects changed since._"))
+	}
+	blocks = append(blocks, section("*What to do:* "+action))
+	trace := ""
+	if f.ObligationID != "" {
+		trace = "Trace: `reconcile trace " + strings.Trim(code(f.ObligationID), "`") + "`"
+	}
+	blocks = append(blocks, contextBlock(
+		strings.ToUpper(string(sev[:1]))+string(sev[1:])+" · "+runLabel(r.RunID),
+		trace,
+		"Stop repeats: `reconcile ack "+strings.Trim(code(f.Fingerprint), "`")+` --reason "…"`+"`",
+	))
+
+	var t strings.Builder
+	if r.UnknownOutcome {
+		t.WriteString(possibleRepeatLine([]reconcile.Alert{r}) + "\n")
+	}
+	if r.Changed {
+		t.WriteString("Changed: ")
+	}
+	fmt.Fprintf(&t, "%s (%s): %s. Obligation %s, amount %s.", label, sev, moneyPhrase(f, famFiring), oblP, money(f.Money))
+	if idsP != "" {
+		t.WriteString(" Stripe: " + idsP + ".")
+	}
+	if detail != "" {
+		t.WriteString(" " + strings.Join(strings.Fields(detail), " "))
+	}
+	t.WriteString("\nWhat to do: " + action)
+	return Message{
+		Kind: KindFinding, RunID: r.RunID, AlertIDs: []int64{r.ID}, Parent: -1,
+		PossibleRepeat: r.UnknownOutcome, Text: t.String(), Blocks: blocks,
+	}
+}
+
+// itemLine renders one row as a line of a group message.
+func itemLine(r reconcile.Alert, fam family, now time.Time, opts PlanOptions) (line, text string) {
+	f := r.Finding
+	label := kindLabel(f.Kind)
+	sev := string(severityOf(f))
+	oblM, oblP := obligationRef(f.ObligationID)
+	idsM, idsP := providerRefs(f.ProviderIDs, 5, opts.Live)
+	var m, p strings.Builder
+	m.WriteString("• ")
+	p.WriteString("- ")
+	if fam == famFiring && r.Changed {
+		m.WriteString("_Changed:_ ")
+		p.WriteString("changed: ")
+	}
+	m.WriteString("*" + label + "*")
+	p.WriteString(label)
+	if fam != famResolved {
+		m.WriteString(" (" + sev + ")")
+		p.WriteString(" (" + sev + ")")
+	}
+	amount := moneyPhrase(f, fam)
+	if f.ObligationID == "" {
+		// An orphan has no obligation; its Stripe ids say what it is.
+		m.WriteString(" — " + amount)
+		p.WriteString(": " + amount)
+	} else {
+		m.WriteString(" " + oblM + " — " + amount)
+		p.WriteString(" " + oblP + ": " + amount)
+	}
+	if idsM != "" {
+		m.WriteString(" · " + idsM)
+		p.WriteString("; Stripe " + idsP)
+	}
+	switch fam {
+	case famFiring:
+		if d := clean(f.Detail, 200, true); d != "" {
+			m.WriteString(" — " + d)
+		}
+	case famRepeat:
+		m.WriteString(" · fingerprint " + code(f.Fingerprint))
+	}
+	return truncateEscaped(m.String(), maxLine), truncateEscaped(p.String(), maxLine)
+}
+
+// familyHeading introduces a family's lines in a group message; it says
+// "resolved" for resolutions, which is how a reader tells them apart.
+func familyHeading(fam family) string {
+	switch fam {
+	case famRepeat:
+		return ":repeat: *Still open* past the repeat interval and not acknowledged:"
+	case famResolved:
+		return ":white_check_mark: *Resolved*: no longer found:"
+	}
+	return ":mag: *To check*:"
+}
+
+func familyPlain(fam family) string {
+	switch fam {
+	case famRepeat:
+		return "Still open past the repeat interval and not acknowledged:"
+	case famResolved:
+		return "Resolved, no longer found:"
+	}
+	return "To check:"
+}
+
+// renderGroup lists a chunk of a group's rows in one message.
+func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Message {
+	rows := make([]reconcile.Alert, len(c.items))
+	ids := make([]int64, len(c.items))
+	fams := map[family]int{}
+	for i, it := range c.items {
+		rows[i], ids[i] = it.row, it.row.ID
+		fams[it.fam]++
+	}
+	k := c.g.key
+	n := len(c.items)
+	var title string
+	switch {
+	case len(fams) > 1:
+		title = "*" + plural(n, "finding", "findings") + "* from " + runLabel(k.run)
+	case fams[famResolved] > 0:
+		title = ":white_check_mark: *" + plural(n, "finding", "findings") + " resolved*: " + runLabel(k.run) + " no longer finds them"
+	case fams[famRepeat] > 0:
+		title = ":repeat: *" + plural(n, "finding", "findings") + " still open* at " + formatTime(now) + " UTC, past the repeat interval (" + runLabel(k.run) + ")"
+	default:
+		title = "*" + plural(n, "finding", "findings") + " to check* from " + runLabel(k.run)
+	}
+	if parts > 1 {
+		title += fmt.Sprintf(" (part %d of %d)", part, parts)
+	}
+	plainTitle := strings.NewReplacer("*", "", "`", "", ":white_check_mark: ", "", ":repeat: ", "").Replace(title)
+
+	var lines, text []string
+	var kinds []reconcile.FindingKind
+	fam := family(-1)
+	for i, it := range c.items {
+		if i == 0 || it.fam != fam {
+			fam = it.fam
+			// A one-family group's title says it already; pack counted the
+			// heading anyway, which only errs on the safe side.
+			if len(fams) > 1 {
+				lines = append(lines, familyHeading(fam))
+				text = append(text, familyPlain(fam))
+			}
+		}
+		lines = append(lines, it.line)
+		text = append(text, it.text)
+		if it.fam != famResolved && !slices.Contains(kinds, it.row.Finding.Kind) {
+			kinds = append(kinds, it.row.Finding.Kind)
+		}
+	}
+	slices.SortFunc(kinds, func(a, b reconcile.FindingKind) int { return kindOrder(a) - kindOrder(b) })
+
+	var blocks []slack.Block
+	possible := k.unknown || anyUnknown(rows)
+	if possible {
+		blocks = append(blocks, contextBlock(":warning: "+possibleRepeatLine(rows)))
+	}
+	blocks = append(blocks, section(title))
+	for _, s := range sectionize(lines) {
+		blocks = append(blocks, section(s))
+	}
+	var todo, todoText []string
+	for _, kd := range kinds {
+		todo = append(todo, "• *"+kindLabel(kd)+"*: "+kindAction(kd))
+		todoText = append(todoText, kindLabel(kd)+": "+kindAction(kd))
+	}
+	if len(todo) > 0 {
+		blocks = append(blocks, section("*What to do*\n"+strings.Join(todo, "\n")))
+	}
+	foot := []string{"Trace a finding: `" + traceHint + "`"}
+	if fams[famRepeat] > 0 {
+		foot = append(foot, "Stop repeats: `"+ackHint+"`")
+	}
+	blocks = append(blocks, contextBlock(foot...))
+
+	var t strings.Builder
+	if possible {
+		t.WriteString(possibleRepeatLine(rows) + "\n")
+	}
+	t.WriteString(plainTitle + "\n" + strings.Join(text, "\n"))
+	if len(todoText) > 0 {
+		t.WriteString("\nWhat to do: " + strings.Join(todoText, " "))
+	}
+	return Message{
+		Kind: KindGroup, RunID: k.run, AlertIDs: ids, Parent: k.parent, ThreadTS: k.ts,
+		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
+	}
+}
+
+func anyUnknown(rows []reconcile.Alert) bool {
+	return slices.ContainsFunc(rows, func(r reconcile.Alert) bool { return r.UnknownOutcome })
+}
+
+// renderOverflow counts what did not fit in a drain's message budget: a
+// flood of findings is a reason to look at the report, not to fill the
+// channel.
+func renderOverflow(items []item, parent int) Message {
+	ids := make([]int64, len(items))
+	rows := make([]reconcile.Alert, len(items))
+	type key struct {
+		fam  family
+		kind reconcile.FindingKind
+	}
+	counts := map[key]int{}
+	risk := map[string]int64{}
+	var runs []string
+	for i, it := range items {
+		ids[i], rows[i] = it.row.ID, it.row
+		counts[key{it.fam, it.row.Finding.Kind}]++
+		if it.fam != famResolved && it.row.Finding.AtRisk.Amount != 0 {
+			risk[strings.ToLower(it.row.Finding.AtRisk.Currency)] += it.row.Finding.AtRisk.Amount
+		}
+		if !slices.Contains(runs, it.row.RunID) {
+			runs = append(runs, it.row.RunID)
+		}
+	}
+	keys := slices.Collect(maps.Keys(counts))
+	slices.SortFunc(keys, func(a, b key) int {
+		if a.fam != b.fam {
+			return int(a.fam - b.fam)
+		}
+		if d := kindOrder(a.kind) - kindOrder(b.kind); d != 0 {
+			return d
+		}
+		return strings.Compare(string(a.kind), string(b.kind))
+	})
+	var lines, plain []string
+	for _, k := range keys {
+		word := "to check"
+		switch k.fam {
+		case famRepeat:
+			word = "still open"
+		case famResolved:
+			word = "resolved"
+		}
+		s := fmt.Sprintf("%s %s (%s)", formatCount(counts[k]), kindLabel(k.kind), word)
+		lines = append(lines, "• "+s)
+		plain = append(plain, s)
+		if len(lines) == 40 {
+			break
+		}
+	}
+	var riskS []string
+	for _, cur := range slices.Sorted(maps.Keys(risk)) {
+		riskS = append(riskS, money(reconcile.Money{Amount: risk[cur], Currency: cur}))
+	}
+	var runLabels []string
+	for i, r := range runs {
+		if i == 5 {
+			runLabels = append(runLabels, fmt.Sprintf("+%d more", len(runs)-5))
+			break
+		}
+		runLabels = append(runLabels, code(r))
+	}
+	title := "*" + formatCount(len(items)) + " more alerts* are counted here instead of listed, to keep this channel readable (runs " + strings.Join(runLabels, ", ") + "):"
+
+	var blocks []slack.Block
+	possible := anyUnknown(rows)
+	if possible {
+		blocks = append(blocks, contextBlock(":warning: Some of these may repeat: an earlier delivery timed out and may have arrived."))
+	}
+	blocks = append(blocks, section(title+"\n"+strings.Join(lines, "\n")))
+	if len(riskS) > 0 {
+		blocks = append(blocks, section("*Money at risk* among them: "+strings.Join(riskS, " · ")))
+	}
+	blocks = append(blocks, contextBlock("List them all: `"+listHint+"`", "Trace a finding: `"+traceHint+"`"))
+
+	var t strings.Builder
+	if possible {
+		t.WriteString("Some of these may repeat: an earlier delivery timed out and may have arrived.\n")
+	}
+	t.WriteString(formatCount(len(items)) + " more alerts, counted instead of listed: " + strings.Join(plain, "; ") + ".")
+	if len(riskS) > 0 {
+		t.WriteString(" Money at risk among them: " + strings.Join(riskS, ", ") + ".")
+	}
+	t.WriteString(" List them all: " + listHint + ".")
+	run := ""
+	if len(runs) == 1 {
+		run = runs[0]
+	}
+	return Message{
+		Kind: KindOverflow, RunID: run, AlertIDs: ids, Parent: parent,
+		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
+	}
+}
+
+// formatCount groups thousands: 10000 → "10,000".
+func formatCount(n int) string {
+	return reconcile.Money{Amount: int64(n), Currency: "jpy"}.Major()
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func runeLen(s string) int { return utf8.RuneCountInString(s) }
+
+// fit is the last guard on Slack's limits: whatever rendering produced, the
+// message is cut to fit rather than rejected by Slack.
+func fit(m *Message) {
+	if len(m.Blocks) > maxBlocks {
+		m.Blocks = append(m.Blocks[:maxBlocks-1:maxBlocks-1],
+			contextBlock("Not all of this fits in one Slack message; see `"+listHint+"`."))
+	}
+	for _, b := range m.Blocks {
+		switch b := b.(type) {
+		case *slack.HeaderBlock:
+			if b.Text != nil {
+				b.Text.Text = truncateEscaped(b.Text.Text, maxHeaderText)
+			}
+		case *slack.SectionBlock:
+			if b.Text != nil {
+				b.Text.Text = truncateEscaped(b.Text.Text, maxSectionText)
+			}
+		case *slack.ContextBlock:
+			els := b.ContextElements.Elements
+			if len(els) > maxContextElem {
+				b.ContextElements.Elements = els[:maxContextElem]
+			}
+			for _, e := range b.ContextElements.Elements {
+				if t, ok := e.(*slack.TextBlockObject); ok {
+					t.Text = truncateEscaped(t.Text, maxSectionText)
+				}
+			}
+		}
+	}
+	m.Text = truncateEscaped(m.Text, maxText)
+}
+
+// violations lists how a message breaks Slack's limits; none for a message
+// that Plan produced.
+func violations(text string, blocks []slack.Block) []string {
+	var v []string
+	if n := runeLen(text); n > maxText {
+		v = append(v, fmt.Sprintf("text has %d characters, over %d", n, maxText))
+	}
+	if len(blocks) > maxBlocks {
+		v = append(v, fmt.Sprintf("%d blocks, over %d", len(blocks), maxBlocks))
+	}
+	for i, b := range blocks {
+		switch b := b.(type) {
+		case *slack.HeaderBlock:
+			if n := runeLen(b.Text.Text); n > maxHeaderText {
+				v = append(v, fmt.Sprintf("block %d: header of %d characters, over %d", i, n, maxHeaderText))
+			}
+		case *slack.SectionBlock:
+			if n := runeLen(b.Text.Text); n > maxSectionText {
+				v = append(v, fmt.Sprintf("block %d: section of %d characters, over %d", i, n, maxSectionText))
+			}
+		case *slack.ContextBlock:
+			if n := len(b.ContextElements.Elements); n > maxContextElem {
+				v = append(v, fmt.Sprintf("block %d: context of %d elements, over %d", i, n, maxContextElem))
+			}
+		}
+	}
+	return v
+}

@@ -1,0 +1,534 @@
+package alerts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// NotConfiguredWarning is the one warning to log when no Slack is
+// configured: findings stay in the outbox and in the report.
+const NotConfiguredWarning = "alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL or SLACK_WEBHOOK_URL"
+
+// DefaultAPIURL is Slack's Web API, where SLACK_API_URL points by default.
+const DefaultAPIURL = "https://slack.com/api/"
+
+// ErrNotConfigured is returned by Drain when neither a bot token nor a
+// webhook URL is set.
+var ErrNotConfigured = errors.New("slack is not configured")
+
+// ErrPermanent matches, with errors.Is, every error that no retry can fix:
+// a bad token, an unknown channel, a removed webhook. The run exits 1 and
+// the rows stay in the outbox until someone fixes the setting.
+var ErrPermanent = errors.New("slack delivery needs a fix")
+
+// PermanentError is a delivery error that no retry can fix. Its message
+// is one line that says what to fix, and holds no secret.
+type PermanentError struct {
+	Reason string // Slack's error code, or the webhook's HTTP status
+	Fix    string
+}
+
+func (e *PermanentError) Error() string { return "slack: " + e.Reason + ": " + e.Fix }
+
+// Is makes errors.Is(err, ErrPermanent) true.
+func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
+
+// SlackOptions configure delivery. BotToken and WebhookURL are secrets:
+// SlackOptions prints and logs them as "<redacted>", and no error or log
+// line of this package contains them.
+type SlackOptions struct {
+	BotToken   string // SLACK_BOT_TOKEN; needs Channel
+	Channel    string // SLACK_CHANNEL, an id (C0123456789) or a name
+	WebhookURL string // SLACK_WEBHOOK_URL, used when there is no bot token
+	APIURL     string // SLACK_API_URL; default DefaultAPIURL
+	// PerChannelInterval is the least time between two posts to a channel;
+	// default 1s (Slack allows about one message a second per channel).
+	// Negative: no pacing.
+	PerChannelInterval time.Duration
+	// MaxRetries is how many times one message is tried again after a 429,
+	// a 5xx or a network error that happened before the request went out;
+	// then the drain stops and the rest waits in the outbox. 0: no retries.
+	MaxRetries int
+	// Timeout bounds one request; default 10s.
+	Timeout    time.Duration
+	HTTPClient *http.Client // default: a plain client; Timeout applies per request
+	// Live says the Stripe key is a live one (sk_live_, rk_live_), so that
+	// dashboard links leave out /test/.
+	Live   bool
+	Logger *slog.Logger // default: discard
+
+	// BackoffBase is the wait after the first 5xx or network error, doubled
+	// per retry up to BackoffMax; defaults 1s and 30s.
+	BackoffBase, BackoffMax time.Duration
+	// MaxRetryAfter is the longest 429 Retry-After waited for within a
+	// drain; a longer one ends the drain. Default 2m.
+	MaxRetryAfter time.Duration
+	// BatchSize is how many due rows are planned at once; default 10,000.
+	BatchSize int
+	// MaxCritical and MaxMessages bound one drain's messages (PlanOptions).
+	MaxCritical, MaxMessages int
+	// Sleep waits for d or until ctx ends; default a timer. Tests pass a
+	// fake clock's, so that pacing and backoff take no real time.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// String prints the options without their secrets.
+func (o SlackOptions) String() string {
+	return fmt.Sprintf("{BotToken:%s Channel:%s WebhookURL:%s APIURL:%s Live:%t}",
+		secret(o.BotToken), o.Channel, secret(o.WebhookURL), o.APIURL, o.Live)
+}
+
+// GoString keeps %#v from printing the secrets.
+func (o SlackOptions) GoString() string { return "alerts.SlackOptions" + o.String() }
+
+// LogValue logs the options without their secrets.
+func (o SlackOptions) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("bot_token", secret(o.BotToken)),
+		slog.String("channel", o.Channel),
+		slog.String("webhook_url", secret(o.WebhookURL)),
+		slog.String("api_url", o.APIURL),
+	)
+}
+
+func secret(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "<redacted>"
+}
+
+type mode int
+
+const (
+	modeNone mode = iota
+	modeBot
+	modeWebhook
+)
+
+// Deliverer posts the outbox's due alerts to Slack.
+type Deliverer struct {
+	mode    mode
+	opts    SlackOptions
+	client  *slack.Client
+	http    *http.Client
+	log     *slog.Logger
+	secrets []string // literal secrets to scrub from error text
+}
+
+// NewSlack validates the options and returns a Deliverer. A bot token
+// needs a channel; a webhook URL alone is enough; with both, the bot token
+// is used (it can thread). With neither, the Deliverer is not Configured
+// and Drain returns ErrNotConfigured. Errors never repeat a secret.
+func NewSlack(opts SlackOptions) (*Deliverer, error) {
+	opts.BotToken = strings.TrimSpace(opts.BotToken)
+	opts.WebhookURL = strings.TrimSpace(opts.WebhookURL)
+	opts.Channel = strings.TrimSpace(opts.Channel)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.APIURL == "" {
+		opts.APIURL = DefaultAPIURL
+	}
+	if u, err := url.Parse(opts.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("slack: SLACK_API_URL must be an absolute http(s) URL such as " + DefaultAPIURL)
+	}
+	if !strings.HasSuffix(opts.APIURL, "/") {
+		opts.APIURL += "/"
+	}
+	if opts.PerChannelInterval == 0 {
+		opts.PerChannelInterval = time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{}
+	}
+	if opts.BackoffBase <= 0 {
+		opts.BackoffBase = time.Second
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 30 * time.Second
+	}
+	if opts.MaxRetryAfter <= 0 {
+		opts.MaxRetryAfter = 2 * time.Minute
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 10000
+	}
+	if opts.MaxRetries < 0 {
+		opts.MaxRetries = 0
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = sleep
+	}
+	d := &Deliverer{opts: opts, http: opts.HTTPClient, log: opts.Logger}
+	switch {
+	case opts.BotToken != "":
+		if opts.Channel == "" {
+			return nil, errors.New("slack: SLACK_CHANNEL must be set with SLACK_BOT_TOKEN (the id of the channel alerts go to, e.g. C0123456789)")
+		}
+		d.mode = modeBot
+		d.client = slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient))
+		d.secrets = []string{opts.BotToken}
+	case opts.WebhookURL != "":
+		u, err := url.Parse(opts.WebhookURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, errors.New("slack: SLACK_WEBHOOK_URL must be an absolute http(s) URL (an incoming webhook, https://hooks.slack.com/services/…)")
+		}
+		d.mode = modeWebhook
+		// The path is the secret; error text may carry it raw or escaped.
+		d.secrets = []string{opts.WebhookURL, u.String(), u.EscapedPath(), u.Path}
+	}
+	return d, nil
+}
+
+// Configured reports whether Slack delivery is set up; when it is not, the
+// caller logs NotConfiguredWarning once and leaves the outbox alone.
+func (d *Deliverer) Configured() bool { return d != nil && d.mode != modeNone }
+
+// String describes the deliverer without its secrets.
+func (d *Deliverer) String() string {
+	switch d.mode {
+	case modeBot:
+		return "slack bot to channel " + d.opts.Channel
+	case modeWebhook:
+		return "slack incoming webhook"
+	}
+	return "slack (not configured)"
+}
+
+// GoString keeps %#v from printing the secrets.
+func (d *Deliverer) GoString() string { return d.String() }
+
+// PlanOptions are the options Drain plans with.
+func (d *Deliverer) PlanOptions() PlanOptions {
+	return PlanOptions{Live: d.opts.Live, Webhook: d.mode == modeWebhook,
+		MaxCritical: d.opts.MaxCritical, MaxMessages: d.opts.MaxMessages}
+}
+
+// Drain posts every alert the outbox has due, in planned messages, at most
+// one a PerChannelInterval, and marks each row sent once Slack accepted
+// the message carrying it. Slack unavailable (429 past MaxRetryAfter, 5xx,
+// network errors after MaxRetries) ends the drain with the rest left in
+// the outbox and a nil error: the next drain sends it. A request that went
+// out without an answer is recorded as of unknown outcome, so that the next
+// copy says it may be a repeat. Errors: ErrNotConfigured; an error matching
+// ErrPermanent (rows left unsent, nothing recorded); the outbox's errors;
+// the context's.
+func (d *Deliverer) Drain(ctx context.Context, outbox Outbox, now func() time.Time) (DrainStats, error) {
+	if !d.Configured() {
+		return DrainStats{}, ErrNotConfigured
+	}
+	p := &pacer{interval: d.opts.PerChannelInterval, now: now, sleep: d.opts.Sleep, last: map[string]time.Time{}}
+	var st DrainStats
+	send := func(ctx context.Context, m Message, thread string) outcome {
+		return d.send(ctx, m, thread, p, now, &st)
+	}
+	got, err := drain(ctx, outbox, now, d.PlanOptions(), d.opts.BatchSize, d.log, send)
+	got.Retries, got.RateLimited = st.Retries, st.RateLimited
+	return got, err
+}
+
+// pacer keeps posts to one channel at least interval apart.
+type pacer struct {
+	interval time.Duration
+	now      func() time.Time
+	sleep    func(context.Context, time.Duration) error
+	last     map[string]time.Time
+}
+
+func (p *pacer) wait(ctx context.Context, channel string) error {
+	last, ok := p.last[channel]
+	if !ok || p.interval <= 0 {
+		return nil
+	}
+	if d := last.Add(p.interval).Sub(p.now()); d > 0 {
+		return p.sleep(ctx, d)
+	}
+	return nil
+}
+
+func (p *pacer) posted(channel string) { p.last[channel] = p.now() }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// class is how an attempt ended.
+type class int
+
+const (
+	classOK          class = iota
+	classRateLimited       // 429: wait Retry-After, then again
+	classTransient         // 5xx, or a network error before the request went out
+	classUnknown           // the request went out; no usable answer came back
+	classRefused           // this message was refused; another might not be
+	classNoThread          // the thread to reply to is gone
+	classFatal             // no retry can help
+	classCanceled          // the drain's context ended
+)
+
+type attempt struct {
+	class      class
+	retryAfter time.Duration
+	err        error // classFatal: a *PermanentError
+	text       string
+}
+
+// send tries one message until Slack accepts it or retrying stops making
+// sense. It never repeats a request that may have arrived.
+func (d *Deliverer) send(ctx context.Context, m Message, thread string, p *pacer, now func() time.Time, st *DrainStats) outcome {
+	channel := d.channelKey()
+	textOnly := false
+	for try := 0; ; try++ {
+		if err := p.wait(ctx, channel); err != nil {
+			return outcome{status: statusDeferred, errText: "drain interrupted: " + err.Error()}
+		}
+		ch, ts, err, written := d.post(ctx, m, thread, textOnly)
+		p.posted(channel)
+		a := d.classify(ctx, err, written)
+		retryable := try < d.opts.MaxRetries
+		var wait time.Duration
+		switch a.class {
+		case classOK:
+			return outcome{status: statusSent, channel: cmpOr(ch, channel), ts: ts}
+		case classRateLimited:
+			st.RateLimited++
+			wait = a.retryAfter
+			if !retryable || wait > d.opts.MaxRetryAfter {
+				return outcome{status: statusDeferred, retryAt: now().Add(wait), errText: a.text}
+			}
+			d.log.Info("slack rate limited; waiting as asked", "retry_after", wait, "attempt", try+1)
+		case classTransient:
+			if !retryable {
+				return outcome{status: statusDeferred, errText: a.text}
+			}
+			wait = min(d.opts.BackoffBase<<min(try, 20), d.opts.BackoffMax)
+			d.log.Info("slack unavailable; retrying", "error", a.text, "wait", wait, "attempt", try+1)
+		case classRefused:
+			if textOnly {
+				return outcome{status: statusSkipped, retryAt: now().Add(time.Hour), errText: a.text}
+			}
+			// Try the same alerts as plain text, which no block rule can refuse.
+			textOnly = true
+			continue
+		case classNoThread:
+			if thread == "" {
+				return outcome{status: statusSkipped, retryAt: now().Add(time.Hour), errText: a.text}
+			}
+			thread = ""
+			continue
+		case classUnknown:
+			return outcome{status: statusUnknown, errText: a.text}
+		case classCanceled:
+			if written && err != nil {
+				return outcome{status: statusUnknown, errText: a.text}
+			}
+			return outcome{status: statusDeferred, errText: a.text}
+		default:
+			return outcome{status: statusFatal, err: a.err, errText: a.text}
+		}
+		st.Retries++
+		if err := d.opts.Sleep(ctx, wait); err != nil {
+			return outcome{status: statusDeferred, errText: "drain interrupted: " + err.Error()}
+		}
+	}
+}
+
+func (d *Deliverer) channelKey() string {
+	if d.mode == modeWebhook {
+		return "webhook"
+	}
+	return d.opts.Channel
+}
+
+// post makes one request and reports whether it was written out whole, so
+// that a failure after that point is known to be of unknown outcome.
+func (d *Deliverer) post(ctx context.Context, m Message, thread string, textOnly bool) (channel, ts string, err error, written bool) {
+	actx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+	defer cancel()
+	var wrote atomic.Bool
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
+	text, blocks := m.Text, m.Blocks
+	if textOnly {
+		text, blocks = truncateEscaped(text, 3500), nil
+	}
+	switch d.mode {
+	case modeBot:
+		opts := []slack.MsgOption{
+			slack.MsgOptionText(text, false), // escaped already
+			slack.MsgOptionDisableLinkUnfurl(),
+			slack.MsgOptionDisableMediaUnfurl(),
+		}
+		if len(blocks) > 0 {
+			opts = append(opts, slack.MsgOptionBlocks(blocks...))
+		}
+		if thread != "" {
+			opts = append(opts, slack.MsgOptionTS(thread))
+		}
+		channel, ts, err = d.client.PostMessageContext(actx, d.opts.Channel, opts...)
+	default:
+		no := false
+		msg := &slack.WebhookMessage{Text: text, UnfurlLinks: &no, UnfurlMedia: &no}
+		if len(blocks) > 0 {
+			msg.Blocks = &slack.Blocks{BlockSet: blocks}
+		}
+		err = slack.PostWebhookCustomHTTPContext(actx, d.opts.WebhookURL, d.http, msg)
+	}
+	return channel, ts, err, wrote.Load()
+}
+
+// classify decides what an attempt's error means for the message.
+func (d *Deliverer) classify(ctx context.Context, err error, written bool) attempt {
+	if err == nil {
+		return attempt{class: classOK}
+	}
+	text := d.errText(err)
+	if ctx.Err() != nil {
+		return attempt{class: classCanceled, text: text}
+	}
+	if rl, ok := errors.AsType[*slack.RateLimitedError](err); ok {
+		return attempt{class: classRateLimited, retryAfter: max(rl.RetryAfter, time.Second), text: text}
+	}
+	if ne, ok := errors.AsType[*strconv.NumError](err); ok && ne.Func == "ParseInt" {
+		// slack-go could not read a 429's Retry-After (an HTTP date, not
+		// seconds): still a rate limit, not a lost answer.
+		return attempt{class: classRateLimited, retryAfter: time.Second, text: text}
+	}
+	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok {
+		return d.classifyStatus(sc.Code, text)
+	}
+	if se, ok := errors.AsType[slack.SlackErrorResponse](err); ok {
+		return classifyCode(se.Err, text)
+	}
+	if written {
+		// Timeout, reset or garbage after the whole request went out: Slack
+		// may have posted it. Never send it again unmarked.
+		return attempt{class: classUnknown, text: text}
+	}
+	return attempt{class: classTransient, text: text}
+}
+
+func (d *Deliverer) classifyStatus(code int, text string) attempt {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return attempt{class: classRateLimited, retryAfter: time.Second, text: text}
+	case code == http.StatusGatewayTimeout:
+		// A proxy gave up waiting for Slack, which may have posted it.
+		return attempt{class: classUnknown, text: text}
+	case code >= 500:
+		return attempt{class: classTransient, text: text}
+	}
+	reason := fmt.Sprintf("HTTP %d", code)
+	if d.mode == modeWebhook {
+		switch code {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fatal("webhook "+reason, "the webhook URL is revoked or may not post there; set SLACK_WEBHOOK_URL to a working incoming webhook URL", text)
+		case http.StatusNotFound:
+			return fatal("webhook "+reason, "the webhook URL is wrong or was removed; set SLACK_WEBHOOK_URL to a working incoming webhook URL", text)
+		case http.StatusGone:
+			return fatal("webhook "+reason, "the webhook's channel is archived or gone; create a new incoming webhook and set SLACK_WEBHOOK_URL to it", text)
+		}
+		return attempt{class: classRefused, text: text}
+	}
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusGone, http.StatusMethodNotAllowed:
+		return fatal(reason, "the Slack API refused the request outright; check SLACK_API_URL (default "+DefaultAPIURL+")", text)
+	}
+	return attempt{class: classRefused, text: text}
+}
+
+func fatal(reason, fix, text string) attempt {
+	return attempt{class: classFatal, err: &PermanentError{Reason: reason, Fix: fix}, text: "slack: " + reason + ": " + fix}
+}
+
+// classifyCode sorts Slack's error codes
+// (https://docs.slack.dev/reference/methods/chat.postMessage#errors).
+func classifyCode(code, text string) attempt {
+	const workspace = "the workspace does not let the bot post in SLACK_CHANNEL; ask a Slack admin, or set SLACK_CHANNEL to a channel where it may post"
+	fixes := map[string]string{
+		"invalid_auth":                             "the bot token is wrong or revoked; set SLACK_BOT_TOKEN to a valid xoxb- token",
+		"not_authed":                               "Slack received no bot token; set SLACK_BOT_TOKEN to a valid xoxb- token",
+		"token_revoked":                            "the bot token was revoked; reinstall the Slack app and set SLACK_BOT_TOKEN to its new xoxb- token",
+		"token_expired":                            "the bot token expired; set SLACK_BOT_TOKEN to a fresh xoxb- token",
+		"account_inactive":                         "the bot's Slack account or workspace is deactivated; reinstall the app and set SLACK_BOT_TOKEN to its new xoxb- token",
+		"not_allowed_token_type":                   "SLACK_BOT_TOKEN is not a bot token; set it to the app's xoxb- token",
+		"missing_scope":                            "the bot token lacks the chat:write scope; add it to the Slack app, reinstall it and update SLACK_BOT_TOKEN",
+		"channel_not_found":                        "SLACK_CHANNEL names no channel the bot can see; set it to the channel's id (C…) and invite the bot there",
+		"not_in_channel":                           "the bot is not a member of SLACK_CHANNEL; invite it there (/invite @the-bot)",
+		"is_archived":                              "SLACK_CHANNEL is archived; unarchive it or set SLACK_CHANNEL to another channel",
+		"team_not_found":                           "the bot token's workspace is gone; set SLACK_BOT_TOKEN to a token of a live workspace",
+		"restricted_action":                        workspace,
+		"restricted_action_read_only_channel":      workspace,
+		"restricted_action_thread_only_channel":    workspace,
+		"restricted_action_non_threadable_channel": workspace,
+		"ekm_access_denied":                        workspace,
+		"access_denied":                            workspace,
+		"no_permission":                            workspace,
+		"team_access_not_granted":                  workspace,
+		"org_login_required":                       workspace,
+		"enterprise_is_restricted":                 workspace,
+		"two_factor_setup_required":                workspace,
+	}
+	if fix, ok := fixes[code]; ok {
+		return fatal(code, fix, text)
+	}
+	switch code {
+	case "ratelimited", "rate_limited":
+		return attempt{class: classRateLimited, retryAfter: time.Second, text: text}
+	case "invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_blocks_too_long", "too_many_attachments",
+		"no_text", "invalid_attachments", "invalid_arguments", "invalid_form_data", "markdown_text_conflict",
+		"invalid_charset", "invalid_post_type", "missing_post_type", "invalid_arg_name", "invalid_array_arg":
+		return attempt{class: classRefused, text: text}
+	case "thread_not_found", "invalid_thread_ts", "cannot_reply_to_message":
+		return attempt{class: classNoThread, text: text}
+	}
+	// internal_error, fatal_error, service_unavailable, request_timeout and
+	// codes this version does not know: Slack may take it later.
+	return attempt{class: classTransient, text: text}
+}
+
+// errText is err as a line safe to log and store: no token, no webhook
+// path, no secret of any kind.
+func (d *Deliverer) errText(err error) string {
+	s := err.Error()
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		// The URL of a webhook is its secret; the operation says enough.
+		s = "post to slack: " + ue.Err.Error()
+	} else if !strings.HasPrefix(s, "slack") {
+		s = "slack: " + s
+	}
+	for _, sec := range d.secrets {
+		if sec != "" && sec != "/" {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
+		}
+	}
+	return Redact(s)
+}
