@@ -85,9 +85,10 @@ type StripeOptions struct {
 	// pooled for Concurrency and no overall timeout, RequestTimeout bounds
 	// each attempt).
 	HTTPClient *http.Client
-	// Logger receives stripe-go's own messages at debug level, without
-	// response bodies (they hold customer data) and with the key
-	// redacted; default: discarded.
+	// Logger receives the reader's retries (debug) and anomalies (warn),
+	// and stripe-go's own messages at debug level, without response
+	// bodies (they hold customer data) and with the key redacted; default:
+	// discarded.
 	Logger *slog.Logger
 	// Progress, when set, is called after every page read (never
 	// concurrently), for a progress line on a terminal.
@@ -328,7 +329,7 @@ func scrubSecret(msg, key string) string {
 
 // counters are one operation's request statistics, shared by its workers.
 type counters struct {
-	requests, retries, pages, items atomic.Int64
+	requests, retries, pages, items, outside atomic.Int64
 }
 
 // call sends one request through the limiter, retrying 429s, 5xx and

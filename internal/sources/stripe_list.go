@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type ListStats struct {
 	Pages    int // pages read
 	// Objects per kind, events read, and key evidence kept.
 	Charges, Refunds, PaymentIntents, Events, Keys int
+	// OutOfRange counts objects the server returned although created
+	// outside the range asked for; they are ignored.
+	OutOfRange int
 }
 
 // ListError says that a list could not be read to its end, so that the
@@ -220,6 +224,10 @@ func (s *Stripe) List(ctx context.Context, w reconcile.Window) (*Listing, error)
 	l := merge(results)
 	l.Stats.Slices = len(objSpans)
 	l.Stats.Requests, l.Stats.Retries, l.Stats.Pages = int(c.requests.Load()), int(c.retries.Load()), int(c.pages.Load())
+	if l.Stats.OutOfRange = int(c.outside.Load()); l.Stats.OutOfRange > 0 {
+		s.log.WarnContext(ctx, "stripe listed objects outside the requested creation range; ignored them",
+			slog.Int("objects", l.Stats.OutOfRange))
+	}
 	return l, nil
 }
 
@@ -246,7 +254,16 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 		c.items.Add(int64(len(pg.ids)))
 		prog.report(l.name, c)
 		all.ids = append(all.ids, pg.ids...)
-		all.objects = append(all.objects, pg.objects...)
+		for _, o := range pg.objects {
+			// Stripe honours created[gte|lt]; a server that did not would
+			// hand over objects whose obligations are not in scope, to be
+			// mistaken for orphans.
+			if cr := o.Created.Unix(); cr < sp.from || cr >= sp.to {
+				c.outside.Add(1)
+				continue
+			}
+			all.objects = append(all.objects, o)
+		}
 		all.keys = append(all.keys, pg.keys...)
 		if !pg.hasMore {
 			return all, nil

@@ -274,7 +274,14 @@ func TestListSurvivesTransientFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkComplete(t, l, d)
-			tt.check(t, e.srv.Stats(), l)
+			st := e.srv.Stats()
+			// Every failed page was retried from its own cursor: the server
+			// delivered each entry exactly once.
+			delivered := st.Objects[ListCharges] + st.Objects[ListRefunds] + st.Objects[ListPaymentIntents] + st.Objects[ListEvents]
+			if read := l.Stats.Charges + l.Stats.Refunds + l.Stats.PaymentIntents + l.Stats.Events; delivered != read {
+				t.Errorf("server delivered %d entries, the listing holds %d: pages were read twice", delivered, read)
+			}
+			tt.check(t, st, l)
 		})
 	}
 }
@@ -655,6 +662,15 @@ func TestRetrieve(t *testing.T) {
 		}
 		if got := e.srv.Stats().Requests; got != 2*3 {
 			t.Errorf("requests = %d, want 6 (two ids, three attempts each)", got)
+		}
+	})
+	t.Run("a timeout fails, never not found", func(t *testing.T) {
+		e.srv.SetFaults(stripetest.Faults{Latency: 200 * time.Millisecond})
+		defer e.srv.SetFaults(stripetest.Faults{})
+		slow := e.reader(t, func(o *StripeOptions) { o.RequestTimeout, o.MaxRetries = 20*time.Millisecond, 1 })
+		_, lookups := slow.Retrieve(t.Context(), []string{"ch_missing"})
+		if l := lookups[0]; l.Result != reconcile.LookupFailed || !strings.Contains(l.Err, "deadline exceeded") || !strings.Contains(l.Err, "2 attempts") {
+			t.Errorf("lookup = %+v, want failed after 2 attempts that timed out", l)
 		}
 	})
 	t.Run("a 404 that is not resource_missing proves nothing", func(t *testing.T) {

@@ -110,8 +110,8 @@ func (s *Server) currentFaults() (Faults, *rate.Limiter) {
 type Stats struct {
 	Requests int            // every request
 	Paths    map[string]int // requests per URL path
-	Pages    map[string]int // list pages served (200) per list name
-	Objects  map[string]int // list entries served per list name
+	Pages    map[string]int // list pages delivered (200, not dropped) per list name
+	Objects  map[string]int // list entries delivered per list name
 
 	RateLimited  int // 429s served, injected or from RateLimit
 	ServerErrors int // 500s served, injected or from FailList

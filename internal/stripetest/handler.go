@@ -78,11 +78,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body []byte
+	var entries int
 	var e *apiErr
 	if hasID {
 		body, e = s.retrieve(name, id)
 	} else {
-		body, e = s.list(name, r.URL.Query())
+		body, entries, e = s.list(name, r.URL.Query())
 	}
 	if e != nil {
 		s.writeError(w, reqID, e)
@@ -90,6 +91,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.hit(n, f.DropEvery, f.DropP, saltDrop) && s.drop(w, reqID, body) {
 		return
+	}
+	if !hasID {
+		// Counted once delivered, so that a reader that re-reads a page it
+		// already had shows as more entries served than it returned.
+		s.count(func(st *Stats) {
+			st.Pages[name]++
+			st.Objects[name] += entries
+		})
 	}
 	writeBody(w, reqID, http.StatusOK, body)
 }
@@ -381,10 +390,10 @@ func globMatch(pattern, s string) bool {
 	return len(s) >= len(prefix)+len(suffix) && strings.HasPrefix(s, prefix) && strings.HasSuffix(s, suffix)
 }
 
-func (s *Server) list(name string, q url.Values) ([]byte, *apiErr) {
+func (s *Server) list(name string, q url.Values) ([]byte, int, *apiErr) {
 	lq, e := parseListQuery(name, q)
 	if e != nil {
-		return nil, e
+		return nil, 0, e
 	}
 	s.rlockSorted()
 	page, more, e := s.lists[name].page(lq, singular(name))
@@ -406,13 +415,9 @@ func (s *Server) list(name string, q url.Values) ([]byte, *apiErr) {
 	}
 	s.mu.RUnlock()
 	if e != nil {
-		return nil, e
+		return nil, 0, e
 	}
-	s.count(func(st *Stats) {
-		st.Pages[name]++
-		st.Objects[name] += len(page)
-	})
-	return b.Bytes(), nil
+	return b.Bytes(), len(page), nil
 }
 
 // page selects one page of l for lq, newest first, and says whether more
