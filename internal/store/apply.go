@@ -1,0 +1,749 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+)
+
+// Applied is what Apply wrote for one run.
+type Applied struct {
+	// Transitions are those applied, in the order given.
+	Transitions []reconcile.Transition
+	// Skipped are the transitions whose obligation changed since it was
+	// read (a worker got there first); they were not written.
+	Skipped []Skipped
+	// New counts findings opened by this run; Reopened counts those among
+	// them that an earlier run had resolved.
+	New, Reopened int
+	// Changed counts open findings whose content (money at risk, provider
+	// ids) changed; Resolved those this run no longer found in its scope;
+	// Repeated those alerted again after the repeat interval.
+	Changed, Resolved, Repeated int
+	// Alerts is the number of outbox rows written, the summary included.
+	Alerts int
+	// Summary is the run's summary, whether or not a summary alert was
+	// written (it is written only when something is new, changed or
+	// resolved).
+	Summary reconcile.RunSummary
+	// Attempts is how many times the transaction ran (1 unless it lost a
+	// serialization race or a deadlock).
+	Attempts int
+}
+
+// Skipped is a transition that was not applied, and why.
+type Skipped struct {
+	Transition reconcile.Transition
+	Reason     string
+}
+
+// Finding statuses in the findings table.
+const (
+	statusOpen     = "open"
+	statusResolved = "resolved"
+)
+
+// Apply writes one completed run's conclusions in one transaction: the
+// transitions by compare-and-set with their audit rows, the findings (new,
+// seen again, changed, reopened, resolved), their alerts in the outbox, and
+// the run row. Applying the same result twice writes no second transition
+// and no second alert.
+//
+// The transaction runs at REPEATABLE READ. Every outbox row goes with a
+// write to its finding's row (or, for the summary, to some finding's row),
+// and every transition is a write to its obligation's row, so two
+// applies racing over the same rows cannot both commit: the second fails
+// with a serialization error, runs again on a fresh snapshot, and finds
+// nothing left to do. A worker's concurrent change to an obligation has
+// the same effect, and the rerun then skips that transition.
+func (s *Store) Apply(ctx context.Context, run reconcile.Run, res matcher.Result, now time.Time) (Applied, error) {
+	in, err := s.prepare(run, res)
+	if err != nil {
+		return Applied{}, fmt.Errorf("apply run %s: %w", run.ID, err)
+	}
+	for attempt := 1; ; attempt++ {
+		var out Applied
+		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+			var err error
+			out, err = s.apply(ctx, tx, in, now)
+			return err
+		})
+		if err == nil {
+			out.Attempts = attempt
+			return out, nil
+		}
+		if !retryable(err) || attempt >= s.opts.MaxApplyAttempts {
+			return Applied{}, fmt.Errorf("apply run %s (attempt %d): %w", run.ID, attempt, err)
+		}
+		s.opts.Logger.Info("apply lost a race with a concurrent writer; retrying",
+			slog.String("run_id", run.ID), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return Applied{}, fmt.Errorf("apply run %s: %w", run.ID, context.Cause(ctx))
+		case <-time.After(retryDelay(attempt)):
+		}
+	}
+}
+
+// applyInput is a run's result checked and arranged once, outside the
+// retry loop.
+type applyInput struct {
+	run         reconcile.Run
+	transitions []reconcile.Transition
+	findings    []reconcile.Finding
+	// scope: what this run examined; an open finding outside it stays open.
+	obligations map[string]bool
+	objects     map[string]bool
+}
+
+func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, error) {
+	if run.ID == "" {
+		return applyInput{}, errors.New("run has no id")
+	}
+	if run.Status == reconcile.RunDry {
+		return applyInput{}, errors.New("a dry run writes nothing")
+	}
+	switch run.Trigger {
+	case reconcile.TriggerCron, reconcile.TriggerManual, reconcile.TriggerDemo:
+	default:
+		return applyInput{}, fmt.Errorf("unknown trigger %q", run.Trigger)
+	}
+	if run.Counts == (reconcile.Counts{}) {
+		run.Counts = res.Counts
+	}
+	in := applyInput{
+		run:         run,
+		transitions: res.Transitions,
+		findings:    make([]reconcile.Finding, 0, len(res.Findings)),
+		obligations: make(map[string]bool, len(res.ObligationIDs)),
+		objects:     make(map[string]bool, len(res.ObjectIDs)),
+	}
+	seen := make(map[string]bool, len(res.Transitions))
+	for _, t := range res.Transitions {
+		if t.ObligationID == "" {
+			return applyInput{}, errors.New("transition without an obligation id")
+		}
+		if seen[t.ObligationID] {
+			return applyInput{}, fmt.Errorf("obligation %s has two transitions", t.ObligationID)
+		}
+		seen[t.ObligationID] = true
+		if !t.To.Known() {
+			return applyInput{}, fmt.Errorf("obligation %s: unknown target state %q", t.ObligationID, t.To)
+		}
+	}
+	clear(seen)
+	for _, f := range res.Findings {
+		if f.Fingerprint == "" {
+			return applyInput{}, fmt.Errorf("%s finding of %q has no fingerprint", f.Kind, f.ObligationID)
+		}
+		if seen[f.Fingerprint] {
+			return applyInput{}, fmt.Errorf("fingerprint %s appears twice", f.Fingerprint)
+		}
+		seen[f.Fingerprint] = true
+		if f.Severity == "" {
+			f.Severity = f.Kind.Severity()
+		}
+		if f.ContentHash == "" {
+			f.ContentHash = reconcile.ContentHash(f.AtRisk, f.ProviderIDs)
+		}
+		f.ProviderIDs = slices.Clone(f.ProviderIDs)
+		in.findings = append(in.findings, f)
+	}
+	for _, id := range res.ObligationIDs {
+		in.obligations[id] = true
+	}
+	for _, id := range res.ObjectIDs {
+		in.objects[id] = true
+	}
+	return in, nil
+}
+
+// apply is one attempt of Apply's transaction.
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Time) (Applied, error) {
+	var out Applied
+	// Read first: the snapshot every later decision is taken against.
+	stored, err := readFindings(ctx, tx, in.findings)
+	if err != nil {
+		return out, err
+	}
+	out.Transitions, out.Skipped, err = s.applyTransitions(ctx, tx, in.transitions, in.run.ID, now)
+	if err != nil {
+		return out, err
+	}
+	if err := s.runHook(ctx, "transitions", tx); err != nil {
+		return out, err
+	}
+
+	plan, err := s.planFindings(in, stored, now)
+	if err != nil {
+		return out, err
+	}
+	out.New, out.Reopened, out.Changed, out.Resolved, out.Repeated =
+		plan.new, plan.reopened, plan.changed, len(plan.resolve), plan.repeated
+	if err := upsertFindings(ctx, tx, plan.upserts, in.run.ID, now); err != nil {
+		return out, err
+	}
+	if err := resolveFindings(ctx, tx, plan.resolve, in.run.ID, now); err != nil {
+		return out, err
+	}
+	if err := s.runHook(ctx, "findings", tx); err != nil {
+		return out, err
+	}
+
+	out.Summary, err = summarize(ctx, tx, in, plan)
+	if err != nil {
+		return out, err
+	}
+	alerts := plan.alerts
+	if len(out.Summary.New)+len(out.Summary.Changed)+len(out.Summary.Resolved) > 0 {
+		// The summary goes first so that it has the smallest id of its
+		// run: Due hands rows out in id order.
+		payload, err := json.Marshal(out.Summary)
+		if err != nil {
+			return out, fmt.Errorf("encode run summary: %w", err)
+		}
+		alerts = slices.Insert(alerts, 0, outboxRow{event: reconcile.AlertSummary, payload: string(payload)})
+	}
+	if err := insertAlerts(ctx, tx, alerts, in.run.ID, now); err != nil {
+		return out, err
+	}
+	out.Alerts = len(alerts)
+	if err := s.runHook(ctx, "outbox", tx); err != nil {
+		return out, err
+	}
+	if err := upsertRun(ctx, tx, in.run, reconcile.RunCompleted, len(in.findings), len(out.Skipped), ""); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+func (s *Store) runHook(ctx context.Context, stage string, tx pgx.Tx) error {
+	if s.hook == nil {
+		return nil
+	}
+	return s.hook(ctx, stage, tx)
+}
+
+// applyTransitions compare-and-sets every transition in one statement and
+// explains each one skipped.
+func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.Transition, runID string, now time.Time) (applied []reconcile.Transition, skipped []Skipped, err error) {
+	if len(ts) == 0 {
+		return nil, nil, nil
+	}
+	n := len(ts)
+	ids, fromRaw, toRaw := make([]string, n), make([]string, n), make([]string, n)
+	leases, providerIDs := make([]*time.Time, n), make([]*string, n)
+	fromState, toState := make([]string, n), make([]string, n)
+	for i, t := range ts {
+		ids[i] = t.ObligationID
+		fromRaw[i] = t.FromRaw
+		if fromRaw[i] == "" {
+			fromRaw[i] = s.table.Raw(t.From)
+		}
+		from := t.From
+		if from == "" {
+			from = s.table.Canonical(t.FromRaw)
+		}
+		fromState[i], toState[i] = string(from), string(t.To)
+		toRaw[i] = s.table.Raw(t.To)
+		leases[i] = nullTime(t.FromLeaseExpiresAt)
+		providerIDs[i] = nullString(t.ProviderID)
+	}
+	rows, err := tx.Query(ctx, s.ob.cas, ids, fromRaw, toRaw, leases, providerIDs, fromState, toState,
+		s.table.Raw(reconcile.Paid), now, runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apply transitions: %w", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, fmt.Errorf("apply transitions: %w", err)
+	}
+	ok := make(map[string]bool, len(done))
+	for _, id := range done {
+		ok[id] = true
+	}
+	var missed []string
+	for _, t := range ts {
+		if ok[t.ObligationID] {
+			applied = append(applied, t)
+		} else {
+			missed = append(missed, t.ObligationID)
+		}
+	}
+	if len(missed) == 0 {
+		return applied, nil, nil
+	}
+	reasons, err := s.skipReasons(ctx, tx, ts, missed)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, t := range ts {
+		if !ok[t.ObligationID] {
+			skipped = append(skipped, Skipped{Transition: t, Reason: reasons[t.ObligationID]})
+		}
+	}
+	return applied, skipped, nil
+}
+
+// skipReasons says, for people, what changed on each obligation whose
+// compare-and-set matched nothing.
+func (s *Store) skipReasons(ctx context.Context, tx pgx.Tx, ts []reconcile.Transition, missed []string) (map[string]string, error) {
+	type current struct {
+		state string
+		lease *time.Time
+	}
+	rows, err := tx.Query(ctx, s.ob.current, missed)
+	if err != nil {
+		return nil, fmt.Errorf("read skipped obligations: %w", err)
+	}
+	now := make(map[string]current, len(missed))
+	var (
+		id string
+		c  current
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &c.state, &c.lease}, func() error {
+		now[id] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read skipped obligations: %w", err)
+	}
+	reasons := make(map[string]string, len(missed))
+	for _, t := range ts {
+		c, found := now[t.ObligationID]
+		from := t.FromRaw
+		if from == "" {
+			from = s.table.Raw(t.From)
+		}
+		switch {
+		case !found:
+			reasons[t.ObligationID] = "obligation not found"
+		case c.state != from:
+			reasons[t.ObligationID] = fmt.Sprintf("changed since read: state is now %s, was %s", c.state, from)
+		case !timeOf(c.lease).Equal(t.FromLeaseExpiresAt):
+			reasons[t.ObligationID] = fmt.Sprintf("changed since read: lease now expires %s, was %s",
+				formatLease(timeOf(c.lease)), formatLease(t.FromLeaseExpiresAt))
+		default:
+			// Unreachable under REPEATABLE READ: the row matched what was
+			// read, yet was not updated. Say so rather than guess.
+			reasons[t.ObligationID] = "changed since read"
+		}
+	}
+	return reasons, nil
+}
+
+func formatLease(t time.Time) string {
+	if t.IsZero() {
+		return "never (no lease)"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// storedFinding is a finding's row as Apply's snapshot saw it.
+type storedFinding struct {
+	f           reconcile.Finding
+	status      string
+	ackAt       *time.Time
+	ackBy       *string
+	ackReason   *string
+	lastAlerted *time.Time
+	unsent      bool // an alert about it is still waiting in the outbox
+}
+
+func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[string]storedFinding, error) {
+	fps := make([]string, len(fs))
+	for i, f := range fs {
+		fps[i] = f.Fingerprint
+	}
+	rows, err := tx.Query(ctx, `SELECT f.fingerprint, f.kind, f.severity, f.obligation_id, f.provider_ids,
+		f.amount, f.currency, f.at_risk_amount, f.at_risk_currency, f.content_hash, f.detail, f.status,
+		f.acknowledged_at, f.acknowledged_by, f.ack_reason, f.last_alerted_at,
+		EXISTS (SELECT 1 FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint AND o.sent_at IS NULL)
+	FROM reconcile.findings f
+	WHERE f.fingerprint = ANY($1::text[]) OR f.status = 'open'`, fps)
+	if err != nil {
+		return nil, fmt.Errorf("read findings: %w", err)
+	}
+	stored := map[string]storedFinding{}
+	var (
+		sf           storedFinding
+		obligationID *string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&sf.f.Fingerprint, &sf.f.Kind, &sf.f.Severity, &obligationID, &sf.f.ProviderIDs,
+		&sf.f.Money.Amount, &sf.f.Money.Currency, &sf.f.AtRisk.Amount, &sf.f.AtRisk.Currency, &sf.f.ContentHash,
+		&sf.f.Detail, &sf.status, &sf.ackAt, &sf.ackBy, &sf.ackReason, &sf.lastAlerted, &sf.unsent}, func() error {
+		sf.f.ObligationID = stringOf(obligationID)
+		stored[sf.f.Fingerprint] = sf
+		sf = storedFinding{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read findings: %w", err)
+	}
+	return stored, nil
+}
+
+// findingPlan is what Apply will write about findings, decided in Go from
+// one snapshot.
+type findingPlan struct {
+	upserts []findingRow
+	resolve []reconcile.Finding
+	alerts  []outboxRow
+	// by kind, for the summary
+	newKinds, changedKinds, resolvedKinds map[reconcile.FindingKind]int
+	atRisk                                []reconcile.Money // of new and changed findings
+
+	new, reopened, changed, repeated int
+}
+
+// findingRow is one row for the findings upsert: the finding and the
+// columns Apply decides (acknowledgement, last alert).
+type findingRow struct {
+	f           reconcile.Finding
+	ackAt       *time.Time
+	ackBy       *string
+	ackReason   *string
+	lastAlerted *time.Time
+}
+
+// outboxRow is one alert to queue.
+type outboxRow struct {
+	fingerprint string // empty for a summary
+	event       reconcile.AlertEvent
+	changed     bool
+	payload     string // JSON
+}
+
+func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now time.Time) (findingPlan, error) {
+	p := findingPlan{
+		newKinds:      map[reconcile.FindingKind]int{},
+		changedKinds:  map[reconcile.FindingKind]int{},
+		resolvedKinds: map[reconcile.FindingKind]int{},
+	}
+	var payloadErr error
+	alert := func(f reconcile.Finding, ev reconcile.AlertEvent, changed bool) {
+		payload, err := findingPayload(f)
+		payloadErr = cmp.Or(payloadErr, err) // keep the first
+		p.alerts = append(p.alerts, outboxRow{fingerprint: f.Fingerprint, event: ev, changed: changed, payload: payload})
+	}
+	found := make(map[string]bool, len(in.findings))
+	for _, f := range in.findings {
+		found[f.Fingerprint] = true
+		old, known := stored[f.Fingerprint]
+		row := findingRow{f: f, ackAt: old.ackAt, ackBy: old.ackBy, ackReason: old.ackReason, lastAlerted: old.lastAlerted}
+		fire := func() {
+			// A new episode or a changed finding: whoever acknowledged the
+			// old one did not see this.
+			row.ackAt, row.ackBy, row.ackReason = nil, nil, nil
+			row.lastAlerted = &now
+		}
+		switch {
+		case !known || old.status == statusResolved:
+			fire()
+			p.new++
+			if known {
+				p.reopened++
+			}
+			p.newKinds[f.Kind]++
+			p.atRisk = append(p.atRisk, f.AtRisk)
+			alert(f, reconcile.AlertFiring, false)
+		case old.f.ContentHash != f.ContentHash:
+			fire()
+			p.changed++
+			p.changedKinds[f.Kind]++
+			p.atRisk = append(p.atRisk, f.AtRisk)
+			alert(f, reconcile.AlertFiring, true)
+		case old.ackAt == nil && !old.unsent &&
+			(old.lastAlerted == nil || now.Sub(*old.lastAlerted) >= s.opts.RepeatInterval):
+			// An alert still waiting in the outbox (Slack down) is not
+			// doubled by a repeat.
+			row.lastAlerted = &now
+			p.repeated++
+			alert(f, reconcile.AlertRepeat, false)
+		}
+		p.upserts = append(p.upserts, row)
+	}
+	// Open findings this run did not find again are resolved, but only
+	// where this run looked: a narrow incident window proves nothing about
+	// the rest.
+	fps := slices.Sorted(maps.Keys(stored))
+	for _, fp := range fps {
+		old := stored[fp]
+		if old.status != statusOpen || found[fp] || !in.covers(old.f) {
+			continue
+		}
+		p.resolve = append(p.resolve, old.f)
+		p.resolvedKinds[old.f.Kind]++
+		alert(old.f, reconcile.AlertResolved, false)
+	}
+	return p, payloadErr
+}
+
+// covers reports whether the run examined what the finding is about.
+func (in applyInput) covers(f reconcile.Finding) bool {
+	if f.ObligationID != "" && in.obligations[f.ObligationID] {
+		return true
+	}
+	return slices.ContainsFunc(f.ProviderIDs, func(id string) bool { return in.objects[id] })
+}
+
+func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID string, now time.Time) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	var (
+		fps, kinds, severities   = make([]string, n), make([]string, n), make([]string, n)
+		obligationIDs            = make([]*string, n)
+		providerIDs, currencies  = make([]string, n), make([]string, n)
+		amounts, atRiskAmounts   = make([]int64, n), make([]int64, n)
+		atRiskCurrencies, hashes = make([]string, n), make([]string, n)
+		details                  = make([]string, n)
+		ackAts, lastAlerted      = make([]*time.Time, n), make([]*time.Time, n)
+		ackBys, ackReasons       = make([]*string, n), make([]*string, n)
+	)
+	for i, r := range rows {
+		f := r.f
+		fps[i], kinds[i], severities[i] = f.Fingerprint, string(f.Kind), string(f.Severity)
+		obligationIDs[i] = nullString(f.ObligationID)
+		// unnest would flatten a two-dimensional array, so each row's ids
+		// travel as one JSON array.
+		ids, err := json.Marshal(orEmpty(f.ProviderIDs))
+		if err != nil {
+			return fmt.Errorf("encode provider ids: %w", err)
+		}
+		providerIDs[i] = string(ids)
+		amounts[i], currencies[i] = f.Money.Amount, f.Money.Currency
+		atRiskAmounts[i], atRiskCurrencies[i] = f.AtRisk.Amount, f.AtRisk.Currency
+		hashes[i], details[i] = f.ContentHash, f.Detail
+		ackAts[i], ackBys[i], ackReasons[i], lastAlerted[i] = r.ackAt, r.ackBy, r.ackReason, r.lastAlerted
+	}
+	// Every column but first_seen_* is set from the values decided in Go;
+	// under REPEATABLE READ a row changed since the snapshot (an ack, a
+	// racing apply) fails the statement instead of being overwritten.
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile.findings (fingerprint, kind, severity, obligation_id, provider_ids,
+		amount, currency, at_risk_amount, at_risk_currency, content_hash, detail, status,
+		first_seen_run, first_seen_at, last_seen_run, last_seen_at, resolved_run, resolved_at,
+		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at)
+	SELECT u.fingerprint, u.kind, u.severity, u.obligation_id,
+		ARRAY(SELECT e FROM jsonb_array_elements_text(u.provider_ids::jsonb) WITH ORDINALITY AS x(e, n) ORDER BY x.n),
+		u.amount, u.currency, u.at_risk_amount, u.at_risk_currency, u.content_hash, u.detail, 'open',
+		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[],
+		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[])
+		AS u(fingerprint, kind, severity, obligation_id, provider_ids, amount, currency, at_risk_amount,
+		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted)
+	ON CONFLICT (fingerprint) DO UPDATE SET
+		kind = EXCLUDED.kind, severity = EXCLUDED.severity, obligation_id = EXCLUDED.obligation_id,
+		provider_ids = EXCLUDED.provider_ids, amount = EXCLUDED.amount, currency = EXCLUDED.currency,
+		at_risk_amount = EXCLUDED.at_risk_amount, at_risk_currency = EXCLUDED.at_risk_currency,
+		content_hash = EXCLUDED.content_hash, detail = EXCLUDED.detail, status = 'open',
+		last_seen_run = EXCLUDED.last_seen_run, last_seen_at = EXCLUDED.last_seen_at,
+		resolved_run = NULL, resolved_at = NULL,
+		acknowledged_at = EXCLUDED.acknowledged_at, acknowledged_by = EXCLUDED.acknowledged_by,
+		ack_reason = EXCLUDED.ack_reason, last_alerted_at = EXCLUDED.last_alerted_at`,
+		fps, kinds, severities, obligationIDs, providerIDs, amounts, currencies, atRiskAmounts,
+		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now)
+	if err != nil {
+		return fmt.Errorf("write findings: %w", err)
+	}
+	return nil
+}
+
+func resolveFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding, runID string, now time.Time) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	fps := make([]string, len(fs))
+	for i, f := range fs {
+		fps[i] = f.Fingerprint
+	}
+	tag, err := tx.Exec(ctx, `UPDATE reconcile.findings SET status = 'resolved', resolved_at = $2, resolved_run = $3
+	WHERE fingerprint = ANY($1::text[]) AND status = 'open'`, fps, now, runID)
+	if err != nil {
+		return fmt.Errorf("resolve findings: %w", err)
+	}
+	if int(tag.RowsAffected()) != len(fps) {
+		// Cannot happen under REPEATABLE READ (a concurrent change fails
+		// the statement); refuse to queue resolved alerts for rows that
+		// were not resolved.
+		return fmt.Errorf("resolve findings: %d of %d were still open", tag.RowsAffected(), len(fps))
+	}
+	return nil
+}
+
+func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan) (reconcile.RunSummary, error) {
+	sum := reconcile.RunSummary{
+		RunID:  in.run.ID,
+		Window: in.run.Window,
+		Counts: in.run.Counts,
+	}
+	if len(p.newKinds) > 0 {
+		sum.New = p.newKinds
+	}
+	if len(p.changedKinds) > 0 {
+		sum.Changed = p.changedKinds
+	}
+	if len(p.resolvedKinds) > 0 {
+		sum.Resolved = p.resolvedKinds
+	}
+	sum.AtRisk = sumByCurrency(p.atRisk)
+	rows, err := tx.Query(ctx, `SELECT kind, count(*) FROM reconcile.findings WHERE status = 'open' GROUP BY kind`)
+	if err != nil {
+		return sum, fmt.Errorf("count open findings: %w", err)
+	}
+	var (
+		kind  reconcile.FindingKind
+		count int
+	)
+	open := map[reconcile.FindingKind]int{}
+	if _, err := pgx.ForEachRow(rows, []any{&kind, &count}, func() error {
+		open[kind] = count
+		return nil
+	}); err != nil {
+		return sum, fmt.Errorf("count open findings: %w", err)
+	}
+	if len(open) > 0 {
+		sum.Open = open
+	}
+	return sum, nil
+}
+
+// sumByCurrency adds money up per currency, sorted by currency; amounts of
+// zero and money without a currency say nothing and are left out.
+func sumByCurrency(ms []reconcile.Money) []reconcile.Money {
+	totals := map[string]int64{}
+	for _, m := range ms {
+		if m.Currency == "" || m.Amount == 0 {
+			continue
+		}
+		totals[m.Currency] += m.Amount
+	}
+	var out []reconcile.Money
+	for _, c := range slices.Sorted(maps.Keys(totals)) {
+		out = append(out, reconcile.Money{Amount: totals[c], Currency: c})
+	}
+	return out
+}
+
+func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID string, now time.Time) error {
+	if len(alerts) == 0 {
+		return nil
+	}
+	n := len(alerts)
+	fps, events, payloads, changed := make([]*string, n), make([]string, n), make([]string, n), make([]bool, n)
+	for i, a := range alerts {
+		fps[i], events[i], changed[i], payloads[i] = nullString(a.fingerprint), string(a.event), a.changed, a.payload
+	}
+	// ORDER BY the array position so that ids follow the order given.
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile.outbox (run_id, fingerprint, event, changed, payload, created_at, next_attempt_at)
+	SELECT $1, u.fingerprint, u.event, u.changed, u.payload::jsonb, $2, $2
+	FROM unnest($3::text[], $4::text[], $5::bool[], $6::text[]) WITH ORDINALITY AS u(fingerprint, event, changed, payload, n)
+	ORDER BY u.n`, runID, now, fps, events, changed, payloads)
+	if err != nil {
+		return fmt.Errorf("queue alerts: %w", err)
+	}
+	return nil
+}
+
+func upsertRun(ctx context.Context, tx pgx.Tx, run reconcile.Run, status reconcile.RunStatus, findings, skipped int, cause string) error {
+	// transitions counts the audit rows of the run, so that applying a
+	// run twice does not forget what the first apply did.
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, finished_at,
+		status, obligations, provider_objects, linked, findings, transitions, skipped, error)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+		(SELECT count(*) FROM reconcile.transitions WHERE run_id = $1), $12, $13)
+	ON CONFLICT (id) DO UPDATE SET trigger = EXCLUDED.trigger, window_from = EXCLUDED.window_from,
+		window_to = EXCLUDED.window_to, started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+		status = EXCLUDED.status, obligations = EXCLUDED.obligations,
+		provider_objects = EXCLUDED.provider_objects, linked = EXCLUDED.linked, findings = EXCLUDED.findings,
+		transitions = EXCLUDED.transitions, skipped = EXCLUDED.skipped, error = EXCLUDED.error`,
+		run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
+		string(status), run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked,
+		findings, skipped, nullString(cause))
+	if err != nil {
+		return fmt.Errorf("write run: %w", err)
+	}
+	return nil
+}
+
+// maxCause bounds the failure text kept for a failed run.
+const maxCause = 4000
+
+// RecordFailedRun records a run that could not read everything (or
+// otherwise failed before Apply) as failed, with its cause. Nothing else is
+// written: a partial reading proves nothing. A run already recorded as
+// completed is not overwritten.
+func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause string) error {
+	if run.ID == "" {
+		return errors.New("record failed run: run has no id")
+	}
+	if len(cause) > maxCause {
+		cause = cause[:maxCause] + "…"
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at,
+		finished_at, status, obligations, provider_objects, linked, error)
+	VALUES ($1, $2, $3, $4, $5, $6, 'failed', $7, $8, $9, $10)
+	ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, error = EXCLUDED.error
+	WHERE reconcile.runs.status = 'failed'`,
+		run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
+		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause)
+	if err != nil {
+		return fmt.Errorf("record failed run %s: %w", run.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("record failed run %s: already recorded as completed", run.ID)
+	}
+	return nil
+}
+
+// findingJSON is a finding as the outbox payload stores it.
+type findingJSON struct {
+	Kind         reconcile.FindingKind `json:"kind"`
+	Severity     reconcile.Severity    `json:"severity"`
+	ObligationID string                `json:"obligation_id,omitempty"`
+	ProviderIDs  []string              `json:"provider_ids"`
+	Money        reconcile.Money       `json:"money"`
+	AtRisk       reconcile.Money       `json:"at_risk"`
+	Fingerprint  string                `json:"fingerprint"`
+	ContentHash  string                `json:"content_hash"`
+	Detail       string                `json:"detail"`
+}
+
+func findingPayload(f reconcile.Finding) (string, error) {
+	b, err := json.Marshal(findingJSON{
+		Kind: f.Kind, Severity: f.Severity, ObligationID: f.ObligationID,
+		ProviderIDs: orEmpty(f.ProviderIDs), Money: f.Money, AtRisk: f.AtRisk,
+		Fingerprint: f.Fingerprint, ContentHash: f.ContentHash, Detail: f.Detail,
+	})
+	if err != nil {
+		return "", fmt.Errorf("encode finding %s: %w", f.Fingerprint, err)
+	}
+	return string(b), nil
+}
+
+// orEmpty makes a nil slice an empty one, so that JSON says [] not null.
+func orEmpty(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
+}
+
+func (j findingJSON) finding() reconcile.Finding {
+	return reconcile.Finding{
+		Kind: j.Kind, Severity: j.Severity, ObligationID: j.ObligationID, ProviderIDs: j.ProviderIDs,
+		Money: j.Money, AtRisk: j.AtRisk, Fingerprint: j.Fingerprint, ContentHash: j.ContentHash, Detail: j.Detail,
+	}
+}

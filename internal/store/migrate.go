@@ -1,0 +1,241 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Schema is the PostgreSQL schema that holds the reconciler's own tables.
+const Schema = "reconcile"
+
+// versionTable is goose's bookkeeping table, kept inside Schema so that the
+// reconciler touches nothing outside its own schema.
+const versionTable = Schema + ".goose_db_version"
+
+// Advisory lock keys. Advisory locks are scoped to one database, so one key
+// per purpose is enough. They spell "reconmig" and "reconcil" in ASCII, to
+// be recognisable in pg_locks.
+const (
+	migrateLockKey int64 = 0x7265636f6e6d6967
+	runLockKey     int64 = 0x7265636f6e63696c
+)
+
+// MigrationReport says what Up did.
+type MigrationReport struct {
+	// Applied are the migration files applied by this call, in order; empty
+	// when the schema was already current.
+	Applied []string
+	// Version is the schema version after the call.
+	Version int64
+}
+
+// Migrate creates or upgrades the reconciler's schema. It is safe to run
+// twice and from several processes at once: the schema is created under a
+// transaction-scoped advisory lock and the migrations under goose's
+// session lock.
+func Migrate(ctx context.Context, dbURL string) error {
+	_, err := Up(ctx, dbURL)
+	return err
+}
+
+// Up is Migrate, reporting what it applied.
+func Up(ctx context.Context, dbURL string) (MigrationReport, error) {
+	p, db, err := newProvider(dbURL)
+	if err != nil {
+		return MigrationReport{}, err
+	}
+	defer db.Close()
+	if err := createSchema(ctx, db); err != nil {
+		return MigrationReport{}, err
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return MigrationReport{}, fmt.Errorf("migrate: %w", err)
+	}
+	var rep MigrationReport
+	for _, r := range results {
+		if r.Source != nil {
+			rep.Applied = append(rep.Applied, r.Source.Path)
+		}
+	}
+	rep.Version, err = p.GetDBVersion(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	return rep, nil
+}
+
+// SchemaVersion returns the version the database's reconcile schema is at
+// (0 when it was never migrated) and the latest version this build knows.
+func SchemaVersion(ctx context.Context, dbURL string) (current, latest int64, err error) {
+	p, db, err := newProvider(dbURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	return schemaVersion(ctx, p, db)
+}
+
+func schemaVersion(ctx context.Context, p *goose.Provider, db *sql.DB) (current, latest int64, err error) {
+	for _, s := range p.ListSources() {
+		latest = max(latest, s.Version)
+	}
+	// Ask first whether the version table exists: goose would create it.
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, versionTable).Scan(&exists); err != nil {
+		return 0, latest, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, latest, nil
+	}
+	current, err = p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, latest, fmt.Errorf("read schema version: %w", err)
+	}
+	return current, latest, nil
+}
+
+func newProvider(dbURL string) (*goose.Provider, *sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		// pgx's parse errors do not repeat the URL, so no password leaks.
+		return nil, nil, fmt.Errorf("migrate: parse database url: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
+		goose.WithTableName(versionTable),
+		goose.WithSessionLocker(sessionLocker{key: migrateLockKey}),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.DiscardHandler)),
+	)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	return p, db, nil
+}
+
+// sessionLocker is goose's lock.SessionLocker on a blocking session-level
+// advisory lock. goose's own Postgres locker polls pg_try_advisory_lock at
+// whole-second intervals and gives up after a fixed count; blocking in
+// pg_advisory_lock wakes the second migrator as soon as the first is done
+// and waits as long as the context allows. Either way the lock dies with
+// the connection, so a crashed migrator frees it.
+type sessionLocker struct{ key int64 }
+
+var _ lock.SessionLocker = sessionLocker{}
+
+func (l sessionLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, l.key); err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	return nil
+}
+
+func (l sessionLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	var released bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_advisory_unlock($1)`, l.key).Scan(&released); err != nil {
+		return fmt.Errorf("release migration lock: %w", err)
+	}
+	if !released {
+		return errors.New("release migration lock: not held")
+	}
+	return nil
+}
+
+// createSchema creates the reconcile schema if it is missing. Two
+// concurrent CREATE SCHEMA IF NOT EXISTS can both miss the schema and one
+// then fails on pg_namespace's unique index, so creators queue on an
+// advisory lock; the second then sees the first's committed schema.
+func createSchema(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: create schema: %w", err)
+	}
+	defer tx.Rollback()
+	// A plain existence check first: a role allowed to use the schema but
+	// not to create one in the database must still be able to migrate.
+	var exists bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, Schema).Scan(&exists); err != nil {
+		return fmt.Errorf("migrate: create schema: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey); err != nil {
+		return fmt.Errorf("migrate: create schema: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{Schema}.Sanitize()); err != nil {
+		return fmt.Errorf("migrate: create schema: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: create schema: %w", err)
+	}
+	return nil
+}
+
+// ErrSchemaOutdated is returned by CheckSchema when the database was not
+// migrated to this build's schema.
+var ErrSchemaOutdated = errors.New("the reconcile schema is not up to date (run `reconcile migrate`)")
+
+// CheckSchema returns ErrSchemaOutdated (wrapped, with both versions) if the
+// database's reconcile schema is older than this build, so that a run says
+// what to do instead of failing on a missing table.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, versionTable).Scan(&exists); err != nil {
+		return fmt.Errorf("check schema: %w", err)
+	}
+	var latest int64
+	entries, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("check schema: %w", err)
+	}
+	for _, e := range entries {
+		v, err := goose.NumericComponent(e)
+		if err != nil {
+			return fmt.Errorf("check schema: %w", err)
+		}
+		latest = max(latest, v)
+	}
+	var current int64
+	if exists {
+		// goose records downgrades as rows with is_applied = false; the
+		// newest row per version tells.
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM (
+			SELECT DISTINCT ON (version_id) version_id, is_applied FROM `+versionTable+`
+			ORDER BY version_id, id DESC) v WHERE is_applied`).Scan(&current)
+		if err != nil {
+			return fmt.Errorf("check schema: %w", err)
+		}
+	}
+	if current < latest {
+		return fmt.Errorf("check schema: at version %d, want %d: %w", current, latest, ErrSchemaOutdated)
+	}
+	return nil
+}
+
+// retryDelay is the pause before attempt n+1 of a transaction that lost a
+// serialization race; short, because the winner has already committed.
+func retryDelay(n int) time.Duration {
+	return time.Duration(n) * 10 * time.Millisecond
+}
