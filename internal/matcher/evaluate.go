@@ -483,7 +483,16 @@ func (m *matcher) absenceFinding(o *reconcile.Obligation) {
 	skew := m.opts.ClockSkew
 	from, to := o.CreatedAt.Add(-skew), maxTime(o.UpdatedAt, o.PaidAt).Add(skew)
 	listed := m.in.Listed.Valid() && m.in.Listed.Covers(from, to)
+	wrongKind := ""
 	if o.ProviderID != "" {
+		if mv := m.movementOf(o.ProviderID); mv >= 0 {
+			// It names a record that exists but is of another kind, so
+			// it could not link; as without a provider id, only a key
+			// or metadata could have.
+			wrongKind = fmt.Sprintf(" (the provider record it names, %s, is a %s)", o.ProviderID, m.movNoun(mv))
+		}
+	}
+	if o.ProviderID != "" && wrongKind == "" {
 		l, looked := m.lookups[o.ProviderID]
 		switch {
 		case looked && l.Result == reconcile.LookupNotFound:
@@ -514,13 +523,17 @@ func (m *matcher) absenceFinding(o *reconcile.Obligation) {
 	// Without a provider id only its key or metadata can link it; the key
 	// is known only from events, so they must cover its time too.
 	events := !m.in.EventsFrom.IsZero() && !m.in.EventsFrom.After(from)
+	var ids []string
+	if wrongKind != "" {
+		ids = []string{o.ProviderID}
+	}
 	if listed && events {
-		m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{}, o.Money, o.Money,
-			fmt.Sprintf("%s %s of %s is marked paid, but nothing the provider recorded between %s and %s belongs to it.",
-				noun, o.ID, o.Money, stamp(m.in.Listed.From), stamp(m.in.Listed.To)))
+		m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
+			fmt.Sprintf("%s %s of %s is marked paid, but nothing the provider recorded between %s and %s belongs to it%s.",
+				noun, o.ID, o.Money, stamp(m.in.Listed.From), stamp(m.in.Listed.To), wrongKind))
 		return
 	}
-	m.unverified(o, []string{}, "the provider's records and events of its time were not all read")
+	m.unverified(o, ids, "the provider's records and events of its time were not all read"+wrongKind)
 }
 
 func (m *matcher) unverified(o *reconcile.Obligation, ids []string, why string) {

@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata golden files from the current output")
 
-// goldenNow is the clock of every golden case unless the case sets its own.
+// goldenNow is the clock of the acceptance scenarios.
 var goldenNow = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 
 // goldenCase is one file of testdata/cases: a run's input, with times given
@@ -23,6 +23,9 @@ var goldenNow = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 // matcher must conclude.
 type goldenCase struct {
 	About string `json:"about"`
+	// Now is the run's clock (RFC 3339); every other time is a duration
+	// before it.
+	Now string `json:"now"`
 	// Listed is the listing window as [from, to] durations before now;
 	// default ["720h", "0s"]. EventsFrom defaults to Listed's from; "none"
 	// leaves it zero.
@@ -110,21 +113,24 @@ type wantTransition struct {
 	ProviderID   string `json:"provider_id"`
 }
 
-func ago(tb testing.TB, s string) time.Time {
+// input turns a case into the matcher's input, clock and options.
+func (c *goldenCase) input(tb testing.TB) (Input, time.Time, Options) {
 	tb.Helper()
-	if s == "" {
-		return time.Time{}
-	}
-	d, err := time.ParseDuration(s)
+	now, err := time.Parse(time.RFC3339, c.Now)
 	if err != nil {
-		tb.Fatalf("bad duration %q: %v", s, err)
+		tb.Fatalf("bad now %q: %v", c.Now, err)
 	}
-	return goldenNow.Add(-d)
-}
-
-// input turns a case into the matcher's input and options.
-func (c *goldenCase) input(tb testing.TB) (Input, Options) {
-	tb.Helper()
+	ago := func(tb testing.TB, s string) time.Time {
+		tb.Helper()
+		if s == "" {
+			return time.Time{}
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			tb.Fatalf("bad duration %q: %v", s, err)
+		}
+		return now.Add(-d)
+	}
 	var in Input
 	listed := c.Listed
 	if len(listed) == 0 {
@@ -141,10 +147,10 @@ func (c *goldenCase) input(tb testing.TB) (Input, Options) {
 	opts := DefaultOptions()
 	if o := c.Options; o != nil {
 		if o.DuplicateWindow != "" {
-			opts.DuplicateWindow = goldenNow.Sub(ago(tb, o.DuplicateWindow))
+			opts.DuplicateWindow = now.Sub(ago(tb, o.DuplicateWindow))
 		}
 		if o.PendingGrace != "" {
-			opts.PendingGrace = goldenNow.Sub(ago(tb, o.PendingGrace))
+			opts.PendingGrace = now.Sub(ago(tb, o.PendingGrace))
 		}
 		opts.ReportUnverified = o.ReportUnverified
 	}
@@ -170,7 +176,7 @@ func (c *goldenCase) input(tb testing.TB) (Input, Options) {
 				tb.Fatalf("bad lease_in %q: %v", o.LeaseIn, err)
 			}
 			ob.LeaseOwner = "worker-7"
-			ob.LeaseExpiresAt = goldenNow.Add(d)
+			ob.LeaseExpiresAt = now.Add(d)
 		}
 		in.Obligations = append(in.Obligations, ob)
 	}
@@ -192,7 +198,7 @@ func (c *goldenCase) input(tb testing.TB) (Input, Options) {
 	for _, l := range c.Lookups {
 		in.Lookups = append(in.Lookups, reconcile.Lookup{ID: l.ID, Result: reconcile.LookupResult(l.Result), Err: l.Err})
 	}
-	return in, opts
+	return in, now, opts
 }
 
 // summarise turns a result into the comparable want section.
@@ -249,9 +255,9 @@ func TestGolden(t *testing.T) {
 			if err := dec.Decode(&c); err != nil {
 				t.Fatalf("decode %s: %v", file, err)
 			}
-			in, opts := c.input(t)
-			res := Match(in, goldenNow, opts)
-			checkInvariants(t, in, goldenNow, opts, res)
+			in, now, opts := c.input(t)
+			res := Match(in, now, opts)
+			checkInvariants(t, in, now, opts, res)
 			got := summarise(res)
 			if *update {
 				c.Want = got

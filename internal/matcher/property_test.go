@@ -601,6 +601,17 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 				tb.Errorf("%s %s: fingerprint is not the kind and obligation's", f.Kind, f.ObligationID)
 			}
 		}
+		if f.Kind == reconcile.Orphan || f.Kind == reconcile.SuspectedDuplicate || f.Kind == reconcile.ConflictingLink {
+			// About an object: the fingerprint carries the id of the
+			// money movement it is about.
+			ok := false
+			for _, id := range f.ProviderIDs {
+				ok = ok || f.Fingerprint == reconcile.Fingerprint(f.Kind, f.ObligationID, or.mov[id])
+			}
+			if !ok {
+				tb.Errorf("%s %s: fingerprint carries none of the movements of %v", f.Kind, f.ObligationID, f.ProviderIDs)
+			}
+		}
 		byObl[f.ObligationID] = append(byObl[f.ObligationID], f.Kind)
 	}
 	// An orphan or suspected object's movement is named by a finding of
