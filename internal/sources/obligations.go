@@ -130,28 +130,13 @@ func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named)
 	}
 	from, to := w.From.UTC(), w.To.UTC()
 	rows, err := tx.Query(ctx, r.readSQL, r.open, from, to, from, to,
-		nonNil(named.IDs), nonNil(named.Keys), nonNil(named.ProviderIDs))
+		named.IDs, named.Keys, named.ProviderIDs)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
-	obs, err := r.collect(rows, 1024)
+	obs, err := r.collect(rows)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
-	}
-	// Sorted in Go, byte-wise, rather than ORDER BY: the database's collation
-	// would order ids differently from every other sort in the program, and
-	// a sort of a million rows in PostgreSQL spills to disk at the default
-	// work_mem.
-	if !slices.IsSortedFunc(obs, compareID) {
-		slices.SortFunc(obs, compareID)
-	}
-	// One query returns each row once; equal ids mean the configured id
-	// column is not unique, and compare-and-set by id would be ambiguous.
-	for i := 1; i < len(obs); i++ {
-		if obs[i].ID == obs[i-1].ID {
-			return nil, fmt.Errorf("read obligations: id %q is on more than one row of %s: "+
-				"obligations.columns.id must name a unique column", obs[i].ID, r.name)
-		}
 	}
 	return obs, nil
 }
@@ -163,18 +148,16 @@ func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation,
 	if err != nil {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
 	}
-	obs, err := r.collect(rows, 1)
+	// collect refuses a second row with the same id: the id column is then
+	// not unique.
+	obs, err := r.collect(rows)
 	if err != nil {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
 	}
-	switch len(obs) {
-	case 0:
+	if len(obs) == 0 {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, ErrNotFound)
-	case 1:
-		return obs[0], nil
 	}
-	return reconcile.Obligation{}, fmt.Errorf("get obligation %q: on more than one row of %s: "+
-		"obligations.columns.id must name a unique column", id, r.name)
+	return obs[0], nil
 }
 
 // Check verifies that the table and every configured column exist, that
@@ -253,48 +236,72 @@ func (r *Obligations) Check(ctx context.Context) error {
 }
 
 // collect maps rows to obligations, one row at a time into reused scan
-// targets, and closes rows.
-func (r *Obligations) collect(rows pgx.Rows, capacity int) ([]reconcile.Obligation, error) {
+// targets, sorts them by id and closes rows.
+//
+// A million obligations are a quarter of a gigabyte of structs: rows go
+// into chunks of growing size rather than one slice that append would copy
+// at every doubling, the sort moves (id, index) pairs rather than the
+// structs, and the result is written once, in order, into a slice of
+// exactly the right length.
+func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	defer rows.Close()
+	// Kind, provider, currency, state and lease owner take a handful of
+	// values over a whole table: one string each instead of one per row.
+	intern := func() map[string]string { return make(map[string]string, 8) }
 	var (
-		id, kind, key, provider, providerID, targetID pgtype.Text
-		currency, state, leaseOwner                   pgtype.Text
-		amount                                        pgtype.Int8
-		lease, created, updated, paid                 scanTime
+		id, key, providerID, targetID           scanText
+		kind, provider, currency, state, leaser = scanText{intern: intern()}, scanText{intern: intern()},
+			scanText{intern: intern()}, scanText{intern: intern()}, scanText{intern: intern()}
+		amount                        pgtype.Int8
+		lease, created, updated, paid scanTime
 	)
 	targets := []any{&id, &kind, &key, &provider, &providerID, &targetID,
-		&amount, &currency, &state, &leaseOwner, &lease, &created, &updated, &paid}
-	obs := make([]reconcile.Obligation, 0, capacity)
+		&amount, &currency, &state, &leaser, &lease, &created, &updated, &paid}
+	var (
+		chunks [][]reconcile.Obligation
+		order  []idIndex
+	)
+	next := make([]reconcile.Obligation, 0, 64)
 	for rows.Next() {
 		if err := rows.Scan(targets...); err != nil {
-			return nil, fmt.Errorf("row %d: %w", len(obs)+1, err)
+			// pgx scans columns in order: when a later one fails, the id
+			// (the first) is already this row's, and names it.
+			if se := (pgx.ScanArgError{}); errors.As(err, &se) && se.ColumnIndex > 0 {
+				return nil, fmt.Errorf("obligation %q: %w", id.s, err)
+			}
+			return nil, fmt.Errorf("row %d: %w", len(order)+1, err)
 		}
-		k, ok := obligationKind(kind.String)
+		k, ok := obligationKind(kind.s)
 		if !ok {
-			return nil, fmt.Errorf("obligation %q: kind %q is neither charge nor refund", id.String, kind.String)
+			return nil, fmt.Errorf("obligation %q: kind %q is neither charge nor refund", id.s, kind.s)
 		}
 		if !amount.Valid {
-			return nil, fmt.Errorf("obligation %q: amount is NULL", id.String)
+			return nil, fmt.Errorf("obligation %q: amount is NULL", id.s)
 		}
 		for _, t := range []struct {
 			field string
 			t     *scanTime
 		}{{"lease_expires_at", &lease}, {"created_at", &created}, {"updated_at", &updated}, {"paid_at", &paid}} {
 			if t.t.infinite {
-				return nil, fmt.Errorf("obligation %q: %s is infinite", id.String, t.field)
+				return nil, fmt.Errorf("obligation %q: %s is infinite", id.s, t.field)
 			}
 		}
-		obs = append(obs, reconcile.Obligation{
-			ID:             id.String,
+		if len(next) == cap(next) {
+			chunks = append(chunks, next)
+			next = make([]reconcile.Obligation, 0, min(2*cap(next), 8192))
+		}
+		order = append(order, idIndex{id: id.s, chunk: int32(len(chunks)), at: int32(len(next))})
+		next = append(next, reconcile.Obligation{
+			ID:             id.s,
 			Kind:           k,
-			IdempotencyKey: key.String,
-			Provider:       provider.String,
-			ProviderID:     providerID.String,
-			TargetID:       targetID.String,
-			Money:          reconcile.Money{Amount: amount.Int64, Currency: strings.TrimSpace(currency.String)},
-			State:          r.table.Canonical(state.String),
-			RawState:       state.String,
-			LeaseOwner:     leaseOwner.String,
+			IdempotencyKey: key.s,
+			Provider:       provider.s,
+			ProviderID:     providerID.s,
+			TargetID:       targetID.s,
+			Money:          reconcile.Money{Amount: amount.Int64, Currency: strings.TrimSpace(currency.s)},
+			State:          r.table.Canonical(state.s),
+			RawState:       state.s,
+			LeaseOwner:     leaser.s,
 			LeaseExpiresAt: lease.t,
 			CreatedAt:      created.t,
 			UpdatedAt:      updated.t,
@@ -304,7 +311,33 @@ func (r *Obligations) collect(rows pgx.Rows, capacity int) ([]reconcile.Obligati
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	chunks = append(chunks, next)
+	// Sorted in Go, byte-wise, rather than by ORDER BY: the database's
+	// collation would order ids differently from every other sort in the
+	// program, and sorting a million rows in PostgreSQL spills to disk at
+	// the default work_mem.
+	cmp := func(a, b idIndex) int { return strings.Compare(a.id, b.id) }
+	if !slices.IsSortedFunc(order, cmp) {
+		slices.SortFunc(order, cmp)
+	}
+	obs := make([]reconcile.Obligation, len(order))
+	for i, o := range order {
+		// One query returns each row once: equal ids mean the configured id
+		// column is not unique, and compare-and-set by id would be
+		// ambiguous.
+		if i > 0 && o.id == order[i-1].id {
+			return nil, fmt.Errorf("id %q is on more than one row of %s: "+
+				"obligations.columns.id must name a unique column", o.id, r.name)
+		}
+		obs[i] = chunks[o.chunk][o.at]
+	}
 	return obs, nil
+}
+
+// idIndex places one collected obligation: its id, and where it is.
+type idIndex struct {
+	id        string
+	chunk, at int32
 }
 
 // obligationKind accepts the kind column's value in any case and with
@@ -320,15 +353,31 @@ func obligationKind(raw string) (reconcile.ObjectKind, bool) {
 	return "", false
 }
 
-func compareID(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) }
+// scanText scans a text column (every text-like column is selected as
+// ::text) straight from pgx's buffer; NULL reads as "". With intern set,
+// equal values share one string.
+type scanText struct {
+	s      string
+	intern map[string]string
+}
 
-// nonNil turns a nil list into an empty one: pgx sends nil as a NULL array,
-// and x = ANY(NULL) is NULL rather than false.
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
+// ScanBytes implements pgtype.BytesScanner. b is pgx's buffer, reused for
+// the next row: it is copied, or looked up without a copy.
+func (t *scanText) ScanBytes(b []byte) error {
+	if t.intern == nil {
+		t.s = string(b)
+		return nil
 	}
-	return s
+	if s, ok := t.intern[string(b)]; ok {
+		t.s = s
+		return nil
+	}
+	t.s = string(b)
+	// Bounded, should a team's column hold more than a handful of values.
+	if len(t.intern) < 256 {
+		t.intern[t.s] = t.s
+	}
+	return nil
 }
 
 // scanTime scans timestamptz and timestamp columns alike (a timestamp

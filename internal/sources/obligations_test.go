@@ -455,3 +455,36 @@ func TestObligationsRefusesUnmappableRows(t *testing.T) {
 		}
 	})
 }
+
+// TestObligationsNumericAmount: a numeric amount column reads when whole and
+// fails, naming the obligation, when it has a fraction (minor units have
+// none; rounding would invent money).
+func TestObligationsNumericAmount(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	oblExec(t, pool, `CREATE SCHEMA num`)
+	oblExec(t, pool, `CREATE TABLE num.obligations (LIKE public.obligations INCLUDING DEFAULTS)`)
+	oblExec(t, pool, `ALTER TABLE num.obligations ALTER COLUMN amount TYPE numeric`)
+	oblExec(t, pool, `INSERT INTO num.obligations (id, kind, idempotency_key, amount, currency, state)
+		VALUES ('charge:whole', 'charge', 'k1', 9007199254740993, 'usd', 'EXECUTING'),
+		       ('charge:fraction', 'charge', 'k2', 12.5, 'usd', 'PAID')`)
+	table := reconcile.DefaultObligationTable()
+	table.Schema = "num"
+	r := newObligationsReader(t, pool, table)
+	if err := r.Check(t.Context()); err != nil {
+		t.Fatalf("Check(numeric amount) = %v, want nil", err)
+	}
+	got, err := r.Get(t.Context(), "charge:whole")
+	if err != nil {
+		t.Fatalf("Get(charge:whole): %v", err)
+	}
+	if want := (reconcile.Money{Amount: 9007199254740993, Currency: "usd"}); got.Money != want {
+		t.Errorf("Get(charge:whole) money = %v, want %v", got.Money, want)
+	}
+	if _, err := r.Get(t.Context(), "charge:fraction"); err == nil || !strings.Contains(err.Error(), `"charge:fraction"`) {
+		t.Errorf("Get(charge:fraction) error = %v, want one naming the obligation", err)
+	}
+	if _, err := r.Read(t.Context(), reconcile.Window{}, sources.Named{IDs: []string{"charge:fraction"}}); err == nil ||
+		!strings.Contains(err.Error(), `obligation "charge:fraction"`) {
+		t.Errorf("Read(charge:fraction named) error = %v, want one naming the obligation", err)
+	}
+}
