@@ -311,6 +311,9 @@ type oracle struct {
 	keys  []reconcile.KeyEvidence
 	mov   map[string]string // object id → movement id
 	links map[string]map[string]reconcile.Route
+	// Memos of the linear scans below, so the race detector's run stays
+	// fast; they change nothing the scans decide.
+	memb map[string][]*reconcile.ProviderObject
 }
 
 func newOracle(in Input, now time.Time, opts Options) *oracle {
@@ -339,6 +342,10 @@ func newOracle(in Input, now time.Time, opts Options) *oracle {
 	}
 	for _, p := range o.objs {
 		o.mov[p.ID] = o.movementID(p)
+	}
+	o.memb = map[string][]*reconcile.ProviderObject{}
+	for _, p := range o.objs {
+		o.memb[o.mov[p.ID]] = append(o.memb[o.mov[p.ID]], p)
 	}
 	for _, p := range o.objs {
 		for _, ob := range o.obls {
@@ -386,26 +393,16 @@ func (o *oracle) movementID(p *reconcile.ProviderObject) string {
 // movementOf is the movement an id stands for: its object's, or an
 // unlisted intent's that its charges name.
 func (o *oracle) movementOf(id string) string {
-	if p := o.find(id); p != nil {
-		return o.mov[p.ID]
+	if mv, ok := o.mov[id]; ok {
+		return mv
 	}
-	for _, p := range o.objs {
-		if o.mov[p.ID] == id {
-			return id
-		}
+	if len(o.memb[id]) > 0 {
+		return id
 	}
 	return ""
 }
 
-func (o *oracle) members(mv string) []*reconcile.ProviderObject {
-	var out []*reconcile.ProviderObject
-	for _, p := range o.objs {
-		if o.mov[p.ID] == mv {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (o *oracle) members(mv string) []*reconcile.ProviderObject { return o.memb[mv] }
 
 func (o *oracle) class(mv string) reconcile.ObjectKind {
 	for _, p := range o.members(mv) {
