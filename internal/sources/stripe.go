@@ -58,8 +58,8 @@ type StripeOptions struct {
 	Rate  float64
 	Burst int
 	// Concurrency is how many time slices are read at once, and how many
-	// retrievals by id run at once (default 4), so that latency does not
-	// cap throughput under the rate.
+	// retrievals by id run at once (default 4, at most 64), so that
+	// latency does not cap throughput under the rate.
 	Concurrency int
 	// SliceMin is the shortest time slice a window is split into
 	// (default 1h): short windows are read in fewer slices.

@@ -468,13 +468,3 @@ func (s *Server) Object(id string) (reconcile.ProviderObject, bool) {
 	o.Metadata = maps.Clone(o.Metadata)
 	return o, true
 }
-
-// Len returns how many entries a list holds (events included).
-func (s *Server) Len(listName string) int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if l, ok := s.lists[listName]; ok {
-		return len(l.entries)
-	}
-	return 0
-}
