@@ -59,7 +59,7 @@ func PlainText(m Message, reply bool) string {
 	for _, b := range m.Blocks {
 		switch b := b.(type) {
 		case *slack.HeaderBlock:
-			lines = append(lines, strings.ToUpper(plainMarkup(b.Text.Text)))
+			lines = append(lines, plainMarkup(b.Text.Text))
 		case *slack.SectionBlock:
 			if b.Text != nil {
 				lines = append(lines, plainMarkup(b.Text.Text))

@@ -70,7 +70,7 @@ type SlackOptions struct {
 	Logger *slog.Logger // default: discard
 
 	// BackoffBase is the wait after the first 5xx or network error, doubled
-	// per retry up to BackoffMax; defaults 1s and 30s.
+	// per retry up to BackoffMax; defaults 500ms and 10s.
 	BackoffBase, BackoffMax time.Duration
 	// MaxRetryAfter is the longest 429 Retry-After waited for within a
 	// drain; a longer one ends the drain. Default 2m.
@@ -158,10 +158,10 @@ func NewSlack(opts SlackOptions) (*Deliverer, error) {
 		opts.HTTPClient = &http.Client{}
 	}
 	if opts.BackoffBase <= 0 {
-		opts.BackoffBase = time.Second
+		opts.BackoffBase = 500 * time.Millisecond
 	}
 	if opts.BackoffMax <= 0 {
-		opts.BackoffMax = 30 * time.Second
+		opts.BackoffMax = 10 * time.Second
 	}
 	if opts.MaxRetryAfter <= 0 {
 		opts.MaxRetryAfter = 2 * time.Minute

@@ -1,0 +1,582 @@
+package alerts
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"reconcile"
+)
+
+const testToken = "xoxb-test-SECRET-0042"
+
+type harness struct {
+	slack  *fakeSlack
+	clock  *fakeClock
+	outbox *fakeOutbox
+	logs   *bytes.Buffer
+}
+
+func newHarness(tb testing.TB) *harness {
+	tb.Helper()
+	clock := newFakeClock()
+	return &harness{slack: newFakeSlack(tb, testToken, clock), clock: clock, outbox: &fakeOutbox{}, logs: &bytes.Buffer{}}
+}
+
+// deliverer is a bot-token deliverer on the fake Slack; mod adjusts its
+// options.
+func (h *harness) deliverer(tb testing.TB, mod func(*SlackOptions)) *Deliverer {
+	tb.Helper()
+	opts := SlackOptions{
+		BotToken: testToken, Channel: "C0FINANCE", APIURL: h.slack.apiURL(),
+		MaxRetries: 3, Timeout: 5 * time.Second, Sleep: h.clock.Sleep,
+		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	d, err := NewSlack(opts)
+	if err != nil {
+		tb.Fatalf("NewSlack: %v", err)
+	}
+	return d
+}
+
+func (h *harness) drain(tb testing.TB, d *Deliverer) (DrainStats, error) {
+	tb.Helper()
+	return d.Drain(tb.Context(), h.outbox, h.clock.Now)
+}
+
+func webhook(h *harness) func(*SlackOptions) {
+	return func(o *SlackOptions) { o.BotToken, o.Channel, o.WebhookURL = "", "", h.slack.webhookURL() }
+}
+
+// smallRun is a run's outbox rows: a summary, two criticals, three others.
+func smallRun(runID string) []reconcile.Alert {
+	fs := sampleFindings()
+	s := sampleSummary(0)
+	s.RunID, s.Summary.RunID = runID, runID
+	rows := []reconcile.Alert{s}
+	for _, k := range []reconcile.FindingKind{reconcile.Duplicate, reconcile.StatusMismatch, reconcile.Orphan, reconcile.AmountMismatch, reconcile.StaleLease} {
+		rows = append(rows, reconcile.Alert{RunID: runID, Event: reconcile.AlertFiring, Finding: fs[k]})
+	}
+	return rows
+}
+
+func TestDrainRateLimitedThenSentOnce(t *testing.T) {
+	h := newHarness(t)
+	ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+	h.slack.setScript("429", "ok")
+	st, err := h.drain(t, h.deliverer(t, nil))
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts, requests, _ := h.slack.snapshot()
+	if len(posts) != 1 || requests != 2 {
+		t.Fatalf("Drain posted %d messages in %d requests, want 1 in 2", len(posts), requests)
+	}
+	if st.Messages != 1 || st.Sent != 1 || st.RateLimited != 1 || st.Retries != 1 {
+		t.Errorf("Drain stats = %+v, want 1 message, 1 sent, 1 rate limited, 1 retry", st)
+	}
+	if got := h.clock.sleeps(); !slices.Contains(got, time.Second) {
+		t.Errorf("slept %v, want Retry-After's 1s among them", got)
+	}
+	r := h.outbox.get(ids[0])
+	if !r.sent || r.sentCount != 1 || r.channel != "C0FINANCE" || r.ts != "1700000000.000001" {
+		t.Errorf("row = sent %t ×%d in %q at %q, want sent once in C0FINANCE at 1700000000.000001", r.sent, r.sentCount, r.channel, r.ts)
+	}
+}
+
+func TestDrainRetriesServerErrorsWithBackoff(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+	h.slack.setScript("503", "500", "ok")
+	st, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.BackoffBase, o.BackoffMax = time.Second, 90 * time.Second }))
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if st.Sent != 1 || st.Retries != 2 {
+		t.Errorf("Drain stats = %+v, want 1 sent after 2 retries", st)
+	}
+	if got, want := h.clock.sleeps(), []time.Duration{time.Second, 2 * time.Second}; !slices.Equal(got, want) {
+		t.Errorf("slept %v, want backoff %v", got, want)
+	}
+	h.outbox.checkSentOnce(t)
+}
+
+func TestDrainSlackDownThenBack(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(smallRun("run-1")...)
+	h.slack.setDown(true)
+	d := h.deliverer(t, nil)
+	st, err := h.drain(t, d)
+	if err != nil {
+		t.Fatalf("Drain with Slack down = %v, want nil: the run still completes", err)
+	}
+	if st.Sent != 0 || st.Deferred != 6 || st.Stopped == "" {
+		t.Errorf("Drain stats = %+v, want nothing sent, 6 deferred, a reason", st)
+	}
+	if n := h.outbox.unsent(); n != 6 {
+		t.Errorf("%d rows unsent after Slack was down, want 6", n)
+	}
+	_, requests, _ := h.slack.snapshot()
+	if requests != 4 {
+		t.Errorf("%d requests while Slack was down, want 4 (one message, 3 retries, then stop)", requests)
+	}
+
+	h.slack.setDown(false)
+	st, err = h.drain(t, d)
+	if err != nil {
+		t.Fatalf("Drain after Slack came back: %v", err)
+	}
+	h.outbox.checkSentOnce(t)
+	posts, _, _ := h.slack.snapshot()
+	if len(posts) != st.Messages || st.Messages != 4 {
+		t.Errorf("posted %d messages, stats say %d, want 4 (summary, 2 criticals, 1 group)", len(posts), st.Messages)
+	}
+	for _, p := range posts {
+		if strings.Contains(p.flat(), "Possible repeat") {
+			t.Errorf("a message after a plain outage says possible repeat: %q", p.Text)
+		}
+	}
+	if posts[3].Thread != "1700000000.000001" {
+		t.Errorf("group posted in thread %q, want the summary's 1700000000.000001", posts[3].Thread)
+	}
+}
+
+func TestDrainPermanentErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		webhook bool
+		token   string
+		script  string
+		want    []string // in the error
+	}{
+		{name: "invalid_auth", token: "xoxb-revoked-SECRET-0000", want: []string{"invalid_auth", "SLACK_BOT_TOKEN"}},
+		{name: "token_revoked", script: "token_revoked", want: []string{"token_revoked", "SLACK_BOT_TOKEN"}},
+		{name: "account_inactive", script: "account_inactive", want: []string{"account_inactive", "SLACK_BOT_TOKEN"}},
+		{name: "channel_not_found", script: "channel_not_found", want: []string{"channel_not_found", "SLACK_CHANNEL"}},
+		{name: "not_in_channel", script: "not_in_channel", want: []string{"not_in_channel", "invite"}},
+		{name: "is_archived", script: "is_archived", want: []string{"is_archived", "SLACK_CHANNEL"}},
+		{name: "webhook removed", webhook: true, script: "404", want: []string{"404", "SLACK_WEBHOOK_URL"}},
+		{name: "webhook forbidden", webhook: true, script: "403", want: []string{"403", "SLACK_WEBHOOK_URL"}},
+		{name: "webhook channel archived", webhook: true, script: "410", want: []string{"410", "SLACK_WEBHOOK_URL"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			ids := h.outbox.add(smallRun("run-1")...)
+			if tt.script != "" {
+				h.slack.setScript(tt.script)
+			}
+			d := h.deliverer(t, func(o *SlackOptions) {
+				if tt.token != "" {
+					o.BotToken = tt.token
+				}
+				if tt.webhook {
+					webhook(h)(o)
+				}
+			})
+			st, err := h.drain(t, d)
+			if !errors.Is(err, ErrPermanent) {
+				t.Fatalf("Drain = %v, want an error matching ErrPermanent", err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") || strings.Contains(msg, "SECRET") {
+				t.Errorf("error %q: want one line without secrets", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q lacks %q", msg, w)
+				}
+			}
+			_, requests, _ := h.slack.snapshot()
+			if requests != 1 {
+				t.Errorf("%d requests, want 1: no retry can fix this", requests)
+			}
+			for _, id := range ids {
+				if r := h.outbox.get(id); r.sent || r.alert.Attempts != 0 {
+					t.Errorf("row %d sent %t attempts %d, want unsent and untouched for when it is fixed", id, r.sent, r.alert.Attempts)
+				}
+			}
+			if st.Sent != 0 {
+				t.Errorf("stats = %+v, want nothing sent", st)
+			}
+
+			// Fixed: everything goes, once.
+			fixed := h.deliverer(t, func(o *SlackOptions) {
+				if tt.webhook {
+					webhook(h)(o)
+				}
+			})
+			if _, err := h.drain(t, fixed); err != nil {
+				t.Fatalf("Drain after the fix: %v", err)
+			}
+			h.outbox.checkSentOnce(t)
+		})
+	}
+}
+
+func TestDrainUnknownOutcomeResentMarked(t *testing.T) {
+	for _, behaviour := range []string{"reset", "hang"} {
+		t.Run(behaviour, func(t *testing.T) {
+			h := newHarness(t)
+			ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]), firing(0, sampleFindings()[reconcile.StatusMismatch]))
+			h.slack.setScript(behaviour)
+			d := h.deliverer(t, func(o *SlackOptions) { o.Timeout = 50 * time.Millisecond })
+			st, err := h.drain(t, d)
+			if err != nil {
+				t.Fatalf("Drain: %v", err)
+			}
+			_, requests, _ := h.slack.snapshot()
+			if requests != 1 {
+				t.Errorf("%d requests, want 1: a request that may have arrived is never repeated blindly", requests)
+			}
+			if st.Unknown != 1 || st.Deferred != 2 {
+				t.Errorf("stats = %+v, want 1 unknown, 2 deferred", st)
+			}
+			if r := h.outbox.get(ids[0]); r.sent || !r.alert.UnknownOutcome {
+				t.Errorf("row sent %t unknown %t, want unsent and marked unknown", r.sent, r.alert.UnknownOutcome)
+			}
+			if r := h.outbox.get(ids[1]); r.sent || r.alert.UnknownOutcome {
+				t.Errorf("untried row sent %t unknown %t, want unsent and not unknown", r.sent, r.alert.UnknownOutcome)
+			}
+
+			if _, err := h.drain(t, d); err != nil {
+				t.Fatalf("second Drain: %v", err)
+			}
+			h.outbox.checkSentOnce(t)
+			posts, _, _ := h.slack.snapshot()
+			if len(posts) != 3 {
+				t.Fatalf("%d posts, want 3 (the lost one, its marked copy, the other)", len(posts))
+			}
+			if strings.Contains(posts[0].flat(), "Possible repeat") || !strings.Contains(posts[1].flat(), "Possible repeat") ||
+				!strings.Contains(posts[1].Text, "Possible repeat") {
+				t.Errorf("want only the resend marked as a possible repeat, in its text too:\n%s\n---\n%s", posts[0].Text, posts[1].Text)
+			}
+			if strings.Contains(posts[2].flat(), "Possible repeat") {
+				t.Errorf("the other row's message is marked a possible repeat")
+			}
+		})
+	}
+}
+
+func TestDrainRefusedMessageFallsBackToText(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+	h.slack.setScript("invalid_blocks", "ok")
+	if _, err := h.drain(t, h.deliverer(t, nil)); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts, _, _ := h.slack.snapshot()
+	if len(posts) != 1 || len(posts[0].Blocks) != 0 || !strings.Contains(posts[0].Text, "refund:4821:approved-request-7") {
+		t.Fatalf("posts = %+v, want one text-only message with the ids", posts)
+	}
+	h.outbox.checkSentOnce(t)
+}
+
+func TestDrainRefusedTwiceSkipsOnlyThatMessage(t *testing.T) {
+	h := newHarness(t)
+	ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]), firing(0, sampleFindings()[reconcile.StatusMismatch]))
+	h.slack.setScript("msg_too_long", "msg_too_long", "ok")
+	st, err := h.drain(t, h.deliverer(t, nil))
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if st.Failed != 1 || st.Sent != 1 {
+		t.Errorf("stats = %+v, want 1 failed, 1 sent", st)
+	}
+	r := h.outbox.get(ids[0])
+	if r.sent || r.alert.Attempts != 1 || !r.next.After(h.clock.Now()) || r.alert.UnknownOutcome {
+		t.Errorf("refused row: sent %t attempts %d next %v unknown %t, want unsent, 1 attempt, later, known", r.sent, r.alert.Attempts, r.next, r.alert.UnknownOutcome)
+	}
+	if !h.outbox.get(ids[1]).sent {
+		t.Errorf("the next message was not sent after one was refused")
+	}
+}
+
+func TestDrainTenThousandFindings(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(flood(10000)...)
+	st, err := h.drain(t, h.deliverer(t, nil))
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts, _, limits := h.slack.snapshot()
+	if len(posts) > 50 {
+		t.Errorf("10,000 findings took %d messages, want at most 50", len(posts))
+	}
+	if len(limits) > 0 {
+		t.Errorf("messages over Slack's limits: %v", limits)
+	}
+	if st.Sent != 10001 || h.outbox.unsent() != 0 {
+		t.Errorf("stats = %+v, %d unsent; want all 10,001 rows sent", st, h.outbox.unsent())
+	}
+	h.outbox.checkSentOnce(t)
+	for i := 1; i < len(posts); i++ {
+		if gap := posts[i].At.Sub(posts[i-1].At); gap < time.Second {
+			t.Errorf("posts %d and %d %v apart, want at least 1s", i-1, i, gap)
+		}
+	}
+}
+
+func TestDrainPacingInterval(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(smallRun("run-1")...)
+	if _, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.PerChannelInterval = 3 * time.Second })); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts, _, _ := h.slack.snapshot()
+	for i := 1; i < len(posts); i++ {
+		if gap := posts[i].At.Sub(posts[i-1].At); gap < 3*time.Second {
+			t.Errorf("posts %d and %d %v apart, want at least 3s", i-1, i, gap)
+		}
+	}
+}
+
+func TestDrainRerunSendsNothing(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(smallRun("run-1")...)
+	d := h.deliverer(t, nil)
+	if _, err := h.drain(t, d); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	_, before, _ := h.slack.snapshot()
+	st, err := h.drain(t, d)
+	if err != nil {
+		t.Fatalf("second Drain: %v", err)
+	}
+	if _, after, _ := h.slack.snapshot(); after != before || st != (DrainStats{}) {
+		t.Errorf("rerun made %d requests with stats %+v, want none", after-before, st)
+	}
+}
+
+func TestDrainThreads(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(smallRun("run-1")...)
+	d := h.deliverer(t, nil)
+	if _, err := h.drain(t, d); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	// summary ts 1, criticals 2 and 3, group 4 in the summary's thread.
+	fs := sampleFindings()
+	ids := h.outbox.add(
+		reconcile.Alert{RunID: "run-2", Event: reconcile.AlertResolved, Finding: fs[reconcile.Duplicate]},
+		reconcile.Alert{RunID: "run-2", Event: reconcile.AlertResolved, Finding: fs[reconcile.Orphan]},
+		reconcile.Alert{RunID: "run-2", Event: reconcile.AlertRepeat, Finding: fs[reconcile.StatusMismatch]},
+	)
+	if _, err := h.drain(t, d); err != nil {
+		t.Fatalf("second Drain: %v", err)
+	}
+	posts, _, _ := h.slack.snapshot()
+	threads := map[string]string{}
+	for _, p := range posts[4:] {
+		for _, f := range []reconcile.FindingKind{reconcile.Duplicate, reconcile.Orphan, reconcile.StatusMismatch} {
+			if strings.Contains(p.Text, kindLabel(f)) {
+				threads[string(f)] = p.Thread
+			}
+		}
+	}
+	want := map[string]string{
+		string(reconcile.Duplicate):      "1700000000.000002", // its own message
+		string(reconcile.StatusMismatch): "1700000000.000003",
+		string(reconcile.Orphan):         "1700000000.000001", // grouped in the summary's thread
+	}
+	for k, w := range want {
+		if threads[k] != w {
+			t.Errorf("%s notice in thread %q, want %q", k, threads[k], w)
+		}
+	}
+	for _, id := range ids {
+		if r := h.outbox.get(id); !r.sent {
+			t.Errorf("row %d unsent", id)
+		}
+	}
+}
+
+func TestDrainWebhookGroupsWithoutThreads(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(smallRun("run-1")...)
+	fs := sampleFindings()
+	h.outbox.add(
+		reconcile.Alert{RunID: "run-1", Event: reconcile.AlertResolved, Finding: fs[reconcile.UnresolvedUnknown]},
+		reconcile.Alert{RunID: "run-1", Event: reconcile.AlertRepeat, Finding: fs[reconcile.ConflictingLink]},
+	)
+	h.slack.setScript("429", "ok")
+	st, err := h.drain(t, h.deliverer(t, webhook(h)))
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts, _, _ := h.slack.snapshot()
+	for _, p := range posts {
+		if p.Method != "webhook" || p.Thread != "" {
+			t.Errorf("post %s in thread %q, want webhook posts without threads", p.Method, p.Thread)
+		}
+	}
+	if len(posts) != 4 || st.RateLimited != 1 {
+		t.Errorf("%d posts (rate limited %d), want 4: summary, 2 criticals, 1 group", len(posts), st.RateLimited)
+	}
+	h.outbox.checkSentOnce(t)
+	for _, r := range h.outbox.rows {
+		if r.channel != "webhook" || r.ts != "" {
+			t.Errorf("row %d sent to %q at %q, want webhook without ts", r.alert.ID, r.channel, r.ts)
+		}
+	}
+}
+
+func TestDrainOutboxError(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.dueErr = errors.New("connection refused")
+	_, err := h.drain(t, h.deliverer(t, nil))
+	if err == nil || !strings.Contains(err.Error(), "read due alerts: connection refused") || errors.Is(err, ErrPermanent) {
+		t.Errorf("Drain = %v, want the outbox's error wrapped", err)
+	}
+}
+
+// Canary secrets and personal data placed where the provider's metadata
+// ends up (details, ids) never reach Slack or a log line.
+func TestSecretsNeverLeave(t *testing.T) {
+	canaries := []string{
+		"sk_test_canary4f9a1cSECRET", "rk_live_canaryABC123SECRET", "xoxb-canary-SECRET-1234",
+		"CanaryPw0rdSECRET", "4242 4242 4242 4242", "4111111111111111", "jane.canary@example.com",
+		testToken, "SECRET",
+	}
+	detail := "metadata: api_key=sk_test_canary4f9a1cSECRET restricted rk_live_canaryABC123SECRET slack xoxb-canary-SECRET-1234 " +
+		"dsn postgres://app:CanaryPw0rdSECRET@db.internal:5432/pay card 4242 4242 4242 4242 pan 4111111111111111 " +
+		"customer jane.canary@example.com <!channel> <!here> <@U0ADMIN> <http://evil.example|your bank>"
+	for _, mode := range []string{"bot", "webhook"} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t)
+			fs := sampleFindings()
+			rows := smallRun("run-1")
+			for i := range rows[1:] {
+				rows[i+1].Finding.Detail = detail
+			}
+			dup := fs[reconcile.Duplicate]
+			dup.ObligationID = "refund:4111111111111111:jane.canary@example.com"
+			dup.ProviderIDs = []string{"re_ok", "xoxb-canary-SECRET-1234"}
+			dup.Detail = detail
+			rows = append(rows, firing(0, dup), reconcile.Alert{RunID: "run-1", Event: reconcile.AlertResolved, Finding: dup})
+			h.outbox.add(rows...)
+			h.slack.setScript("503", "429", "reset")
+			mod := func(o *SlackOptions) {}
+			if mode == "webhook" {
+				mod = webhook(h)
+			}
+			d := h.deliverer(t, mod)
+			for range 3 {
+				if _, err := h.drain(t, d); err != nil {
+					t.Fatalf("Drain: %v", err)
+				}
+			}
+			if n := h.outbox.unsent(); n != 0 {
+				t.Fatalf("%d rows unsent", n)
+			}
+			posts, _, _ := h.slack.snapshot()
+			var sent strings.Builder
+			for _, p := range posts {
+				sent.WriteString(p.flat() + "\n")
+			}
+			where := map[string]string{"payloads": sent.String(), "request bodies": h.slack.allBodies(), "logs": h.logs.String()}
+			for _, r := range h.outbox.rows {
+				where["outbox errors"] += strings.Join(r.errs, "\n")
+			}
+			for name, text := range where {
+				for _, c := range canaries {
+					if strings.Contains(text, c) {
+						t.Errorf("%s contain %q", name, c)
+					}
+				}
+				for _, markup := range []string{"<!channel>", "<!here>", "<@U0ADMIN>", "<http://evil"} {
+					if name == "payloads" && strings.Contains(text, markup) {
+						t.Errorf("payloads contain unescaped %q", markup)
+					}
+				}
+			}
+			if !strings.Contains(sent.String(), "&lt;!channel&gt;") || !strings.Contains(sent.String(), "•••• 4242") {
+				t.Errorf("payloads lack the escaped mention or the masked card")
+			}
+			if h.logs.Len() == 0 {
+				t.Errorf("no log lines: the check above proved nothing")
+			}
+		})
+	}
+}
+
+func TestWebhookErrorsHideTheURL(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+	secretURL := "http://127.0.0.1:1/services/T0ACC/B0ACC/hooksecretSECRET"
+	d := h.deliverer(t, func(o *SlackOptions) { o.BotToken, o.Channel, o.WebhookURL, o.MaxRetries = "", "", secretURL, 1 })
+	st, err := h.drain(t, d)
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if st.Stopped == "" {
+		t.Fatalf("stats = %+v, want a reason the drain stopped", st)
+	}
+	for name, text := range map[string]string{"stopped": st.Stopped, "logs": h.logs.String(), "outbox": strings.Join(h.outbox.rows[0].errs, " ")} {
+		if strings.Contains(text, "hooksecret") || strings.Contains(text, "SECRET") {
+			t.Errorf("%s reveal the webhook URL: %s", name, text)
+		}
+	}
+}
+
+func TestSlackOptionsNeverPrintSecrets(t *testing.T) {
+	o := SlackOptions{BotToken: testToken, Channel: "C0FINANCE", WebhookURL: "https://hooks.slack.com/services/T/B/hookSECRET"}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "slack", o)
+	d, err := NewSlack(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{fmt.Sprintf("%v %+v %#v %s", o, o, o, o), fmt.Sprintf("%v %+v %#v", d, d, d), logs.String()} {
+		if strings.Contains(s, "SECRET") {
+			t.Errorf("printed options reveal a secret: %s", s)
+		}
+	}
+}
+
+func TestNewSlack(t *testing.T) {
+	tests := []struct {
+		name       string
+		opts       SlackOptions
+		configured bool
+		wantErr    string
+	}{
+		{name: "nothing", configured: false},
+		{name: "channel alone", opts: SlackOptions{Channel: "C0FINANCE"}, configured: false},
+		{name: "bot token and channel", opts: SlackOptions{BotToken: testToken, Channel: "C0FINANCE"}, configured: true},
+		{name: "webhook", opts: SlackOptions{WebhookURL: "https://hooks.slack.com/services/T/B/x"}, configured: true},
+		{name: "bot token without channel", opts: SlackOptions{BotToken: testToken}, wantErr: "SLACK_CHANNEL"},
+		{name: "webhook not a URL", opts: SlackOptions{WebhookURL: "hooks.slack.com/SECRET"}, wantErr: "SLACK_WEBHOOK_URL"},
+		{name: "api url not a URL", opts: SlackOptions{BotToken: testToken, Channel: "C", APIURL: "slack"}, wantErr: "SLACK_API_URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := NewSlack(tt.opts)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "SECRET") {
+					t.Fatalf("NewSlack = %v, want an error naming %s without secrets", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("NewSlack: %v", err)
+			}
+			if d.Configured() != tt.configured {
+				t.Errorf("Configured() = %t, want %t", d.Configured(), tt.configured)
+			}
+			if !tt.configured {
+				if _, err := d.Drain(t.Context(), &fakeOutbox{}, time.Now); !errors.Is(err, ErrNotConfigured) {
+					t.Errorf("Drain = %v, want ErrNotConfigured", err)
+				}
+			}
+		})
+	}
+}
