@@ -55,27 +55,31 @@ func (o *fakeOutbox) Due(ctx context.Context, now time.Time, limit int) ([]recon
 	if o.dueErr != nil {
 		return nil, o.dueErr
 	}
+	// The ts of each run's sent summary, and of each finding's first sent
+	// firing message.
+	summaryTS, firingTS := map[string]string{}, map[string]string{}
+	for _, s := range o.rows {
+		switch {
+		case !s.sent:
+		case s.alert.Event == reconcile.AlertSummary:
+			summaryTS[s.alert.RunID] = s.ts
+		case s.alert.Event == reconcile.AlertFiring:
+			if _, ok := firingTS[s.alert.Finding.Fingerprint]; !ok {
+				firingTS[s.alert.Finding.Fingerprint] = s.ts
+			}
+		}
+	}
 	var out []reconcile.Alert
 	for _, r := range o.rows {
 		if r.sent || r.next.After(now) {
 			continue
 		}
 		a := r.alert
-		a.ThreadTS = ""
 		switch a.Event {
 		case reconcile.AlertResolved, reconcile.AlertRepeat:
-			for _, s := range o.rows {
-				if s.sent && s.alert.Event == reconcile.AlertFiring && s.alert.Finding.Fingerprint == a.Finding.Fingerprint {
-					a.ThreadTS = s.ts
-					break
-				}
-			}
+			a.ThreadTS = firingTS[a.Finding.Fingerprint]
 		case reconcile.AlertFiring:
-			for _, s := range o.rows {
-				if s.sent && s.alert.Event == reconcile.AlertSummary && s.alert.RunID == a.RunID {
-					a.ThreadTS = s.ts
-				}
-			}
+			a.ThreadTS = summaryTS[a.RunID]
 		}
 		out = append(out, a)
 		if len(out) == limit {
@@ -114,12 +118,11 @@ func (o *fakeOutbox) MarkAttempt(ctx context.Context, id int64, next time.Time, 
 }
 
 func (o *fakeOutbox) row(id int64) *fakeRow {
-	for _, r := range o.rows {
-		if r.alert.ID == id {
-			return r
-		}
+	// Ids are assigned in order from 1.
+	if id < 1 || id > int64(len(o.rows)) {
+		return nil
 	}
-	return nil
+	return o.rows[id-1]
 }
 
 func (o *fakeOutbox) get(id int64) fakeRow {
@@ -336,7 +339,7 @@ func (f *fakeSlack) serve(w http.ResponseWriter, r *http.Request) {
 // from the JSON on the wire.
 func wireLimits(p fakePost) []string {
 	var v []string
-	if n := utf8.RuneCountInString(p.Text); n > 40000 {
+	if n := utf8.RuneCountInString(p.Text); n > 4000 {
 		v = append(v, fmt.Sprintf("text of %d characters", n))
 	}
 	if len(p.Blocks) > 50 {
@@ -346,6 +349,31 @@ func wireLimits(p fakePost) []string {
 		t, _ := m.(map[string]any)
 		s, _ := t["text"].(string)
 		return s
+	}
+	// chat.postMessage refuses blocks whose texts add up to much over
+	// 12,000 characters (msg_blocks_too_long).
+	total := 0
+	var walk func(any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			if s, ok := t["text"].(string); ok {
+				total += utf8.RuneCountInString(s)
+			}
+			for _, e := range t {
+				walk(e)
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		}
+	}
+	for _, b := range p.Blocks {
+		walk(b)
+	}
+	if total > 12000 {
+		v = append(v, fmt.Sprintf("blocks hold %d characters", total))
 	}
 	for _, b := range p.Blocks {
 		switch b["type"] {

@@ -288,19 +288,25 @@ func severityOf(f reconcile.Finding) reconcile.Severity {
 	return f.Kind.Severity()
 }
 
-// Slack's limits (https://docs.slack.dev/reference/block-kit/blocks), with
-// some room kept for the parts of a group message around its lines.
+// Slack's limits (https://docs.slack.dev/reference/block-kit/blocks): 50
+// blocks, 3,000 characters a section, 150 a header, 10 context elements,
+// and a top-level text truncated past 40,000. chat.postMessage is stricter
+// than documented: it answers msg_too_long for a text much over 4,000
+// characters and msg_blocks_too_long when the texts of all blocks add up
+// to about 12,000 (slackapi/bolt-js#2509). Plans keep under those.
 const (
 	maxBlocks      = 50
 	maxSectionText = 3000
 	maxHeaderText  = 150
 	maxContextElem = 10
-	maxText        = 40000
+	maxText        = 4000
+	maxBlocksText  = 12000
 
 	sectionBudget    = 2900
-	groupFixedBlocks = 4     // possible repeat, title, what to do, footer
-	textLineBudget   = 34000 // of maxText, for a group's listed lines
-	maxLine          = 1500  // one listed line, mrkdwn or plain
+	groupFixedBlocks = 4    // possible repeat, title, what to do, footer
+	groupLinesText   = 3400 // of maxText, for a group's listed lines
+	groupLinesBlocks = 8600 // of maxBlocksText, the rest for title, what to do, footer
+	maxLine          = 600  // one listed line, mrkdwn or plain
 )
 
 // pack splits a group's sorted items into chunks that each render within
@@ -326,10 +332,11 @@ func pack(g *group) []chunk {
 	return out
 }
 
-// layout counts how a group message's lines fill sections and text.
+// layout counts how a group message's lines fill sections, the blocks'
+// total and the text.
 type layout struct {
-	sections, secLen, text int
-	fam                    family
+	sections, secLen, chars, text int
+	fam                           family
 }
 
 // add places one item, with its family's heading when the family changes,
@@ -338,15 +345,16 @@ func (l *layout) add(it item, first bool) (over bool) {
 	if first || it.fam != l.fam {
 		h := familyHeading(it.fam)
 		l.line(runeLen(h))
-		l.text += runeLen(h) + 1
+		l.text += runeLen(familyPlain(it.fam)) + 1
 		l.fam = it.fam
 	}
 	l.line(runeLen(it.line))
 	l.text += runeLen(it.text) + 1
-	return l.sections > maxBlocks-groupFixedBlocks || l.text > textLineBudget
+	return l.sections > maxBlocks-groupFixedBlocks || l.text > groupLinesText || l.chars > groupLinesBlocks
 }
 
 func (l *layout) line(n int) {
+	l.chars += n + 1
 	switch {
 	case l.sections == 0 || l.secLen+1+n > sectionBudget:
 		l.sections++

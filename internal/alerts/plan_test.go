@@ -154,8 +154,18 @@ func TestPlanGoldenKinds(t *testing.T) {
 			if msgs[0].Kind != wantKind {
 				t.Errorf("Plan(one %s) kind = %s, want %s", kind, msgs[0].Kind, wantKind)
 			}
-			if !strings.Contains(msgs[0].Text, kindAction(kind)) {
-				t.Errorf("Plan(one %s) text lacks what to do %q:\n%s", kind, kindAction(kind), msgs[0].Text)
+			b, _ := json.Marshal(msgs[0].Blocks)
+			if !strings.Contains(string(b), escapeJSON(kindAction(kind))) {
+				t.Errorf("Plan(one %s) lacks what to do %q:\n%s", kind, kindAction(kind), b)
+			}
+			if f.ObligationID != "" && !strings.Contains(msgs[0].Text, f.ObligationID) ||
+				!strings.Contains(msgs[0].Text, f.Money.Major()) && !strings.Contains(msgs[0].Text, f.AtRisk.Major()) {
+				t.Errorf("Plan(one %s) text lacks the obligation id or amount:\n%s", kind, msgs[0].Text)
+			}
+			for _, id := range f.ProviderIDs {
+				if !strings.Contains(msgs[0].Text, id) {
+					t.Errorf("Plan(one %s) text lacks %s:\n%s", kind, id, msgs[0].Text)
+				}
 			}
 			goldenPlan(t, "kind_"+string(kind), msgs)
 		})
@@ -418,6 +428,12 @@ func TestPlanFitsPathologicalInput(t *testing.T) {
 			}
 		}
 	}
+}
+
+// escapeJSON is s as it appears inside a JSON string.
+func escapeJSON(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
 }
 
 func checkCarriedOnce(t *testing.T, rows []reconcile.Alert, msgs []Message) {

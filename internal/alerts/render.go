@@ -441,7 +441,7 @@ func itemLine(r reconcile.Alert, fam family, now time.Time, opts PlanOptions) (l
 	}
 	switch fam {
 	case famFiring:
-		if d := clean(f.Detail, 200, true); d != "" {
+		if d := clean(f.Detail, 140, true); d != "" {
 			m.WriteString(" — " + d)
 		}
 	case famRepeat:
@@ -529,10 +529,9 @@ func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Mess
 	for _, s := range sectionize(lines) {
 		blocks = append(blocks, section(s))
 	}
-	var todo, todoText []string
+	var todo []string
 	for _, kd := range kinds {
 		todo = append(todo, "• *"+kindLabel(kd)+"*: "+kindAction(kd))
-		todoText = append(todoText, kindLabel(kd)+": "+kindAction(kd))
 	}
 	if len(todo) > 0 {
 		blocks = append(blocks, section("*What to do*\n"+strings.Join(todo, "\n")))
@@ -547,10 +546,9 @@ func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Mess
 	if possible {
 		t.WriteString(possibleRepeatLine(rows) + "\n")
 	}
+	// The text carries the ids and amounts; what to do is in the blocks,
+	// as the text has room for little more.
 	t.WriteString(plainTitle + "\n" + strings.Join(text, "\n"))
-	if len(todoText) > 0 {
-		t.WriteString("\nWhat to do: " + strings.Join(todoText, " "))
-	}
 	return Message{
 		Kind: KindGroup, RunID: k.run, AlertIDs: ids, Parent: k.parent, ThreadTS: k.ts,
 		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
@@ -671,9 +669,9 @@ func runeLen(s string) int { return utf8.RuneCountInString(s) }
 // fit is the last guard on Slack's limits: whatever rendering produced, the
 // message is cut to fit rather than rejected by Slack.
 func fit(m *Message) {
+	const note = "Not all of this fits in one Slack message; see `" + listHint + "`."
 	if len(m.Blocks) > maxBlocks {
-		m.Blocks = append(m.Blocks[:maxBlocks-1:maxBlocks-1],
-			contextBlock("Not all of this fits in one Slack message; see `"+listHint+"`."))
+		m.Blocks = append(m.Blocks[:maxBlocks-1:maxBlocks-1], contextBlock(note))
 	}
 	for _, b := range m.Blocks {
 		switch b := b.(type) {
@@ -697,7 +695,37 @@ func fit(m *Message) {
 			}
 		}
 	}
+	if blocksText(m.Blocks) > maxBlocksText {
+		// Drop blocks from the end until the rest and the note fit.
+		for len(m.Blocks) > 1 && blocksText(m.Blocks)+len(note) > maxBlocksText {
+			m.Blocks = m.Blocks[:len(m.Blocks)-1]
+		}
+		m.Blocks = append(m.Blocks, contextBlock(note))
+	}
 	m.Text = truncateEscaped(m.Text, maxText)
+}
+
+// blocksText adds up the characters of every text in the blocks, which is
+// what Slack's msg_blocks_too_long counts.
+func blocksText(blocks []slack.Block) int {
+	n := 0
+	for _, b := range blocks {
+		switch b := b.(type) {
+		case *slack.HeaderBlock:
+			n += runeLen(b.Text.Text)
+		case *slack.SectionBlock:
+			if b.Text != nil {
+				n += runeLen(b.Text.Text)
+			}
+		case *slack.ContextBlock:
+			for _, e := range b.ContextElements.Elements {
+				if t, ok := e.(*slack.TextBlockObject); ok {
+					n += runeLen(t.Text)
+				}
+			}
+		}
+	}
+	return n
 }
 
 // violations lists how a message breaks Slack's limits; none for a message
@@ -709,6 +737,9 @@ func violations(text string, blocks []slack.Block) []string {
 	}
 	if len(blocks) > maxBlocks {
 		v = append(v, fmt.Sprintf("%d blocks, over %d", len(blocks), maxBlocks))
+	}
+	if n := blocksText(blocks); n > maxBlocksText {
+		v = append(v, fmt.Sprintf("blocks hold %d characters, over %d", n, maxBlocksText))
 	}
 	for i, b := range blocks {
 		switch b := b.(type) {

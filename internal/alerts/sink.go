@@ -42,7 +42,7 @@ func (s *Sink) Drain(ctx context.Context, outbox Outbox, now func() time.Time) (
 		}
 		return outcome{status: statusSent, channel: SinkChannel, ts: ts}
 	}
-	return drain(ctx, outbox, now, s.opts, 10000, log, send)
+	return drain(ctx, outbox, now, s.opts, 25000, log, send)
 }
 
 var (

@@ -75,7 +75,8 @@ type SlackOptions struct {
 	// MaxRetryAfter is the longest 429 Retry-After waited for within a
 	// drain; a longer one ends the drain. Default 2m.
 	MaxRetryAfter time.Duration
-	// BatchSize is how many due rows are planned at once; default 10,000.
+	// BatchSize is how many due rows are planned at once, and so share one
+	// MaxMessages budget; default 25,000.
 	BatchSize int
 	// MaxCritical and MaxMessages bound one drain's messages (PlanOptions).
 	MaxCritical, MaxMessages int
@@ -167,7 +168,7 @@ func NewSlack(opts SlackOptions) (*Deliverer, error) {
 		opts.MaxRetryAfter = 2 * time.Minute
 	}
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = 10000
+		opts.BatchSize = 25000
 	}
 	if opts.MaxRetries < 0 {
 		opts.MaxRetries = 0

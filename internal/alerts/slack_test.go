@@ -96,7 +96,7 @@ func TestDrainRetriesServerErrorsWithBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
 	h.slack.setScript("503", "500", "ok")
-	st, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.BackoffBase, o.BackoffMax = time.Second, 90 * time.Second }))
+	st, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.BackoffBase, o.BackoffMax = time.Second, 90*time.Second }))
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
