@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/term"
+
+	"reconcile/internal/alerts"
+	"reconcile/internal/config"
+	"reconcile/internal/matcher"
+	"reconcile/internal/runner"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+)
+
+// isTerminal reports whether w is a terminal (progress lines and
+// human-readable logs go there; JSON logs otherwise).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// newLogger logs to stderr through slog: JSON when stderr is not a
+// terminal, text when a person watches. Every value passes through the
+// redactor first, so that no secret reaches a log line.
+func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
+	if isTerminal(stderr) {
+		return slog.New(slog.NewTextHandler(stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(stderr, opts))
+}
+
+func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, alerts.Redact(a.Value.String()))
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			return slog.String(a.Key, alerts.Redact(err.Error()))
+		}
+		if s, ok := a.Value.Any().(fmt.Stringer); ok {
+			return slog.String(a.Key, alerts.Redact(s.String()))
+		}
+	}
+	return a
+}
+
+// deps are the pieces a database-backed command needs.
+type deps struct {
+	cfg         config.Config
+	log         *slog.Logger
+	pool        *pgxpool.Pool
+	store       *store.Store
+	obligations *sources.Obligations
+}
+
+// openDB connects to DATABASE_URL and proves the database answers, fast,
+// before any provider call: an unreachable database is exit 1 with zero
+// requests to Stripe or Slack.
+func openDB(ctx context.Context, cfg config.Config, log *slog.Logger) (*deps, error) {
+	if cfg.Env.DatabaseURL == "" {
+		return nil, usageError("DATABASE_URL is not set (the PostgreSQL holding the obligations table, e.g. postgres://user@host:5432/db)")
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.Env.DatabaseURL.Reveal())
+	if err != nil {
+		return nil, usageError("DATABASE_URL: not a valid PostgreSQL connection string")
+	}
+	pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, failed(fmt.Errorf("database: %s", alerts.Redact(err.Error())))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, failed(fmt.Errorf("database unreachable (%s): %s",
+			config.RedactURL(cfg.Env.DatabaseURL.Reveal(), false), alerts.Redact(err.Error())))
+	}
+	st, err := store.New(pool, store.Options{
+		Table:            cfg.Obligations,
+		RepeatInterval:   cfg.Alerts.RepeatInterval,
+		MaxApplyAttempts: cfg.Store.ApplyAttempts,
+		Logger:           log,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, usageError("%v", err)
+	}
+	obligations, err := sources.NewObligations(pool, cfg.Obligations)
+	if err != nil {
+		pool.Close()
+		return nil, usageError("%v", err)
+	}
+	return &deps{cfg: cfg, log: log, pool: pool, store: st, obligations: obligations}, nil
+}
+
+func (d *deps) close() { d.pool.Close() }
+
+// newRunner wires one pass: it checks the schema and the obligations table
+// before anything reaches the provider.
+func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEvent)) (*runner.Runner, error) {
+	cfg := d.cfg
+	if cfg.Env.StripeAPIKey == "" {
+		return nil, usageError("STRIPE_API_KEY is not set (a restricted key with read access to charges, refunds, payment intents and events)")
+	}
+	if err := d.store.CheckSchema(ctx); err != nil {
+		if errors.Is(err, store.ErrSchemaOutdated) {
+			return nil, failed(err)
+		}
+		return nil, failed(fmt.Errorf("check the reconcile schema: %w", err))
+	}
+	if err := d.obligations.Check(ctx); err != nil {
+		return nil, failed(err)
+	}
+	stripe, err := sources.NewStripe(sources.StripeOptions{
+		APIKey:         cfg.Env.StripeAPIKey.Reveal(),
+		BaseURL:        cfg.Env.StripeAPIBase,
+		Rate:           cfg.Stripe.Rate,
+		Concurrency:    cfg.Stripe.Concurrency,
+		MaxRetries:     cfg.Stripe.MaxRetries,
+		RequestTimeout: cfg.Stripe.RequestTimeout,
+		Logger:         d.log,
+		Progress:       progress,
+	})
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	r := &runner.Runner{
+		Provider:    stripe,
+		Obligations: d.obligations,
+		Store:       d.store,
+		Matcher:     matcherOptions(cfg),
+		Now:         time.Now,
+		Logger:      d.log,
+	}
+	deliverer, err := newDeliverer(cfg, d.log)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if deliverer != nil {
+		r.Alerts = deliverer
+	}
+	return r, nil
+}
+
+func matcherOptions(cfg config.Config) matcher.Options {
+	return matcher.Options{
+		DuplicateWindow:        cfg.Matcher.DuplicateWindow,
+		PendingGrace:           cfg.Matcher.PendingGrace,
+		ClockSkew:              cfg.Matcher.ClockSkew,
+		MetadataObligationID:   cfg.Matcher.MetadataKeys.ObligationID,
+		MetadataIdempotencyKey: cfg.Matcher.MetadataKeys.IdempotencyKey,
+	}
+}
+
+// newDeliverer returns nil when no Slack is configured.
+func newDeliverer(cfg config.Config, log *slog.Logger) (*alerts.Deliverer, error) {
+	e := cfg.Env
+	if e.SlackBotToken == "" && e.SlackWebhookURL == "" {
+		return nil, nil
+	}
+	key := e.StripeAPIKey.Reveal()
+	return alerts.NewSlack(alerts.SlackOptions{
+		BotToken:           e.SlackBotToken.Reveal(),
+		Channel:            e.SlackChannel,
+		WebhookURL:         e.SlackWebhookURL.Reveal(),
+		APIURL:             e.SlackAPIURL,
+		PerChannelInterval: cfg.Alerts.PerChannelInterval,
+		MaxRetries:         cfg.Alerts.MaxRetries,
+		Timeout:            cfg.Alerts.Timeout,
+		Live:               strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
+		Logger:             log,
+	})
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"go.yaml.in/yaml/v3"
+
+	"reconcile/internal/config"
+)
+
+// cmdConfig is `reconcile config check`: the effective configuration with
+// secrets redacted, after the same validation a run does.
+func cmdConfig(_ context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+	c := newCommand("config check")
+	pos, err := c.parse(args, stdout)
+	if errors.Is(err, errHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] != "check" {
+		return usageError("config: want \"reconcile config check\"")
+	}
+	cfg, err := c.load(getenv)
+	if err != nil {
+		return err
+	}
+	return printConfig(stdout, cfg, c.configPath)
+}
+
+func printConfig(w io.Writer, cfg config.Config, path string) error {
+	source := "built-in defaults"
+	if path != "" {
+		source = path + " on top of the built-in defaults"
+	}
+	fmt.Fprintf(w, "# effective configuration: %s\n", source)
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("print configuration: %w", err)
+	}
+	w.Write(b)
+	e := cfg.Env
+	show := func(s string) string {
+		if s == "" {
+			return "(not set)"
+		}
+		return s
+	}
+	fmt.Fprintln(w, "# environment (secrets redacted)")
+	fmt.Fprintf(w, "DATABASE_URL: %s\n", show(config.RedactURL(e.DatabaseURL.Reveal(), false)))
+	fmt.Fprintf(w, "STRIPE_API_KEY: %s\n", show(keyKind(e.StripeAPIKey.Reveal())))
+	fmt.Fprintf(w, "STRIPE_API_BASE: %s\n", show(config.RedactURL(e.StripeAPIBase, false)))
+	fmt.Fprintf(w, "SLACK_BOT_TOKEN: %s\n", show(e.SlackBotToken.String()))
+	fmt.Fprintf(w, "SLACK_CHANNEL: %s\n", show(e.SlackChannel))
+	fmt.Fprintf(w, "SLACK_WEBHOOK_URL: %s\n", show(config.RedactURL(e.SlackWebhookURL.Reveal(), true)))
+	fmt.Fprintf(w, "SLACK_API_URL: %s\n", show(config.RedactURL(e.SlackAPIURL, false)))
+	return nil
+}
+
+// keyKind tells which kind of Stripe key is set without showing it.
+func keyKind(key string) string {
+	if key == "" {
+		return ""
+	}
+	for _, p := range []string{"sk_live_", "sk_test_", "rk_live_", "rk_test_"} {
+		if len(key) > len(p) && key[:len(p)] == p {
+			return p + "… <redacted>"
+		}
+	}
+	return "<redacted>"
+}

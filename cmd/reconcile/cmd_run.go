@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/alerts"
+	"reconcile/internal/runner"
+	"reconcile/internal/sources"
+)
+
+// runFlags are `reconcile run`'s flags.
+type runFlags struct {
+	since, from, to string
+	dryRun, wait    bool
+	format          *formatFlag
+	failOn          string
+}
+
+func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newCommand("run")
+	var f runFlags
+	c.fs.StringVar(&f.since, "since", "", "reconcile the window ending now of this length, e.g. 72h (default: the configured lookback)")
+	c.fs.StringVar(&f.from, "from", "", "start of the window (RFC 3339 or a date)")
+	c.fs.StringVar(&f.to, "to", "", "end of the window (RFC 3339 or a date; default now)")
+	c.fs.BoolVar(&f.dryRun, "dry-run", false, "compute and report; write and post nothing")
+	c.fs.BoolVar(&f.wait, "wait", false, "wait for another run's lock instead of exiting 1")
+	c.fs.StringVar(&f.failOn, "fail-on", "", "exit 3 when a finding at or above this severity is found: critical, high or warning")
+	f.format = c.format("text", "json")
+	pos, err := c.parse(args, stdout)
+	if errors.Is(err, errHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError("run: unexpected argument %q", pos[0])
+	}
+	cfg, err := c.load(getenv)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	window, err := f.window(now, cfg.Lookback)
+	if err != nil {
+		return err
+	}
+	var failOn reconcile.Severity
+	if f.failOn != "" {
+		sev, ok := reconcile.ParseSeverity(f.failOn)
+		if !ok || sev == reconcile.Info {
+			return usageError("run: --fail-on %q: want critical, high or warning", f.failOn)
+		}
+		failOn = sev
+	}
+
+	log := newLogger(stderr, slog.LevelInfo)
+	d, err := openDB(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	var progress *progressLine
+	if isTerminal(stderr) {
+		progress = &progressLine{w: stderr, start: time.Now()}
+	}
+	r, err := d.newRunner(ctx, progress.update)
+	if err != nil {
+		return err
+	}
+	out, err := r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait})
+	progress.done()
+	if err != nil {
+		return failed(err)
+	}
+	if f.format.value == "json" {
+		if err := writeJSON(stdout, newReport(out)); err != nil {
+			return failed(err)
+		}
+	} else {
+		writeText(stdout, out)
+	}
+	return outcomeError(out, failOn)
+}
+
+// outcomeError maps a completed pass to its exit status: alerts that no
+// retry can deliver are exit 1 (someone must fix the Slack settings);
+// findings at or above --fail-on are exit 3.
+func outcomeError(out *runner.Outcome, failOn reconcile.Severity) error {
+	if out.AlertErr != nil && errors.Is(out.AlertErr, alerts.ErrPermanent) {
+		return failed(out.AlertErr)
+	}
+	if failOn != "" && reconcile.Severe(out.Result.Findings, failOn) {
+		return &exitError{code: exitFindings}
+	}
+	return nil
+}
+
+// window turns --since / --from / --to into the run's window, truncated
+// to whole seconds as Stripe's created times are.
+func (f runFlags) window(now time.Time, lookback time.Duration) (reconcile.Window, error) {
+	now = now.Truncate(time.Second)
+	if f.since != "" && (f.from != "" || f.to != "") {
+		return reconcile.Window{}, usageError("run: give --since or --from/--to, not both")
+	}
+	w := reconcile.Window{From: now.Add(-lookback), To: now}
+	if f.since != "" {
+		d, err := time.ParseDuration(f.since)
+		if err != nil || d <= 0 {
+			return reconcile.Window{}, usageError("run: --since %q: want a positive duration such as 72h or 30m", f.since)
+		}
+		w.From = now.Add(-d)
+		return w, nil
+	}
+	if f.to != "" {
+		t, err := parseTime(f.to)
+		if err != nil {
+			return reconcile.Window{}, usageError("run: --to: %v", err)
+		}
+		if t.After(now) {
+			t = now // nothing is created in the future; a window ending later proves no more
+		}
+		w.To = t
+		w.From = t.Add(-lookback)
+	}
+	if f.from != "" {
+		t, err := parseTime(f.from)
+		if err != nil {
+			return reconcile.Window{}, usageError("run: --from: %v", err)
+		}
+		w.From = t
+	}
+	if !w.From.Before(w.To) {
+		return reconcile.Window{}, usageError("run: --from %s is not before --to %s", stamp(w.From), stamp(w.To))
+	}
+	return w, nil
+}
+
+// progressLine shows the long reads on a terminal: objects fetched per
+// type, pages and request rate, rewritten in place. A nil *progressLine
+// does nothing, so callers need not check.
+type progressLine struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+	last  time.Time
+	shown bool
+}
+
+func (p *progressLine) update(ev sources.ProgressEvent) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if now.Sub(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = now
+	rate := float64(ev.Pages+ev.Retries) / max(now.Sub(p.start).Seconds(), 0.001)
+	fmt.Fprintf(p.w, "\r\033[Kreading stripe: %d objects and events, %d pages (now %s), %d retries, %.1f req/s",
+		ev.Items, ev.Pages, ev.List, ev.Retries, rate)
+	p.shown = true
+}
+
+func (p *progressLine) done() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

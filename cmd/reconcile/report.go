@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/alerts"
+	"reconcile/internal/runner"
+)
+
+// report is DESIGN.md §6's JSON report, field for field: other tools parse
+// it, so nothing is added or renamed here.
+type report struct {
+	RunID       string             `json:"run_id"`
+	DryRun      bool               `json:"dry_run"`
+	Window      reportWindow       `json:"window"`
+	Counts      reconcile.Counts   `json:"counts"`
+	Findings    []reportFinding    `json:"findings"`
+	Transitions []reportTransition `json:"transitions"`
+}
+
+type reportWindow struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+type reportFinding struct {
+	Kind         string   `json:"kind"`
+	Severity     string   `json:"severity"`
+	ObligationID string   `json:"obligation_id"`
+	ProviderIDs  []string `json:"provider_ids"`
+	Amount       int64    `json:"amount"`
+	Currency     string   `json:"currency"`
+	Fingerprint  string   `json:"fingerprint"`
+	Detail       string   `json:"detail"`
+}
+
+type reportTransition struct {
+	ObligationID string `json:"obligation_id"`
+	From         string `json:"from"`
+	To           string `json:"to"`
+	ProviderID   string `json:"provider_id"`
+}
+
+func newReport(out *runner.Outcome) report {
+	r := report{
+		RunID:       out.Run.ID,
+		DryRun:      out.Run.Status == reconcile.RunDry,
+		Window:      reportWindow{From: stamp(out.Run.Window.From), To: stamp(out.Run.Window.To)},
+		Counts:      out.Run.Counts,
+		Findings:    []reportFinding{},
+		Transitions: []reportTransition{},
+	}
+	for _, f := range out.Result.Findings {
+		ids := f.ProviderIDs
+		if ids == nil {
+			ids = []string{}
+		}
+		r.Findings = append(r.Findings, reportFinding{
+			Kind: string(f.Kind), Severity: string(f.Severity), ObligationID: f.ObligationID,
+			ProviderIDs: ids, Amount: f.Money.Amount, Currency: f.Money.Currency,
+			Fingerprint: f.Fingerprint, Detail: alerts.Redact(f.Detail),
+		})
+	}
+	for _, t := range out.Transitions {
+		r.Transitions = append(r.Transitions, reportTransition{
+			ObligationID: t.ObligationID, From: string(t.From), To: string(t.To), ProviderID: t.ProviderID,
+		})
+	}
+	return r
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeText is the report for people: the summary first, then findings by
+// severity, then what changed.
+func writeText(w io.Writer, out *runner.Outcome) {
+	run, res := out.Run, out.Result
+	title := "reconcile run " + run.ID
+	if run.Status == reconcile.RunDry {
+		title += " (dry run: nothing written, nothing sent)"
+	}
+	fmt.Fprintln(w, title)
+	fmt.Fprintf(w, "  window       %s → %s\n", stamp(run.Window.From), stamp(run.Window.To))
+	fmt.Fprintf(w, "  read         %d obligations, %d provider objects, %d linked\n",
+		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked)
+	bySev := map[reconcile.Severity]int{}
+	for _, f := range res.Findings {
+		bySev[f.Severity]++
+	}
+	if len(res.Findings) == 0 {
+		fmt.Fprintln(w, "  findings     none: every obligation in scope agrees with the provider")
+	} else {
+		var parts []string
+		for _, s := range []reconcile.Severity{reconcile.Critical, reconcile.High, reconcile.Warning, reconcile.Info} {
+			if bySev[s] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", bySev[s], s))
+			}
+		}
+		fmt.Fprintf(w, "  findings     %d (%s)\n", len(res.Findings), strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  at risk      %s\n", atRiskLine(res.Findings))
+	}
+	verb := "marked PAID"
+	if run.Status == reconcile.RunDry {
+		verb = "would mark PAID"
+	}
+	fmt.Fprintf(w, "  %-12s %d\n", verb, len(out.Transitions))
+	if n := len(out.Applied.Skipped); n > 0 {
+		fmt.Fprintf(w, "  skipped      %d (changed by a worker since read; left as the worker set it)\n", n)
+	}
+	for _, s := range []reconcile.Severity{reconcile.Critical, reconcile.High, reconcile.Warning, reconcile.Info} {
+		if bySev[s] == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s\n", strings.ToUpper(string(s)))
+		for _, f := range res.Findings {
+			if f.Severity != s {
+				continue
+			}
+			subject := f.ObligationID
+			if subject == "" {
+				subject = strings.Join(f.ProviderIDs, ", ")
+			}
+			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, alerts.Redact(subject), f.AtRisk)
+			fmt.Fprintf(w, "      %s\n", alerts.Redact(f.Detail))
+			trace := ""
+			if f.ObligationID != "" {
+				trace = "   trace: reconcile trace " + alerts.Redact(f.ObligationID)
+			}
+			fmt.Fprintf(w, "      fingerprint %s%s\n", f.Fingerprint, trace)
+		}
+	}
+	if len(out.Transitions) > 0 {
+		fmt.Fprintln(w, "\nTRANSITIONS")
+		for _, t := range out.Transitions {
+			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", alerts.Redact(t.ObligationID), t.From, t.To, t.ProviderID)
+		}
+	}
+}
+
+// atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".
+func atRiskLine(fs []reconcile.Finding) string {
+	sum := map[string]int64{}
+	for _, f := range fs {
+		sum[f.AtRisk.Currency] += f.AtRisk.Amount
+	}
+	cur := make([]string, 0, len(sum))
+	for c := range sum {
+		cur = append(cur, c)
+	}
+	slices.Sort(cur)
+	parts := make([]string, 0, len(cur))
+	for _, c := range cur {
+		parts = append(parts, reconcile.Money{Amount: sum[c], Currency: c}.String())
+	}
+	return strings.Join(parts, ", ")
+}

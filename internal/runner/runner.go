@@ -1,0 +1,275 @@
+// Package runner runs one reconciliation pass: sources → matcher → store →
+// alerts (DESIGN.md §7). The command, the scheduler and the simulation all
+// run passes through it, so there is one way through the house.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/alerts"
+	"reconcile/internal/matcher"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+)
+
+// Provider reads the provider's records.
+type Provider interface {
+	List(ctx context.Context, w reconcile.Window) (*sources.Listing, error)
+	Retrieve(ctx context.Context, ids []string) ([]reconcile.ProviderObject, []reconcile.Lookup)
+}
+
+// Obligations reads the application's obligations in scope.
+type Obligations interface {
+	Read(ctx context.Context, w reconcile.Window, named sources.Named) ([]reconcile.Obligation, error)
+}
+
+// Store is the reconciler's own state.
+type Store interface {
+	Lock(ctx context.Context, wait bool) (*store.Lock, error)
+	Apply(ctx context.Context, run reconcile.Run, res matcher.Result, now time.Time) (store.Applied, error)
+	RecordFailedRun(ctx context.Context, run reconcile.Run, cause string) error
+	alerts.Outbox
+}
+
+// Deliverer drains the alert outbox to people.
+type Deliverer interface {
+	Drain(ctx context.Context, outbox alerts.Outbox, now func() time.Time) (alerts.DrainStats, error)
+}
+
+// Runner holds a pass's dependencies.
+type Runner struct {
+	Provider    Provider
+	Obligations Obligations
+	Store       Store
+	// Alerts is nil when no Slack is configured: findings stay in the
+	// outbox and the report, and a warning says so.
+	Alerts  Deliverer
+	Matcher matcher.Options
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Request is what one pass is asked to do.
+type Request struct {
+	Window  reconcile.Window
+	DryRun  bool
+	Trigger reconcile.Trigger
+	// Wait for another run's lock instead of failing at once.
+	Wait bool
+}
+
+// Outcome is what one pass did.
+type Outcome struct {
+	Run reconcile.Run
+	// Input is what the pass read; Result what the matcher concluded.
+	Input  matcher.Input
+	Result matcher.Result
+	// Transitions are those applied, or on a dry run those that would be.
+	Transitions []reconcile.Transition
+	Applied     store.Applied
+	// EventsFrom is where key evidence from events starts.
+	EventsFrom time.Time
+	Lookups    []reconcile.Lookup
+	Stats      sources.ListStats
+	// AlertErr is set when alerts could not be delivered; the pass itself
+	// completed and its conclusions are stored.
+	AlertErr error
+	Drained  alerts.DrainStats
+}
+
+// ErrLocked is returned when another run holds the database's run lock.
+var ErrLocked = errors.New("another reconcile run holds the run lock on this database; try again when it ends, or pass --wait")
+
+// Run runs one pass. A pass that could not read everything fails: it
+// reports no findings and marks nothing, because a partial listing proves
+// nothing.
+func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
+	if !req.Window.Valid() {
+		return nil, fmt.Errorf("empty window %s – %s", req.Window.From.Format(time.RFC3339), req.Window.To.Format(time.RFC3339))
+	}
+	started := r.Now().UTC()
+	run := reconcile.Run{ID: NewRunID(started), Trigger: req.Trigger, Window: req.Window, Started: started}
+	log := r.Logger.With("run_id", run.ID)
+	out := &Outcome{Run: run}
+
+	if !req.DryRun {
+		lock, err := r.Store.Lock(ctx, req.Wait)
+		if errors.Is(err, store.ErrLocked) {
+			return nil, ErrLocked
+		}
+		if err != nil {
+			return nil, fmt.Errorf("take the run lock: %w", err)
+		}
+		defer func() {
+			// The lock must be released even when ctx was cancelled.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := lock.Release(rctx); err != nil {
+				log.Warn("release run lock", "err", err)
+			}
+		}()
+	}
+	log.Info("run started", "trigger", string(req.Trigger), "from", req.Window.From, "to", req.Window.To, "dry_run", req.DryRun)
+
+	in, err := r.read(ctx, log, req.Window, started, out)
+	if err != nil {
+		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
+		if !req.DryRun {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if rerr := r.Store.RecordFailedRun(rctx, run, err.Error()); rerr != nil {
+				log.Warn("record failed run", "err", rerr)
+			}
+		}
+		return nil, err
+	}
+
+	// The clock is read once for the decisions of the whole pass.
+	now := started
+	res := matcher.Match(in, now, r.Matcher)
+	out.Input, out.Result = in, res
+	run.Counts = res.Counts
+	run.Finished = r.Now().UTC()
+
+	if req.DryRun {
+		run.Status = reconcile.RunDry
+		out.Run = run
+		out.Transitions = res.Transitions
+		log.Info("dry run completed", "findings", len(res.Findings), "transitions", len(res.Transitions))
+		return out, nil
+	}
+	run.Status = reconcile.RunCompleted
+	applied, err := r.Store.Apply(ctx, run, res, now)
+	if err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
+	}
+	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
+	for _, s := range applied.Skipped {
+		log.Warn("transition skipped: the obligation changed since it was read",
+			"obligation_id", s.Transition.ObligationID, "from", string(s.Transition.From), "reason", s.Reason)
+	}
+	log.Info("run applied", "findings", len(res.Findings), "new", applied.New, "changed", applied.Changed,
+		"resolved", applied.Resolved, "transitions", len(applied.Transitions), "skipped", len(applied.Skipped))
+
+	if r.Alerts == nil {
+		log.Warn("alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL; findings stay in the outbox")
+		return out, nil
+	}
+	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
+	out.Drained = stats
+	if err != nil {
+		out.AlertErr = err
+		if errors.Is(err, alerts.ErrPermanent) {
+			log.Error("alerts cannot be delivered", "err", err)
+		} else {
+			log.Warn("alerts not all delivered; the next run sends the rest", "err", err)
+		}
+	}
+	return out, nil
+}
+
+// read gathers one pass's input: the provider's listing of the window, the
+// obligations in scope, and by id the objects they name that the listing
+// did not return.
+func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, out *Outcome) (matcher.Input, error) {
+	listing, err := r.Provider.List(ctx, w)
+	if err != nil {
+		return matcher.Input{}, fmt.Errorf("read the provider: %w", err)
+	}
+	out.Stats = listing.Stats
+	named := Named(listing, r.Matcher)
+	obs, err := r.Obligations.Read(ctx, w, named)
+	if err != nil {
+		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
+	}
+	objects := listing.Objects
+	have := make(map[string]bool, len(objects))
+	for _, o := range objects {
+		have[o.ID] = true
+	}
+	var missing []string
+	for _, o := range obs {
+		for _, id := range []string{o.ProviderID, o.TargetID} {
+			if id != "" && !have[id] {
+				have[id] = true
+				missing = append(missing, id)
+			}
+		}
+	}
+	var lookups []reconcile.Lookup
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		found, ls := r.Provider.Retrieve(ctx, missing)
+		objects = append(slices.Clip(objects), found...)
+		lookups = ls
+		failed := 0
+		for _, l := range ls {
+			if l.Result == reconcile.LookupFailed {
+				failed++
+			}
+		}
+		log.Info("looked up objects named outside the window", "ids", len(missing), "found", len(found), "failed", failed)
+	}
+	out.Lookups = lookups
+	eventsFrom := later(w.From, now.Add(-sources.EventRetention))
+	if eventsFrom.After(w.From) {
+		log.Warn("the window reaches past Stripe's 30 days of events: key evidence before then comes only from metadata",
+			"events_from", eventsFrom)
+	}
+	out.EventsFrom = eventsFrom
+	return matcher.Input{
+		Obligations: obs,
+		Objects:     objects,
+		Keys:        listing.Keys,
+		Lookups:     lookups,
+		Listed:      w,
+		EventsFrom:  eventsFrom,
+	}, nil
+}
+
+// Named lists what the listed objects name, so that the obligations they
+// belong to are read whatever their age: metadata ids and keys, the keys of
+// events, and the object ids themselves (an obligation's provider_id or
+// target_id).
+func Named(l *sources.Listing, opts matcher.Options) sources.Named {
+	var n sources.Named
+	for _, o := range l.Objects {
+		n.ProviderIDs = append(n.ProviderIDs, o.ID)
+		if id := o.Metadata[opts.MetadataObligationID]; id != "" {
+			n.IDs = append(n.IDs, id)
+		}
+		if k := o.Metadata[opts.MetadataIdempotencyKey]; k != "" {
+			n.Keys = append(n.Keys, k)
+		}
+	}
+	for _, k := range l.Keys {
+		n.Keys = append(n.Keys, k.Key)
+	}
+	for _, s := range []*[]string{&n.IDs, &n.Keys, &n.ProviderIDs} {
+		slices.Sort(*s)
+		*s = slices.Compact(*s)
+	}
+	return n
+}
+
+// NewRunID returns a sortable, unique run id: run_20261130T020000Z_1a2b3c4d.
+func NewRunID(t time.Time) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return "run_" + t.UTC().Format("20060102T150405Z") + "_" + hex.EncodeToString(b)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
