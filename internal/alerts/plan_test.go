@@ -477,3 +477,13 @@ func BenchmarkPlan10000(b *testing.B) {
 		Plan(rows, testNow, PlanOptions{})
 	}
 }
+
+func TestPlanKeepsOwnIDsWhole(t *testing.T) {
+	f := sampleFindings()[reconcile.Duplicate]
+	f.Fingerprint = "4242424242424242abcd" // hex that holds a Luhn-valid run
+	msgs := Plan([]reconcile.Alert{firing(1, f)}, testNow, PlanOptions{})
+	b, _ := json.Marshal(msgs[0].Blocks)
+	if want := "reconcile ack 4242424242424242abcd"; !strings.Contains(string(b), want) {
+		t.Errorf("blocks lack %q: a fingerprint is ours, not a card number:\n%s", want, b)
+	}
+}

@@ -220,6 +220,18 @@ func code(id string) string {
 	return "`" + strings.ReplaceAll(s, "`", "'") + "`"
 }
 
+// ownCode puts one of the reconciler's own ids (a run id, a fingerprint)
+// in a code span. They are not redacted: a hex fingerprint can hold a
+// digit run that passes Luhn, and masking it would break the command a
+// reader copies.
+func ownCode(id string) string {
+	s := escape(truncate(strings.Join(strings.Fields(id), " "), 100))
+	if s == "" {
+		return "—"
+	}
+	return "`" + strings.ReplaceAll(s, "`", "'") + "`"
+}
+
 // plainID is an id for the plain-text fallback: redacted, escaped, short.
 func plainID(id string) string {
 	s := clean(id, 200, true)

@@ -203,7 +203,7 @@ func runLabel(id string) string {
 	if id == "" {
 		return "an unnamed run"
 	}
-	return "run " + code(id)
+	return "run " + ownCode(id)
 }
 
 func formatTime(t time.Time) string {
@@ -259,7 +259,7 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 	window := formatTime(s.Window.From) + " → " + formatTime(s.Window.To) + " UTC"
 	facts := fmt.Sprintf("*Window* %s\n*Checked* %s against %s (%d linked)\n*Run* %s",
 		window, plural(s.Counts.Obligations, "obligation", "obligations"),
-		plural(s.Counts.ProviderObjects, "Stripe object", "Stripe objects"), s.Counts.Linked, code(runID))
+		plural(s.Counts.ProviderObjects, "Stripe object", "Stripe objects"), s.Counts.Linked, ownCode(runID))
 
 	kinds := slices.Collect(maps.Keys(s.New))
 	for k := range s.Changed {
@@ -327,7 +327,7 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 	if r.UnknownOutcome {
 		t.WriteString(possibleRepeatLine([]reconcile.Alert{r}) + "\n")
 	}
-	fmt.Fprintf(&t, "%s. Run %s, window %s.", title, plainID(runID), window)
+	fmt.Fprintf(&t, "%s. Run %s, window %s.", title, escape(truncate(runID, 100)), window)
 	if len(kindText) > 0 {
 		t.WriteString(" " + strings.Join(kindText, "; ") + ".")
 	}
@@ -382,7 +382,7 @@ func renderFinding(r reconcile.Alert, opts PlanOptions) Message {
 	blocks = append(blocks, contextBlock(
 		strings.ToUpper(string(sev[:1]))+string(sev[1:])+" · "+runLabel(r.RunID),
 		trace,
-		"Stop repeats: `reconcile ack "+strings.Trim(code(f.Fingerprint), "`")+` --reason "…"`+"`",
+		"Stop repeats: `reconcile ack "+strings.Trim(ownCode(f.Fingerprint), "`")+` --reason "…"`+"`",
 	))
 
 	var t strings.Builder
@@ -445,7 +445,7 @@ func itemLine(r reconcile.Alert, fam family, now time.Time, opts PlanOptions) (l
 			m.WriteString(" — " + d)
 		}
 	case famRepeat:
-		m.WriteString(" · fingerprint " + code(f.Fingerprint))
+		m.WriteString(" · fingerprint " + ownCode(f.Fingerprint))
 	}
 	return truncateEscaped(m.String(), maxLine), truncateEscaped(p.String(), maxLine)
 }
@@ -618,7 +618,7 @@ func renderOverflow(items []item, parent int) Message {
 			runLabels = append(runLabels, fmt.Sprintf("+%d more", len(runs)-5))
 			break
 		}
-		runLabels = append(runLabels, code(r))
+		runLabels = append(runLabels, ownCode(r))
 	}
 	title := "*" + formatCount(len(items)) + " more alerts* are counted here instead of listed, to keep this channel readable (runs " + strings.Join(runLabels, ", ") + "):"
 
