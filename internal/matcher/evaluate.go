@@ -127,7 +127,7 @@ func (m *matcher) classifyUnlinked() {
 			v.bucket = bConflict
 		case v.link.obl >= 0:
 			v.bucket = bLinked
-		case v.status == mSucceeded:
+		case v.status == mSucceeded && m.listed(mv):
 			v.bucket = bOrphan
 			suspects = append(suspects, mv)
 		case v.status == mPendingLive:
@@ -191,6 +191,19 @@ func (m *matcher) classifyUnlinked() {
 		m.suspected[m.movs[twin].link.obl] = true
 		m.suspectFinding(s, twin, targets[k])
 	}
+}
+
+// listed reports whether some member of movement mv was created inside
+// the listed window. Objects outside it were retrieved by id as evidence
+// for the obligations that name them; the obligations that could claim
+// them were never read, so unlinked they are no orphans.
+func (m *matcher) listed(mv int32) bool {
+	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
+		if m.in.Listed.Contains(m.objs[j].Created) {
+			return true
+		}
+	}
+	return false
 }
 
 // nearestTwin finds, in list (sorted by creation time), the linked movement

@@ -76,7 +76,7 @@ func kindClass(k reconcile.ObjectKind) class {
 	return clsNone
 }
 
-// The buckets as small integers, indexing bucketNames.
+// The buckets as small integers, named by bucketName.
 const (
 	bLinked uint8 = iota
 	bConflict

@@ -463,6 +463,10 @@ func (o *oracle) pendingLive(mv string) bool {
 	})
 }
 
+func (o *oracle) listed(w reconcile.Window, mv string) bool {
+	return slices.ContainsFunc(o.members(mv), func(p *reconcile.ProviderObject) bool { return w.Contains(p.Created) })
+}
+
 // movementsOf lists the distinct movements that obligation id reaches.
 func (o *oracle) movementsOf(id string) []string {
 	var out []string
@@ -517,16 +521,16 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 				tb.Errorf("object %s links to %d obligations but is in bucket %s", id, n, b)
 			}
 		case b == BucketOrphan || b == BucketSuspected:
-			if !or.succeeded(or.mov[id]) {
-				tb.Errorf("object %s is in bucket %s but no money moved", id, b)
+			if !or.succeeded(or.mov[id]) || !or.listed(in.Listed, or.mov[id]) {
+				tb.Errorf("object %s is in bucket %s but no money moved or it was not listed", id, b)
 			}
 		case b == BucketPending:
 			if !or.pendingLive(or.mov[id]) {
 				tb.Errorf("object %s is in bucket pending but is not pending within the grace period", id)
 			}
 		case b == BucketIgnored:
-			if or.succeeded(or.mov[id]) || or.pendingLive(or.mov[id]) {
-				tb.Errorf("object %s is ignored but moved money or is pending", id)
+			if or.succeeded(or.mov[id]) && or.listed(in.Listed, or.mov[id]) || or.pendingLive(or.mov[id]) {
+				tb.Errorf("object %s is ignored but is a listed movement of money or is pending", id)
 			}
 		default:
 			tb.Errorf("unlinked object %s is in bucket %q", id, b)

@@ -24,10 +24,13 @@ type Input struct {
 	// Lookups are the retrievals by id, found, not found or failed.
 	Lookups []reconcile.Lookup
 	// Listed is the creation-time window in which the listings of charges,
-	// refunds and payment intents are complete.
+	// refunds and payment intents are complete. A zero window proves no
+	// absence: no paid_without_evidence except by a not-found lookup.
 	Listed reconcile.Window
 	// EventsFrom is where key evidence starts to be complete (Stripe keeps
-	// events 30 days); it runs to Listed.To.
+	// events 30 days); it runs to Listed.To. Zero means no events were
+	// read, so a PAID obligation without a provider id is never reported
+	// as without evidence.
 	EventsFrom time.Time
 }
 
@@ -76,7 +79,7 @@ const (
 	BucketSuspected Bucket = "suspected" // unlinked twin of a linked object
 	BucketOrphan    Bucket = "orphan"    // unlinked and succeeded
 	BucketPending   Bucket = "pending"   // unlinked, pending within the grace period
-	BucketIgnored   Bucket = "ignored"   // unlinked and failed, canceled or long pending: no money moved
+	BucketIgnored   Bucket = "ignored"   // unlinked and failed, canceled or long pending (no money moved), or created outside the listed window
 )
 
 // Result is what one run concludes.
