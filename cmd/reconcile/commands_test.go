@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"reconcile"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/store/storetest"
+)
+
+// seedDoubleRefund loads order 4821's story and a stale lease.
+func seedDoubleRefund(t *testing.T, e *env) {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Second)
+	pgtest.InsertObligations(t, e.pool,
+		reconcile.Obligation{ID: "refund:4821:approved-request-7", Kind: reconcile.Refund, IdempotencyKey: "refund:4821:approved-request-7",
+			ProviderID: "re_4821b", TargetID: "ch_4821", Money: usd(8900), State: reconcile.Paid,
+			CreatedAt: now.Add(-3 * time.Hour), PaidAt: now.Add(-3 * time.Hour)},
+		reconcile.Obligation{ID: "charge:5400", Kind: reconcile.Charge, IdempotencyKey: "k-5400", Money: usd(700),
+			State: reconcile.Executing, LeaseOwner: "worker-7", LeaseExpiresAt: now.Add(-3 * time.Hour), CreatedAt: now.Add(-4 * time.Hour)},
+	)
+	e.add(
+		reconcile.ProviderObject{ID: "ch_4821", Kind: reconcile.Charge, Money: usd(17800), Status: reconcile.Succeeded,
+			Created: now.Add(-70 * time.Hour), Metadata: map[string]string{"_key": "k-4821"}},
+		reconcile.ProviderObject{ID: "re_4821a", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
+			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-3 * time.Hour),
+			Metadata: map[string]string{"_key": "refund:4821:approved-request-7"}},
+		reconcile.ProviderObject{ID: "re_4821b", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
+			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-179 * time.Minute), Metadata: map[string]string{"_key": "retry-1"}},
+	)
+	// The charge has no obligation in this test: it is an orphan, which
+	// makes three findings of three severities.
+	if code, _, stderr := e.run("migrate"); code != 0 {
+		t.Fatalf("migrate exited %d: %s", code, stderr)
+	}
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	before := storetest.Take(t, e.pool, reconcile.DefaultObligationTable())
+	code, stdout, stderr := e.run("run", "--since", "100h", "--dry-run", "--format", "json")
+	if code != 0 {
+		t.Fatalf("dry run exited %d: %s", code, stderr)
+	}
+	var rep report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || !rep.DryRun || len(rep.Findings) != 3 {
+		t.Fatalf("dry run report = %+v (%v), want dry_run and 3 findings", rep, err)
+	}
+	after := storetest.Take(t, e.pool, reconcile.DefaultObligationTable())
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("dry run changed the database:\n%s", diff)
+	}
+	if n := len(e.slack.Messages()); n != 0 {
+		t.Errorf("dry run posted %d Slack messages, want none", n)
+	}
+}
+
+func TestTextReport(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	code, stdout, stderr := e.run("run", "--since", "100h")
+	if code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr)
+	}
+	for _, want := range []string{"findings     3 (1 critical, 1 high, 1 warning)", "USD 274.00",
+		"CRITICAL", "duplicate", "refund:4821:approved-request-7", "HIGH", "orphan", "ch_4821", "WARNING", "stale_lease",
+		"reconcile trace charge:5400"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("text report lacks %q:\n%s", want, stdout)
+		}
+	}
+	// Logs on stderr are JSON lines with the run id on each one.
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("log line is not JSON: %q", line)
+			continue
+		}
+		if id, _ := m["run_id"].(string); !strings.HasPrefix(id, "run_") {
+			t.Errorf("log line without run_id: %q", line)
+		}
+	}
+}
+
+func TestFindingsAckAndTrace(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	if code, _, stderr := e.run("run", "--since", "100h"); code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr)
+	}
+
+	code, stdout, stderr := e.run("findings", "--open", "--format", "json")
+	if code != 0 {
+		t.Fatalf("findings exited %d: %s", code, stderr)
+	}
+	var fs []findingJSON
+	if err := json.Unmarshal([]byte(stdout), &fs); err != nil {
+		t.Fatalf("findings --format json: %v\n%s", err, stdout)
+	}
+	if len(fs) != 3 || fs[0].Kind != "duplicate" || fs[0].Status != "open" {
+		t.Fatalf("findings = %+v, want 3 open, the duplicate first", fs)
+	}
+	dup := fs[0]
+
+	code, stdout, _ = e.run("findings", "--format", "csv")
+	rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+	if code != 0 || err != nil || len(rows) != 4 {
+		t.Fatalf("findings --format csv: exit %d, %v, %d rows:\n%s", code, err, len(rows), stdout)
+	}
+	header := strings.Join(rows[0], ",")
+	if !strings.Contains(header, "currency,amount") {
+		t.Errorf("CSV header %q lacks currency and amount columns", header)
+	}
+	var dupRow []string
+	for _, r := range rows[1:] {
+		if r[0] == dup.Fingerprint {
+			dupRow = r
+		}
+	}
+	if dupRow == nil || dupRow[6] != "USD" || dupRow[7] != "89.00" {
+		t.Errorf("CSV row of the duplicate = %q, want USD and 89.00 in major units", dupRow)
+	}
+
+	// trace shows the row, both refunds and their routes, the keys, the findings and the alerts.
+	code, stdout, stderr = e.run("trace", "refund:4821:approved-request-7", "--format", "json")
+	if code != 0 {
+		t.Fatalf("trace exited %d: %s", code, stderr)
+	}
+	var tr trace
+	if err := json.Unmarshal([]byte(stdout), &tr); err != nil {
+		t.Fatalf("trace --format json: %v\n%s", err, stdout)
+	}
+	routes := map[string]string{}
+	for _, o := range tr.Objects {
+		routes[o.ID] = o.Route
+	}
+	if routes["re_4821a"] != string(reconcile.RouteIdempotencyKey) || routes["re_4821b"] != string(reconcile.RouteProviderID) {
+		t.Errorf("trace routes = %v, want re_4821a by idempotency key and re_4821b by provider id", routes)
+	}
+	if len(tr.Keys) == 0 || tr.Keys[0].Key == "" {
+		t.Errorf("trace shows no idempotency keys: %+v", tr.Keys)
+	}
+	if len(tr.Findings) != 1 || tr.Findings[0].Kind != "duplicate" || len(tr.Current) != 1 {
+		t.Errorf("trace findings = %+v now %+v, want the duplicate", tr.Findings, tr.Current)
+	}
+	if len(tr.Alerts) == 0 || tr.Alerts[0].SentAt == "" {
+		t.Errorf("trace alerts = %+v, want the sent firing alert", tr.Alerts)
+	}
+	if tr.Obligation.State != "PAID" || tr.Obligation.Amount != 8900 {
+		t.Errorf("trace obligation = %+v", tr.Obligation)
+	}
+	code, stdout, _ = e.run("trace", "refund:4821:approved-request-7")
+	if code != 0 || !strings.Contains(stdout, "linked by idempotency key") || !strings.Contains(stdout, "re_4821b") {
+		t.Errorf("trace text (exit %d):\n%s", code, stdout)
+	}
+	if code, _, stderr := e.run("trace", "refund:nope"); code != 1 || !strings.Contains(stderr, "no obligation") {
+		t.Errorf("trace of an unknown obligation: exit %d, %q; want 1 and a clear line", code, stderr)
+	}
+
+	// ack: an acknowledged finding is not repeated after the repeat interval.
+	code, stdout, stderr = e.run("ack", dup.Fingerprint[:8], "--reason", "customer returned USD 89.00", "--by", "finance@example")
+	if code != 0 || !strings.Contains(stdout, dup.Fingerprint) {
+		t.Fatalf("ack exited %d: %s %s", code, stdout, stderr)
+	}
+	code, stdout, _ = e.run("findings", "--open")
+	if code != 0 || !strings.Contains(stdout, "open, acknowledged") {
+		t.Errorf("findings after ack:\n%s", stdout)
+	}
+	if code, _, stderr := e.run("ack", "zzzzzzzz", "--reason", "x"); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Errorf("ack of an unknown fingerprint: exit %d, %q", code, stderr)
+	}
+}
+
+func TestConfigCheckRedacts(t *testing.T) {
+	e := newEnv(t)
+	e.vars["DATABASE_URL"] = "postgres://app:CANARYpw@db.internal:5432/payments"
+	e.vars["SLACK_WEBHOOK_URL"] = "https://hooks.slack.com/services/T0/B0/CANARYhook"
+	code, stdout, stderr := e.run("config", "check")
+	if code != 0 {
+		t.Fatalf("config check exited %d: %s", code, stderr)
+	}
+	for _, want := range []string{"lookback: 72h0m0s", "rate: 25", "DATABASE_URL: postgres://app:REDACTED@db.internal:5432/payments",
+		"STRIPE_API_KEY: sk_test_… <redacted>", "SLACK_BOT_TOKEN: <redacted>", "SLACK_WEBHOOK_URL: https://hooks.slack.com/"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("config check lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// The scheduler validates its spec, runs passes, serves /metrics and
+// /healthz, and on SIGTERM waits for the running pass and returns nil.
+func TestSchedule(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfgPath := t.TempDir() + "/c.yaml"
+	writeConfig(t, cfgPath, fmt.Sprintf("schedule: \"@every 1s\"\nlookback: 100h\nmetrics:\n  listen: %q\n", addr))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"schedule", "--config", cfgPath}, func(k string) string { return e.vars[k] }, io.Discard, &stderr)
+	}()
+	// Wait for a completed pass to show in the metrics.
+	var body string
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if strings.Contains(body, `reconcile_runs_total{status="completed"}`) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, want := range []string{`reconcile_runs_total{status="completed"}`, `reconcile_findings{kind="duplicate",severity="critical"} 1`,
+		"reconcile_last_success_timestamp_seconds", "reconcile_provider_objects_fetched_total", "reconcile_run_duration_seconds"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if resp, err := http.Get("http://" + addr + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/healthz: %v %v", resp, err)
+	}
+	cancel() // what SIGTERM does through signal.NotifyContext in main
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("schedule returned %v after SIGTERM, want nil (exit 0)", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("schedule did not stop after SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "stopped") {
+		t.Errorf("schedule logs lack the stop:\n%s", stderr.String())
+	}
+}
+
+func writeConfig(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The demo needs nothing from the environment and tells the whole story.
+func TestDemo(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"demo"}, func(k string) string {
+		if k == "DATABASE_URL" {
+			return pgtest.AdminURL() // the test server; the demo makes and drops a database of its own there
+		}
+		return ""
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"Duplicate payment", "refund:4821:approved-request-7", "re_4821a", "re_4821b", "USD 89.00",
+		"refund:5100:1   CONFIRMATION_UNKNOWN → PAID", "stale_lease", "orphan", "re_5600x", "amount_mismatch", "EUR 9.00",
+		"A second run over the same data: 4 findings still open, 0 new alerts, 0 transitions."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
+}
