@@ -2,6 +2,29 @@
 // every disagreement (DESIGN.md §3–4). It is pure: standard library only,
 // no I/O, no clock (now comes in), no randomness. Every decision is a
 // function of Match's arguments.
+//
+// The unit of judgement is the money movement: a refund, a charge on its
+// own, or a payment intent with its charges (linked by the charge's
+// payment_intent or the intent's latest charge), which together move money
+// once. An obligation's provider id links the whole movement of the object
+// it names (an intent's id stands for its charges, a charge's id for its
+// intent); keys and metadata link the movement of the object carrying them.
+// A movement reaching two obligations is a conflict for each.
+//
+// Decisions DESIGN.md leaves open, taken here:
+//   - Unlinked succeeded objects created outside Input.Listed are not
+//     orphans: they were retrieved by id as evidence, and the obligations
+//     that could claim them were never read. They land in BucketIgnored.
+//   - A suspected duplicate is a duplicate found for its twin's obligation:
+//     it keeps that obligation from PAID.
+//   - duplicate and amount_mismatch are reported whatever the state, a
+//     live lease included (money moved twice whoever holds the lease);
+//     a live lease only silences the findings about its outcome.
+//   - A PAID obligation whose records are all still pending after the
+//     grace period is paid_without_evidence; all failed or canceled is
+//     status_mismatch.
+//   - A movement is proof of an obligation's money only if every succeeded
+//     member moved exactly that money.
 package matcher
 
 import (
