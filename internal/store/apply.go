@@ -222,7 +222,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 	if err := s.runHook(ctx, "outbox", tx); err != nil {
 		return out, err
 	}
-	if err := upsertRun(ctx, tx, in.run, reconcile.RunCompleted, len(in.findings), len(out.Skipped), ""); err != nil {
+	if err := upsertRun(ctx, tx, in.run, reconcile.RunCompleted, len(in.findings), len(out.Transitions), len(out.Skipped)); err != nil {
 		return out, err
 	}
 	return out, nil
@@ -260,6 +260,13 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 		leases[i] = nullTime(t.FromLeaseExpiresAt)
 		providerIDs[i] = nullString(t.ProviderID)
 	}
+	if n >= bigBatch {
+		// Keep the join's hash and the unnested arrays in memory rather
+		// than spilling them to disk; for this transaction only.
+		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', '64MB', true)`); err != nil {
+			return nil, nil, fmt.Errorf("apply transitions: %w", err)
+		}
+	}
 	rows, err := tx.Query(ctx, s.ob.cas, ids, fromRaw, toRaw, leases, providerIDs, fromState, toState,
 		s.table.Raw(reconcile.Paid), now, runID)
 	if err != nil {
@@ -295,6 +302,10 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 	}
 	return applied, skipped, nil
 }
+
+// bigBatch is the number of transitions from which applyTransitions
+// raises work_mem for its transaction.
+const bigBatch = 10_000
 
 // skipReasons says, for people, what changed on each obligation whose
 // compare-and-set matched nothing.
@@ -657,21 +668,21 @@ func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID stri
 	return nil
 }
 
-func upsertRun(ctx context.Context, tx pgx.Tx, run reconcile.Run, status reconcile.RunStatus, findings, skipped int, cause string) error {
-	// transitions counts the audit rows of the run, so that applying a
-	// run twice does not forget what the first apply did.
+func upsertRun(ctx context.Context, tx pgx.Tx, run reconcile.Run, status reconcile.RunStatus, findings, transitions, skipped int) error {
+	// A run applied twice adds up its transitions (each apply's are
+	// distinct audit rows), so that the second does not hide the first.
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, finished_at,
-		status, obligations, provider_objects, linked, findings, transitions, skipped, error)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-		(SELECT count(*) FROM reconcile.transitions WHERE run_id = $1), $12, $13)
+		status, obligations, provider_objects, linked, findings, transitions, skipped)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 	ON CONFLICT (id) DO UPDATE SET trigger = EXCLUDED.trigger, window_from = EXCLUDED.window_from,
 		window_to = EXCLUDED.window_to, started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
 		status = EXCLUDED.status, obligations = EXCLUDED.obligations,
 		provider_objects = EXCLUDED.provider_objects, linked = EXCLUDED.linked, findings = EXCLUDED.findings,
-		transitions = EXCLUDED.transitions, skipped = EXCLUDED.skipped, error = EXCLUDED.error`,
+		transitions = reconcile.runs.transitions + EXCLUDED.transitions, skipped = EXCLUDED.skipped,
+		error = NULL`,
 		run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
 		string(status), run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked,
-		findings, skipped, nullString(cause))
+		findings, transitions, skipped)
 	if err != nil {
 		return fmt.Errorf("write run: %w", err)
 	}
