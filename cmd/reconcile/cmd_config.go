@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -14,19 +13,13 @@ import (
 // cmdConfig is `reconcile config check`: the effective configuration with
 // secrets redacted, after the same validation a run does.
 func cmdConfig(_ context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
-	c := newCommand("config check")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) != 1 || pos[0] != "check" {
-		return usageError("config: want \"reconcile config check\"")
-	}
-	cfg, err := c.load(getenv)
+	c := newCommand("config")
+	pos, cfg, err := c.startWith(args, stdout, getenv, "check")
 	if err != nil {
 		return err
+	}
+	if pos[0] != "check" {
+		return usageError("config: want \"reconcile config check\"")
 	}
 	return printConfig(stdout, cfg, c.configPath)
 }

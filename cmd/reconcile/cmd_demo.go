@@ -32,16 +32,7 @@ const demoKey = "sk_test_demo_reconcile"
 func cmdDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("demo")
 	format := c.format("text", "json")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageError("demo: unexpected argument %q", pos[0])
-	}
-	cfg, err := c.load(getenv)
+	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
 		return err
 	}

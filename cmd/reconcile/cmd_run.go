@@ -33,16 +33,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	c.fs.BoolVar(&f.wait, "wait", false, "wait for another run's lock instead of exiting 1")
 	c.fs.StringVar(&f.failOn, "fail-on", "", "exit 3 when a finding at or above this severity is found: critical, high or warning")
 	f.format = c.format("text", "json")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageError("run: unexpected argument %q", pos[0])
-	}
-	cfg, err := c.load(getenv)
+	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
 		return err
 	}

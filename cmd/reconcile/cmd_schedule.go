@@ -23,16 +23,7 @@ import (
 // context ends (SIGTERM), then waits for a running pass and returns nil.
 func cmdSchedule(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("schedule")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageError("schedule: unexpected argument %q", pos[0])
-	}
-	cfg, err := c.load(getenv) // validates the cron spec before anything starts
+	cfg, err := c.start(args, stdout, getenv) // validates the cron spec before anything starts
 	if err != nil {
 		return err
 	}

@@ -18,16 +18,7 @@ import (
 // cmdMigrate creates or upgrades the reconciler's schema.
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("migrate")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageError("migrate: unexpected argument %q", pos[0])
-	}
-	cfg, err := c.load(getenv)
+	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
 		return err
 	}
@@ -54,21 +45,12 @@ func cmdAck(ctx context.Context, args []string, getenv func(string) string, stdo
 	var reason, by string
 	c.fs.StringVar(&reason, "reason", "", "why the finding needs no more reminders (required)")
 	c.fs.StringVar(&by, "by", getenv("USER"), "who acknowledges it")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
+	pos, cfg, err := c.startWith(args, stdout, getenv, "FINGERPRINT")
+	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usageError("ack: want one FINGERPRINT (see reconcile findings --open)")
 	}
 	if strings.TrimSpace(reason) == "" {
 		return usageError("ack: --reason is required (say why no more reminders are needed)")
-	}
-	cfg, err := c.load(getenv)
-	if err != nil {
-		return err
 	}
 	d, err := openDB(ctx, cfg, newLogger(stderr, slog.LevelInfo))
 	if err != nil {
@@ -97,16 +79,7 @@ func cmdFindings(ctx context.Context, args []string, getenv func(string) string,
 	var open bool
 	c.fs.BoolVar(&open, "open", false, "only findings still open")
 	format := c.format("text", "json", "csv")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageError("findings: unexpected argument %q", pos[0])
-	}
-	cfg, err := c.load(getenv)
+	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
 		return err
 	}

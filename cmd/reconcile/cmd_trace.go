@@ -107,20 +107,11 @@ type traceAlert struct {
 func cmdTrace(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("trace")
 	format := c.format("text", "json")
-	pos, err := c.parse(args, stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usageError("trace: want one OBLIGATION_ID")
-	}
-	id := pos[0]
-	cfg, err := c.load(getenv)
+	pos, cfg, err := c.startWith(args, stdout, getenv, "OBLIGATION_ID")
 	if err != nil {
 		return err
 	}
+	id := pos[0]
 	log := newLogger(stderr, slog.LevelInfo)
 	d, err := openDB(ctx, cfg, log)
 	if err != nil {

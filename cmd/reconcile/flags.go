@@ -56,13 +56,32 @@ func (c *command) printUsage(w io.Writer) {
 	c.fs.SetOutput(io.Discard)
 }
 
-// load reads the configuration; any problem is a usage error (exit 2).
-func (c *command) load(getenv func(string) string) (config.Config, error) {
+// start parses a command that takes no positional argument and loads the
+// configuration.
+func (c *command) start(args []string, stdout io.Writer, getenv func(string) string) (config.Config, error) {
+	_, cfg, err := c.startWith(args, stdout, getenv)
+	return cfg, err
+}
+
+// startWith parses args, wanting one positional argument per name in want,
+// and loads the configuration. Every problem is a usage error (exit 2);
+// -h prints the usage and returns errHelp, which run turns into exit 0.
+func (c *command) startWith(args []string, stdout io.Writer, getenv func(string) string, want ...string) ([]string, config.Config, error) {
+	pos, err := c.parse(args, stdout)
+	if err != nil {
+		return nil, config.Config{}, err
+	}
+	switch {
+	case len(want) == 0 && len(pos) > 0:
+		return nil, config.Config{}, usageError("%s: unexpected argument %q", c.name, pos[0])
+	case len(pos) != len(want):
+		return nil, config.Config{}, usageError("%s: want %s", c.name, strings.Join(want, " "))
+	}
 	cfg, err := config.Load(c.configPath, getenv)
 	if err != nil {
-		return config.Config{}, &exitError{code: exitUsage, err: err}
+		return nil, config.Config{}, &exitError{code: exitUsage, err: err}
 	}
-	return cfg, nil
+	return pos, cfg, nil
 }
 
 // formatFlag is a --format restricted to a set of values.

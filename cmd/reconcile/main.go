@@ -120,7 +120,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return &exitError{code: exitUsage}
 	}
-	cmd, rest := args[0], args[1:]
+	err := dispatch(ctx, args[0], args[1:], getenv, stdout, stderr)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, cmd string, rest []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "migrate":
 		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
