@@ -58,7 +58,8 @@ const (
 // transitions by compare-and-set with their audit rows, the findings (new,
 // seen again, changed, reopened, resolved), their alerts in the outbox, and
 // the run row. Applying the same result twice writes no second transition
-// and no second alert.
+// and no second alert. The run row records run.Counts, or res.Counts when
+// run.Counts is zero.
 //
 // The transaction runs at REPEATABLE READ. Every outbox row goes with a
 // write to its finding's row (or, for the summary, to some finding's row),
@@ -102,9 +103,11 @@ type applyInput struct {
 	run         reconcile.Run
 	transitions []reconcile.Transition
 	findings    []reconcile.Finding
-	// scope: what this run examined; an open finding outside it stays open.
-	obligations map[string]bool
-	objects     map[string]bool
+	// scope: what this run examined, sorted; an open finding outside it
+	// stays open. Sorted slices rather than sets: a run may examine a
+	// million obligations, and only the few open findings are looked up.
+	obligations []string
+	objects     []string
 }
 
 func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, error) {
@@ -126,8 +129,8 @@ func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, erro
 		run:         run,
 		transitions: res.Transitions,
 		findings:    make([]reconcile.Finding, 0, len(res.Findings)),
-		obligations: make(map[string]bool, len(res.ObligationIDs)),
-		objects:     make(map[string]bool, len(res.ObjectIDs)),
+		obligations: sortedIDs(res.ObligationIDs),
+		objects:     sortedIDs(res.ObjectIDs),
 	}
 	seen := make(map[string]bool, len(res.Transitions))
 	for _, t := range res.Transitions {
@@ -160,13 +163,16 @@ func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, erro
 		f.ProviderIDs = slices.Clone(f.ProviderIDs)
 		in.findings = append(in.findings, f)
 	}
-	for _, id := range res.ObligationIDs {
-		in.obligations[id] = true
-	}
-	for _, id := range res.ObjectIDs {
-		in.objects[id] = true
-	}
 	return in, nil
+}
+
+// sortedIDs returns ids sorted, without copying them when they already are
+// (the matcher sorts them).
+func sortedIDs(ids []string) []string {
+	if slices.IsSorted(ids) {
+		return ids
+	}
+	return slices.Sorted(slices.Values(ids))
 }
 
 // apply is one attempt of Apply's transaction.
@@ -503,10 +509,13 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 
 // covers reports whether the run examined what the finding is about.
 func (in applyInput) covers(f reconcile.Finding) bool {
-	if f.ObligationID != "" && in.obligations[f.ObligationID] {
+	if _, ok := slices.BinarySearch(in.obligations, f.ObligationID); ok && f.ObligationID != "" {
 		return true
 	}
-	return slices.ContainsFunc(f.ProviderIDs, func(id string) bool { return in.objects[id] })
+	return slices.ContainsFunc(f.ProviderIDs, func(id string) bool {
+		_, ok := slices.BinarySearch(in.objects, id)
+		return ok
+	})
 }
 
 func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID string, now time.Time) error {

@@ -176,16 +176,18 @@ func TestApplyLosesToAConcurrentWorker(t *testing.T) {
 	t.Parallel()
 	now := t0()
 	tests := []struct {
-		name   string
-		worker string
+		name        string
+		worker      string
+		maxAttempts int
 	}{
-		{"marks it paid", `UPDATE obligations SET state = 'PAID', provider_id = 're_worker' WHERE id = $1`},
-		{"renews its lease", `UPDATE obligations SET lease_expires_at = '2026-11-30T07:00:00Z' WHERE id = $1`},
+		{"marks it paid", `UPDATE obligations SET state = 'PAID', provider_id = 're_worker' WHERE id = $1`, 0},
+		{"renews its lease", `UPDATE obligations SET lease_expires_at = '2026-11-30T07:00:00Z' WHERE id = $1`, 0},
+		{"marks it paid, no retries allowed", `UPDATE obligations SET state = 'PAID' WHERE id = $1`, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{})
+			e := newEnv(t, Options{MaxApplyAttempts: tt.maxAttempts})
 			ob := unknownRefund("refund:1")
 			ob.State, ob.LeaseExpiresAt = reconcile.Executing, now.Add(-time.Hour)
 			pgtest.InsertObligations(t, e.pool, ob)
@@ -213,6 +215,17 @@ func TestApplyLosesToAConcurrentWorker(t *testing.T) {
 			}
 			after := e.row(ob.ID)
 			got := <-done
+			if tt.maxAttempts == 1 {
+				// The race is lost and not retried: an error, and nothing
+				// of the run written.
+				if !retryable(got.err) {
+					t.Errorf("Apply with one attempt = %v, want a serialization failure", got.err)
+				}
+				if n := e.count(`SELECT count(*) FROM reconcile.runs`); n != 0 {
+					t.Errorf("runs = %d, want 0", n)
+				}
+				return
+			}
 			if got.err != nil {
 				t.Fatalf("Apply: %v", got.err)
 			}
@@ -400,8 +413,12 @@ func TestApplyConnectionKilled(t *testing.T) {
 			}
 			res := resultOf([]reconcile.Finding{newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_1b")},
 				[]reconcile.Transition{markPaid(obs[0], "re_1"), markPaid(obs[1], "re_2")}, "refund:2")
-			if _, err := killer.Apply(t.Context(), testRun("run-1", now), res, now); err == nil {
+			_, err = killer.Apply(t.Context(), testRun("run-1", now), res, now)
+			if err == nil {
 				t.Fatal("Apply on a killed connection succeeded")
+			}
+			if !strings.Contains(err.Error(), "(attempt 1)") {
+				t.Errorf("Apply on a killed connection = %v, want it given up after attempt 1: only races are retried", err)
 			}
 			if !killed {
 				t.Fatalf("the hook never reached stage %s", stage)

@@ -37,9 +37,7 @@ func (s *Store) Lock(ctx context.Context, wait bool) (*Lock, error) {
 	// than only dropping the socket: a backend blocked in
 	// pg_advisory_lock does not notice a vanished client and would take
 	// the lock, for a moment, for no one.
-	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
-	}
+	cfg.BuildContextWatcherHandler = cancelRequestHandler
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("take run lock: connect: %w", err)
@@ -73,6 +71,13 @@ func (s *Store) Lock(ctx context.Context, wait bool) (*Lock, error) {
 		return nil, ErrLocked
 	}
 	return &Lock{conn: conn}, nil
+}
+
+// cancelRequestHandler makes a connection answer a cancelled context with
+// a cancel request to the server, and only later with a deadline on the
+// socket.
+func cancelRequestHandler(c *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
 }
 
 // describeHolder names the session holding the run lock, best effort:

@@ -115,6 +115,9 @@ func newProvider(dbURL string) (*goose.Provider, *sql.DB, error) {
 		// pgx's parse errors do not repeat the URL, so no password leaks.
 		return nil, nil, fmt.Errorf("migrate: parse database url: %w", err)
 	}
+	// A migrator waiting for the lock whose context ends asks the server
+	// to stop waiting, as the run lock does (see Store.Lock).
+	cfg.BuildContextWatcherHandler = cancelRequestHandler
 	db := stdlib.OpenDB(*cfg)
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
