@@ -142,6 +142,7 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 		Matcher:     matcherOptions(cfg),
 		Now:         time.Now,
 		Logger:      d.log,
+		Mirror:      store.NewMirror(d.pool),
 	}
 	deliverer, err := newDeliverer(cfg, d.log)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 type runFlags struct {
 	since, from, to string
 	dryRun, wait    bool
+	full            bool
 	format          *formatFlag
 	failOn          string
 }
@@ -31,6 +32,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	c.fs.StringVar(&f.to, "to", "", "end of the window (RFC 3339 or a date; default now)")
 	c.fs.BoolVar(&f.dryRun, "dry-run", false, "compute and report; write and post nothing")
 	c.fs.BoolVar(&f.wait, "wait", false, "wait for another run's lock instead of exiting 1")
+	c.fs.BoolVar(&f.full, "full", false, "read the whole window from Stripe, not only what the mirror of earlier runs lacks")
 	c.fs.StringVar(&f.failOn, "fail-on", "", "exit 3 when a finding at or above this severity is found: critical, high or warning")
 	f.format = c.format("text", "json")
 	cfg, err := c.start(args, stdout, getenv)
@@ -65,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	out, err := r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait})
+	out, err := r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait, Full: f.full})
 	progress.done()
 	if err != nil {
 		return failed(err)

@@ -1,92 +1,20 @@
 package matcher
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
 	"reconcile"
+	"reconcile/internal/bench"
 )
 
-// benchWorld builds n obligations and about as many provider objects, with
-// one key event per object: mostly clean (ids, intents, keys only,
-// metadata only, refunds, unknowns and expired leases to mark PAID), and in
-// every thousand one of each finding kind.
+// benchWorld is the shared benchmark history (internal/bench.World) of n
+// obligations and about as many provider objects, as the matcher's input:
+// mostly clean, and in every thousand one of each finding kind.
 func benchWorld(n int) Input {
-	now := propNow
-	in := Input{
-		Obligations: make([]reconcile.Obligation, 0, n),
-		Objects:     make([]reconcile.ProviderObject, 0, n+n/100),
-		Keys:        make([]reconcile.KeyEvidence, 0, n+n/100),
-		Listed:      reconcile.Window{From: now.Add(-720 * time.Hour), To: now},
-		EventsFrom:  now.Add(-720 * time.Hour),
-	}
-	for i := range n {
-		s := strconv.Itoa(i)
-		money := reconcile.Money{Amount: int64(500 + i%250000), Currency: [...]string{"usd", "eur", "jpy", "gbp"}[i%4]}
-		created := now.Add(-time.Duration(30+i%40000) * time.Minute)
-		o := reconcile.Obligation{ID: "charge:" + s, Kind: reconcile.Charge, IdempotencyKey: "k-" + s, Provider: "stripe",
-			Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: created, UpdatedAt: created, PaidAt: created}
-		p := reconcile.ProviderObject{ID: "ch_" + s, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
-			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: created}
-		obj, key := true, true
-		switch i % 20 {
-		case 10, 11: // a refund
-			o.ID, o.Kind, o.IdempotencyKey, o.TargetID = "refund:"+s, reconcile.Refund, "rk-"+s, "ch_"+strconv.Itoa(i-1)
-			p.ID, p.Kind, p.Target, p.Charge, p.Customer = "re_"+s, reconcile.Refund, o.TargetID, o.TargetID, ""
-			o.ProviderID = p.ID
-		case 12: // an intent and its charge
-			o.ProviderID = "pi_" + s
-			p.PaymentIntent = o.ProviderID
-			in.Objects = append(in.Objects, reconcile.ProviderObject{ID: o.ProviderID, Kind: reconcile.PaymentIntent, Money: money,
-				Status: reconcile.Succeeded, Charge: p.ID, Customer: p.Customer, Created: created})
-		case 13: // the key alone
-		case 14: // metadata alone
-			p.Metadata = map[string]string{"obligation_id": o.ID}
-			key = false
-		case 15: // unknown outcome, resolved by key
-			o.State, o.RawState = reconcile.ConfirmationUnknown, "CONFIRMATION_UNKNOWN"
-		case 16: // a crashed worker, resolved by key
-			o.State, o.RawState, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "EXECUTING", "w", now.Add(-time.Hour)
-		default:
-			o.ProviderID = p.ID
-		}
-		switch i % 1000 {
-		case 101: // duplicate: a second charge under a retry's metadata
-			in.Objects = append(in.Objects, reconcile.ProviderObject{ID: "ch_dup" + s, Kind: reconcile.Charge, Money: money,
-				Status: reconcile.Succeeded, Metadata: map[string]string{"obligation_id": o.ID}, Created: created})
-		case 202: // orphan
-			in.Objects = append(in.Objects, reconcile.ProviderObject{ID: "ch_orphan" + s, Kind: reconcile.Charge, Money: money,
-				Status: reconcile.Succeeded, Created: created})
-		case 303: // suspected duplicate: same customer and money, unlinked
-			in.Objects = append(in.Objects, reconcile.ProviderObject{ID: "ch_twin" + s, Kind: reconcile.Charge, Money: money,
-				Status: reconcile.Succeeded, Customer: p.Customer, Created: created.Add(time.Minute)})
-		case 404: // paid without evidence: its charge does not exist
-			obj, key = false, false
-			o.ProviderID = "ch_gone" + s
-			in.Lookups = append(in.Lookups, reconcile.Lookup{ID: o.ProviderID, Result: reconcile.LookupNotFound})
-		case 505: // amount mismatch
-			p.Money.Amount++
-		case 606: // status mismatch
-			p.Status = reconcile.Failed
-		case 707: // stale lease
-			obj, key = false, false
-			o.State, o.RawState, o.LeaseExpiresAt = reconcile.Executing, "EXECUTING", time.Time{}
-		case 808: // unresolved unknown
-			obj, key = false, false
-			o.State, o.RawState = reconcile.ConfirmationUnknown, "CONFIRMATION_UNKNOWN"
-		case 909: // conflict: the object also names another obligation
-			p.Metadata = map[string]string{"obligation_id": "charge:" + strconv.Itoa(i-1)}
-		}
-		in.Obligations = append(in.Obligations, o)
-		if obj {
-			in.Objects = append(in.Objects, p)
-		}
-		if key {
-			in.Keys = append(in.Keys, reconcile.KeyEvidence{ObjectID: p.ID, Key: o.IdempotencyKey, EventType: "charge.succeeded", Created: created})
-		}
-	}
-	return in
+	w := bench.NewWorld(n, propNow)
+	return Input{Obligations: w.Obligations, Objects: w.Objects, Keys: w.Keys, Lookups: w.Lookups,
+		Listed: w.Listed, EventsFrom: w.EventsFrom}
 }
 
 // hashJoin is the floor a matcher cannot beat: obligations by provider id,

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"reconcile"
@@ -55,6 +56,14 @@ type Runner struct {
 	Matcher matcher.Options
 	Now     func() time.Time
 	Logger  *slog.Logger
+	// Mirror, when set, keeps the provider's records between passes, so
+	// that a pass reads from the provider only what is new, what changed
+	// and an overlap (incremental sync; see sync.go). Nil: every pass
+	// reads the whole window.
+	Mirror Mirror
+	// Overlap is how far behind the mirror's cursors a pass reads again
+	// (default DefaultOverlap).
+	Overlap time.Duration
 }
 
 // Request is what one pass is asked to do.
@@ -64,6 +73,9 @@ type Request struct {
 	Trigger reconcile.Trigger
 	// Wait for another run's lock instead of failing at once.
 	Wait bool
+	// Full reads the whole window from the provider even where the mirror
+	// could vouch for it, and refreshes the mirror with it.
+	Full bool
 }
 
 // Outcome is what one pass did.
@@ -83,6 +95,9 @@ type Outcome struct {
 	// completed and its conclusions are stored.
 	AlertErr error
 	Drained  alerts.DrainStats
+	// Sync says how the provider was read: in full or incrementally,
+	// what came from the mirror, and whether the mirror was saved.
+	Sync SyncReport
 }
 
 // ErrLocked is returned when another run holds the database's run lock.
@@ -118,16 +133,19 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		}()
 	}
 	log.Info("run started", "trigger", string(req.Trigger), "from", req.Window.From, "to", req.Window.To, "dry_run", req.DryRun)
+	var err error
 
-	in, err := r.read(ctx, log, req.Window, started, out)
+	st := &readState{}
+	st.plan, err = r.plan(ctx, req.Window, started, req.Full)
+	var in matcher.Input
+	if err == nil {
+		in, err = r.read(ctx, log, req.Window, started, out, st)
+	}
+	out.Sync = st.plan.report
 	if err != nil {
 		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
 		if !req.DryRun {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if rerr := r.Store.RecordFailedRun(rctx, run, err.Error()); rerr != nil {
-				log.Warn("record failed run", "err", rerr)
-			}
+			r.recordFailed(ctx, log, run, err)
 		}
 		return nil, err
 	}
@@ -135,6 +153,22 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	// The clock is read once for the decisions of the whole pass.
 	now := started
 	res := matcher.Match(in, now, r.Matcher)
+	if st.plan.report.Mode == SyncIncremental {
+		// What the pass reports on from the mirror is checked first.
+		changed, err := r.verify(ctx, &in, res, now, st)
+		if err != nil {
+			run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
+			out.Sync = st.plan.report
+			if !req.DryRun {
+				r.recordFailed(ctx, log, run, err)
+			}
+			return nil, err
+		}
+		if changed {
+			res = matcher.Match(in, now, r.Matcher)
+		}
+		out.Sync = st.plan.report
+	}
 	out.Input, out.Result = in, res
 	run.Counts = res.Counts
 	run.Finished = r.Now().UTC()
@@ -152,6 +186,18 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
 	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
+	if r.Mirror != nil {
+		// Only a completed pass moves the mirror's cursors. A mirror that
+		// could not be saved costs the next pass more reading, nothing
+		// else: the pass stands.
+		if err := r.Mirror.Save(ctx, r.finishSave(req.Window, now, run.ID, st)); err != nil {
+			st.plan.report.SaveErr = err
+			log.Warn("the provider mirror was not saved; the next pass reads more", "err", err)
+		} else {
+			st.plan.report.Saved = true
+		}
+		out.Sync = st.plan.report
+	}
 	for _, s := range applied.Skipped {
 		log.Warn("transition skipped: the obligation changed since it was read",
 			"obligation_id", s.Transition.ObligationID, "from", string(s.Transition.From), "reason", s.Reason)
@@ -176,13 +222,47 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	return out, nil
 }
 
-// read gathers one pass's input: the provider's listing of the window, the
-// obligations in scope, and by id the objects they name that the listing
-// did not return.
-func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, out *Outcome) (matcher.Input, error) {
-	listing, err := r.Provider.List(ctx, w)
-	if err != nil {
-		return matcher.Input{}, fmt.Errorf("read the provider: %w", err)
+// read gathers one pass's input: the provider's listing of the window (or,
+// incrementally, what the mirror lacks of it and the rest from the
+// mirror), the obligations in scope, and by id the objects they name that
+// the listing did not return.
+func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
+	p := &st.plan
+	var listing *sources.Listing
+	var err error
+	eventsFrom := later(w.From, now.Add(-sources.EventRetention))
+	if p.report.Mode == SyncIncremental {
+		listing, err = r.readIncremental(ctx, log, w, now, st)
+		if err != nil {
+			return matcher.Input{}, err
+		}
+		eventsFrom = later(w.From, st.keysFrom)
+	} else {
+		listing, err = r.Provider.List(ctx, w)
+		if err != nil {
+			return matcher.Input{}, fmt.Errorf("read the provider: %w", err)
+		}
+		p.report.Listed, p.report.EventsRead = len(listing.Objects), listing.Stats.Events
+		if r.Mirror != nil {
+			st.fromMirror = map[string]bool{}
+			st.saw(p.seen, listing.Objects...)
+			st.save.Keys = listing.Keys
+			// Stripe keeps events 30 days; the mirror keeps the keys they
+			// told for longer. Every kept key links; key evidence is
+			// complete from further back only where the mirror's keys join
+			// the events just read.
+			if eventsFrom.After(w.From) {
+				old, err := r.Mirror.Keys(ctx, reconcile.Window{From: w.From, To: eventsFrom})
+				if err != nil {
+					return matcher.Input{}, fmt.Errorf("read the mirror: %w", err)
+				}
+				p.report.MirroredKeys = len(old)
+				listing = &sources.Listing{Objects: listing.Objects, Keys: append(old, listing.Keys...), Stats: listing.Stats}
+				if !p.keysFrom.IsZero() && p.keysFrom.Before(eventsFrom) && !p.cur.Keys.To.Before(eventsFrom) {
+					eventsFrom = later(w.From, p.keysFrom)
+				}
+			}
+		}
 	}
 	out.Stats = listing.Stats
 	named := Named(listing, r.Matcher)
@@ -207,19 +287,36 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 	var lookups []reconcile.Lookup
 	if len(missing) > 0 {
 		slices.Sort(missing)
-		found, ls := r.Provider.Retrieve(ctx, missing)
-		objects = append(slices.Clip(objects), found...)
-		lookups = ls
-		failed := 0
-		for _, l := range ls {
-			if l.Result == reconcile.LookupFailed {
-				failed++
+		var found []reconcile.ProviderObject
+		asked := len(missing)
+		if p.report.Mode == SyncIncremental {
+			found, lookups, missing, err = r.namedFromMirror(ctx, missing, st)
+			if err != nil {
+				return matcher.Input{}, err
 			}
 		}
-		log.Info("looked up objects named outside the window", "ids", len(missing), "found", len(found), "failed", failed)
+		failed := 0
+		if len(missing) > 0 {
+			var got []reconcile.ProviderObject
+			var ls []reconcile.Lookup
+			if r.Mirror != nil {
+				got, ls = r.fetch(ctx, missing, now, st)
+			} else {
+				got, ls = r.Provider.Retrieve(ctx, missing)
+			}
+			found, lookups = append(found, got...), append(lookups, ls...)
+			slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
+			for _, l := range ls {
+				if l.Result == reconcile.LookupFailed {
+					failed++
+				}
+			}
+		}
+		objects = append(slices.Clip(objects), found...)
+		log.Info("looked up objects named outside the window", "ids", asked, "found", len(found),
+			"from_mirror", asked-len(missing), "failed", failed)
 	}
 	out.Lookups = lookups
-	eventsFrom := later(w.From, now.Add(-sources.EventRetention))
 	if eventsFrom.After(w.From) {
 		log.Warn("the window reaches past Stripe's 30 days of events: key evidence before then comes only from metadata",
 			"events_from", eventsFrom)
@@ -233,6 +330,15 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 		Listed:      w,
 		EventsFrom:  eventsFrom,
 	}, nil
+}
+
+// recordFailed records a pass that failed, even when ctx was cancelled.
+func (r *Runner) recordFailed(ctx context.Context, log *slog.Logger, run reconcile.Run, cause error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.Store.RecordFailedRun(rctx, run, cause.Error()); err != nil {
+		log.Warn("record failed run", "err", err)
+	}
 }
 
 // Named lists what the listed objects name, so that the obligations they

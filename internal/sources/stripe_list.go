@@ -103,6 +103,7 @@ type page struct {
 	ids     []string // every entry's id in order: the last is the next cursor
 	objects []reconcile.ProviderObject
 	keys    []reconcile.KeyEvidence
+	changes []change // events about objects created outside the listed window (Sync only)
 	hasMore bool
 }
 
@@ -124,25 +125,46 @@ func (sp span) created() *stripe.RangeQueryParams {
 	return &stripe.RangeQueryParams{GreaterThanOrEqual: sp.from, LesserThan: sp.to}
 }
 
-func (s *Stripe) listers() []lister {
+// listPlan is what one read lists: the objects created in objects (none
+// when it is empty), and the events created in events (plus EventGrace) of
+// eventTypes. With changes set, the events about objects created outside
+// objects are kept as changes (Sync).
+type listPlan struct {
+	objects, events reconcile.Window
+	eventTypes      []string
+	changes         bool
+}
+
+// eventsLister reads the events of p: key evidence from the key-bearing
+// types, and with p.changes the state of objects created outside
+// p.objects.
+func (s *Stripe) eventsLister(p listPlan) lister {
 	kinds := keyEventKinds()
-	types := stripe.StringSlice(keyEventTypes())
-	return []lister{
-		// Events first: they are the longest list, and starting the longest
-		// work first keeps every worker busy to the end.
-		{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.Events.List(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
-			var pg page
-			for it.Next() {
-				ev := it.Event()
-				pg.ids = append(pg.ids, ev.ID)
-				if k, ok := keyEvidence(ev, kinds); ok {
-					pg.keys = append(pg.keys, k)
+	types := stripe.StringSlice(p.eventTypes)
+	from, to := ceilUnix(p.objects.From), ceilUnix(p.objects.To)
+	return lister{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
+		it := s.api.Events.List(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
+		var pg page
+		for it.Next() {
+			ev := it.Event()
+			pg.ids = append(pg.ids, ev.ID)
+			if k, ok := keyEvidence(ev, kinds); ok {
+				pg.keys = append(pg.keys, k)
+			}
+			if p.changes {
+				if c, ok := changeOf(ev, from, to); ok {
+					pg.changes = append(pg.changes, c)
 				}
 			}
-			pg.hasMore = it.Meta().HasMore
-			return pg, it.Err()
-		}},
+		}
+		pg.hasMore = it.Meta().HasMore
+		return pg, it.Err()
+	}}
+}
+
+// objectListers read the charges, payment intents and refunds.
+func (s *Stripe) objectListers() []lister {
+	return []lister{
 		{ListCharges, func(ctx context.Context, sp span, after string) (page, error) {
 			it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
 			var pg page
@@ -190,18 +212,32 @@ func (s *Stripe) List(ctx context.Context, w reconcile.Window) (*Listing, error)
 		return nil, fmt.Errorf("list stripe: window ends (%s) before it starts (%s)",
 			w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
-	from, to := ceilUnix(w.From), ceilUnix(w.To)
-	objSpans := spans(from, to, s.opts.Concurrency, s.opts.SliceMin)
+	l, _, _, err := s.list(ctx, listPlan{objects: w, events: w, eventTypes: keyEventTypes()})
+	return l, err
+}
+
+// list reads what p asks for, every list of every time slice to its end,
+// or fails.
+func (s *Stripe) list(ctx context.Context, p listPlan) (*Listing, []Change, []string, error) {
+	objSpans := spans(ceilUnix(p.objects.From), ceilUnix(p.objects.To), s.opts.Concurrency, s.opts.SliceMin)
+	evSpans := spans(ceilUnix(p.events.From), ceilUnix(p.events.To), s.opts.Concurrency, s.opts.SliceMin)
+	if len(evSpans) > 0 {
+		// An object's creation event may be stamped a second after it.
+		evSpans[len(evSpans)-1].to += int64((s.opts.EventGrace + time.Second - 1) / time.Second)
+	}
 	type unit struct {
 		lister
 		sp span
 	}
+	// Events first: they are the longest list, and starting the longest
+	// work first keeps every worker busy to the end.
 	var units []unit
-	for _, l := range s.listers() {
-		for i, sp := range objSpans {
-			if l.name == ListEvents && i == len(objSpans)-1 {
-				sp.to += int64((s.opts.EventGrace + time.Second - 1) / time.Second)
-			}
+	ev := s.eventsLister(p)
+	for _, sp := range evSpans {
+		units = append(units, unit{ev, sp})
+	}
+	for _, l := range s.objectListers() {
+		for _, sp := range objSpans {
 			units = append(units, unit{l, sp})
 		}
 	}
@@ -219,16 +255,20 @@ func (s *Stripe) List(ctx context.Context, w reconcile.Window) (*Listing, error)
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	l := merge(results)
 	l.Stats.Slices = len(objSpans)
+	if l.Stats.Slices == 0 {
+		l.Stats.Slices = len(evSpans)
+	}
 	l.Stats.Requests, l.Stats.Retries, l.Stats.Pages = int(c.requests.Load()), int(c.retries.Load()), int(c.pages.Load())
 	if l.Stats.OutOfRange = int(c.outside.Load()); l.Stats.OutOfRange > 0 {
 		s.log.WarnContext(ctx, "stripe listed objects outside the requested creation range; ignored them",
 			slog.Int("objects", l.Stats.OutOfRange))
 	}
-	return l, nil
+	changes, unsettled := mergeChanges(results)
+	return l, changes, unsettled, nil
 }
 
 // readSpan reads one list over one slice, page after page. A page that
@@ -265,6 +305,7 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 			all.objects = append(all.objects, o)
 		}
 		all.keys = append(all.keys, pg.keys...)
+		all.changes = append(all.changes, pg.changes...)
 		if !pg.hasMore {
 			return all, nil
 		}

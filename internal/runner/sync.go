@@ -1,0 +1,459 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+)
+
+// Syncer is a Provider that can read incrementally: the objects created
+// since a mirror was complete, and the events since it was brought up to
+// date (sources.Stripe is one).
+type Syncer interface {
+	Sync(ctx context.Context, req sources.SyncRequest) (*sources.Sync, error)
+}
+
+// Mirror keeps the provider's records between passes (store.Mirror is
+// one): what was read, the keys events told, and over which times it is
+// complete.
+type Mirror interface {
+	Cursors(ctx context.Context) (store.SyncCursors, error)
+	Objects(ctx context.Context, w reconcile.Window, since time.Time) ([]reconcile.ProviderObject, error)
+	Get(ctx context.Context, ids []string, since time.Time) ([]store.MirrorObject, error)
+	Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyEvidence, error)
+	Save(ctx context.Context, u store.MirrorUpdate) error
+}
+
+// DefaultOverlap is how far behind its cursors an incremental pass reads
+// again: Stripe's lists are eventually consistent, so an object created
+// just before a listing may appear only after it.
+const DefaultOverlap = 10 * time.Minute
+
+// feedMargin keeps an incremental pass clear of the edge of Stripe's event
+// retention: a change feed must start a day inside it.
+const feedMargin = 24 * time.Hour
+
+// Sync modes.
+const (
+	SyncOff         = "off"         // no mirror: every pass reads the window
+	SyncFull        = "full"        // the window read from the provider, the mirror refreshed
+	SyncIncremental = "incremental" // only what the mirror cannot vouch for read
+)
+
+// SyncReport says how a pass read the provider.
+type SyncReport struct {
+	// Mode is SyncOff, SyncFull or SyncIncremental; Reason says why a
+	// mirrored pass read the whole window.
+	Mode   string
+	Reason string
+	// Fresh is the creation-time window listed from the provider (the
+	// whole window unless incremental); Events the events read.
+	Fresh, Events reconcile.Window
+	// Mirrored counts the objects and keys taken from the mirror; Changed
+	// the mirrored objects an event told a newer state of.
+	Mirrored, MirroredKeys, Changed int
+	// Read counts what came from the provider: objects and events listed,
+	// and objects retrieved by id (named, unsettled or verified).
+	Listed, EventsRead, Retrieved int
+	// Verified counts the mirrored payment intents retrieved again before
+	// the pass reported on them (Stripe tells no event of a payment
+	// intent's metadata changing); Refreshed those that had changed.
+	Verified, Refreshed int
+	// Saved is set once the mirror holds this pass's reads; SaveErr says
+	// why it does not (the pass itself completed).
+	Saved   bool
+	SaveErr error
+}
+
+// syncPlan is how one pass reads the provider.
+type syncPlan struct {
+	report SyncReport
+	cur    store.SyncCursors
+	// since: mirrored objects seen at or after it are current.
+	since time.Time
+	// seen is when this pass's reads are as the provider showed them: the
+	// pass's start less the overlap (a listing may lag a change).
+	seen time.Time
+	// feedOK: the change feed ran without a gap and its events still exist.
+	feedOK bool
+	// keysFrom is where the mirror's keys are complete from, if they join
+	// what this pass reads; zero otherwise.
+	keysFrom time.Time
+}
+
+func (r *Runner) overlap() time.Duration {
+	if r.Overlap > 0 {
+		return r.Overlap
+	}
+	return DefaultOverlap
+}
+
+// plan decides whether the pass may be incremental: only when the mirror
+// is complete over the window up to its last pass, its change feed has no
+// gap that Stripe's 30 days of events cannot fill, and reading what is new
+// costs less than reading the window.
+func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, full bool) (syncPlan, error) {
+	p := syncPlan{report: SyncReport{Mode: SyncOff, Fresh: w}}
+	if r.Mirror == nil {
+		return p, nil
+	}
+	cur, err := r.Mirror.Cursors(ctx)
+	if err != nil {
+		return p, fmt.Errorf("read the mirror: %w", err)
+	}
+	overlap := r.overlap()
+	horizon := now.Add(-sources.EventRetention + feedMargin)
+	p.cur, p.seen = cur, now.Add(-overlap)
+	p.feedOK = !cur.Changes.To.IsZero() && !cur.Changes.To.Add(-overlap).Before(horizon)
+	p.since = cur.Changes.From
+	if !p.feedOK {
+		p.since = p.seen
+	}
+	if !cur.Keys.To.IsZero() && !cur.Keys.To.Add(-overlap).Before(horizon) {
+		p.keysFrom = cur.Keys.From
+	}
+	p.report.Mode = SyncFull
+	cov, covered := objectCoverage(cur)
+	_, syncer := r.Provider.(Syncer)
+	switch {
+	case full:
+		p.report.Reason = "a full read was asked for"
+	case !syncer:
+		p.report.Reason = "the provider reader cannot read incrementally"
+	case cur.Changes.To.IsZero() || !covered:
+		p.report.Reason = "the mirror is empty"
+	case !p.feedOK:
+		p.report.Reason = "the mirror was last brought up to date before Stripe's oldest events"
+	case p.keysFrom.IsZero():
+		p.report.Reason = "the mirror's idempotency keys stop before Stripe's oldest events"
+	case cov.From.After(w.From):
+		p.report.Reason = "the window starts before the mirror"
+	case !cov.To.Add(-overlap).After(w.From):
+		p.report.Reason = "the window starts after the mirror ends"
+	}
+	if p.report.Reason != "" {
+		return p, nil
+	}
+	fresh := reconcile.Window{From: later(w.From, cov.To.Add(-overlap)), To: w.To}
+	if fresh.From.After(fresh.To) {
+		fresh.From = fresh.To
+	}
+	evFrom := earlier(fresh.From, earlier(cur.Changes.To, cur.Keys.To).Add(-overlap))
+	evFrom = later(evFrom, now.Add(-sources.EventRetention))
+	if now.Sub(evFrom) > w.To.Sub(w.From) {
+		// A narrow window (an incident, a trace) long after the last pass:
+		// its own objects are fewer than the events since.
+		p.report.Reason = "the window is shorter than the time since the mirror was brought up to date"
+		return p, nil
+	}
+	p.report.Mode, p.report.Fresh, p.report.Events = SyncIncremental, fresh, reconcile.Window{From: evFrom, To: now}
+	return p, nil
+}
+
+// objectCoverage is where the mirror holds every charge, refund and
+// payment intent.
+func objectCoverage(cur store.SyncCursors) (reconcile.Window, bool) {
+	var cov reconcile.Window
+	for i, k := range []reconcile.ObjectKind{reconcile.Charge, reconcile.Refund, reconcile.PaymentIntent} {
+		w, ok := cur.Objects[k]
+		if !ok || !w.Valid() {
+			return reconcile.Window{}, false
+		}
+		if i == 0 {
+			cov = w
+			continue
+		}
+		cov = reconcile.Window{From: later(cov.From, w.From), To: earlier(cov.To, w.To)}
+	}
+	return cov, cov.Valid()
+}
+
+// readState is what a pass read, kept to save into the mirror once the
+// pass completed.
+type readState struct {
+	plan syncPlan
+	// fromMirror marks the objects that came from the mirror rather than
+	// from the provider in this pass.
+	fromMirror map[string]bool
+	// changes are the events' newest account of objects created before
+	// the fresh listing; fetched the objects retrieved by id this pass.
+	changes map[string]sources.Change
+	fetched map[string]reconcile.ProviderObject
+	save    store.MirrorUpdate
+	// keysFrom is where the pass's key evidence is complete from.
+	keysFrom time.Time
+}
+
+// saw records objects for the mirror as the provider showed them at at.
+func (st *readState) saw(at time.Time, objs ...reconcile.ProviderObject) {
+	if len(objs) > 0 {
+		st.save.Seen = append(st.save.Seen, store.SeenObjects{At: at, Objects: objs})
+	}
+}
+
+// fetch retrieves objects by id: a retrieval is read at once, unlike a
+// listing, so what it returns is as the provider showed it now.
+func (r *Runner) fetch(ctx context.Context, ids []string, now time.Time, st *readState) ([]reconcile.ProviderObject, []reconcile.Lookup) {
+	found, lookups := r.Provider.Retrieve(ctx, ids)
+	st.plan.report.Retrieved += len(ids)
+	if st.fetched == nil {
+		st.fetched = map[string]reconcile.ProviderObject{}
+	}
+	for _, o := range found {
+		st.fetched[o.ID] = o
+	}
+	st.saw(now, found...)
+	return found, lookups
+}
+
+// readIncremental lists what the mirror lacks and takes the rest from it.
+// It returns the listing a full read would have returned, as far as the
+// mirror can prove it.
+func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, error) {
+	p := &st.plan
+	sync, err := r.Provider.(Syncer).Sync(ctx, sources.SyncRequest{Objects: p.report.Fresh, Events: p.report.Events})
+	if err != nil {
+		return nil, fmt.Errorf("read the provider since the mirror: %w", err)
+	}
+	p.report.Listed = len(sync.Objects)
+	p.report.EventsRead = sync.Stats.Events
+	st.saw(p.seen, sync.Objects...)
+	st.save.Keys = sync.Keys
+	mirrored, err := r.Mirror.Objects(ctx, reconcile.Window{From: w.From, To: p.report.Fresh.From}, p.since)
+	if err != nil {
+		return nil, fmt.Errorf("read the mirror: %w", err)
+	}
+	keys, err := r.Mirror.Keys(ctx, reconcile.Window{From: w.From, To: p.report.Events.From})
+	if err != nil {
+		return nil, fmt.Errorf("read the mirror: %w", err)
+	}
+	p.report.Mirrored, p.report.MirroredKeys = len(mirrored), len(keys)
+
+	// The events' account of objects created before the fresh listing
+	// replaces what the mirror saw before it.
+	st.changes = make(map[string]sources.Change, len(sync.Changes))
+	var changedIDs []string
+	for _, c := range sync.Changes {
+		st.changes[c.Object.ID] = c
+		changedIDs = append(changedIDs, c.Object.ID)
+		st.saw(c.At, c.Object)
+	}
+	seenAt := map[string]time.Time{}
+	if len(changedIDs) > 0 {
+		prior, err := r.Mirror.Get(ctx, changedIDs, time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("read the mirror: %w", err)
+		}
+		for _, m := range prior {
+			seenAt[m.Object.ID] = m.SeenAt
+		}
+	}
+	st.fromMirror = make(map[string]bool, len(mirrored))
+	for i := range mirrored {
+		id := mirrored[i].ID
+		st.fromMirror[id] = true
+		if c, ok := st.changes[id]; ok && !c.At.Before(seenAt[id]) {
+			mirrored[i] = c.Object
+			p.report.Changed++
+		}
+	}
+	objects := append(mirrored, sync.Objects...)
+	// Objects whose events disagree within one second are read again, all
+	// of them, so that the mirror never keeps a state the feed moved past.
+	if len(sync.Unsettled) > 0 {
+		found, lookups := r.fetch(ctx, sync.Unsettled, now, st)
+		for _, l := range lookups {
+			if l.Result == reconcile.LookupFailed {
+				return nil, fmt.Errorf("retrieve %s, which events changed within one second: %s", l.ID, l.Err)
+			}
+		}
+		objects = slices.DeleteFunc(objects, func(o reconcile.ProviderObject) bool {
+			_, again := st.fetched[o.ID]
+			return again
+		})
+		for _, o := range found {
+			if w.Contains(o.Created) {
+				objects = append(objects, o)
+				delete(st.fromMirror, o.ID)
+			}
+		}
+	}
+	keys = append(keys, sync.Keys...)
+
+	// Key evidence is complete where the mirror's keys and the events read
+	// join; Stripe kept none of what lies before its retention.
+	evFrom := later(p.report.Events.From, now.Add(-sources.EventRetention))
+	st.keysFrom = evFrom
+	if !p.keysFrom.IsZero() && !p.cur.Keys.To.Before(evFrom) {
+		st.keysFrom = earlier(p.keysFrom, evFrom)
+	}
+	log.Info("read the provider incrementally", "fresh_from", p.report.Fresh.From, "events_from", p.report.Events.From,
+		"listed", len(sync.Objects), "events", sync.Stats.Events, "mirrored", len(mirrored), "mirrored_keys", p.report.MirroredKeys,
+		"changed", p.report.Changed, "unsettled", len(sync.Unsettled))
+	return &sources.Listing{Objects: objects, Keys: keys, Stats: sync.Stats}, nil
+}
+
+// namedFromMirror returns, of the ids obligations name outside the
+// listing, those the mirror holds as they are now (with what this pass
+// learned of them since), and the rest, to retrieve.
+func (r *Runner) namedFromMirror(ctx context.Context, ids []string, st *readState) ([]reconcile.ProviderObject, []reconcile.Lookup, []string, error) {
+	held, err := r.Mirror.Get(ctx, ids, st.plan.since)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read the mirror: %w", err)
+	}
+	have := make(map[string]bool, len(held))
+	var objs []reconcile.ProviderObject
+	var lookups []reconcile.Lookup
+	for _, m := range held {
+		o := m.Object
+		if f, ok := st.fetched[o.ID]; ok {
+			o = f
+		} else if c, ok := st.changes[o.ID]; ok && !c.At.Before(m.SeenAt) {
+			o = c.Object
+		}
+		have[o.ID] = true
+		objs = append(objs, o)
+		lookups = append(lookups, reconcile.Lookup{ID: o.ID, Result: reconcile.LookupFound})
+		st.fromMirror[o.ID] = st.fetched[o.ID].ID == ""
+	}
+	var rest []string
+	for _, id := range ids {
+		if !have[id] {
+			rest = append(rest, id)
+		}
+	}
+	st.plan.report.Mirrored += len(objs)
+	return objs, lookups, rest, nil
+}
+
+// verify retrieves again the mirrored payment intents the pass is about to
+// report on: Stripe emits no event when a payment intent's metadata is
+// edited, so a mirrored intent may name an obligation it did not when it
+// was read. An unlinked one (an orphan, a suspected duplicate, a conflict)
+// is always checked; when the pass found paid obligations without
+// evidence, every unlinked mirrored intent is, since one of them might now
+// name such an obligation. It reports whether any changed.
+func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Result, now time.Time, st *readState) (bool, error) {
+	pwe := slices.ContainsFunc(res.Findings, func(f reconcile.Finding) bool { return f.Kind == reconcile.PaidWithoutEvidence })
+	var ids []string
+	for _, o := range in.Objects {
+		if o.Kind != reconcile.PaymentIntent || !st.fromMirror[o.ID] {
+			continue
+		}
+		switch res.Buckets[o.ID] {
+		case matcher.BucketOrphan, matcher.BucketSuspected, matcher.BucketConflict:
+			ids = append(ids, o.ID)
+		case matcher.BucketPending, matcher.BucketIgnored:
+			if pwe {
+				ids = append(ids, o.ID)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return false, nil
+	}
+	p := &st.plan.report
+	p.Verified += len(ids)
+	found, lookups := r.fetch(ctx, ids, now, st)
+	gone := map[string]bool{}
+	for _, l := range lookups {
+		switch l.Result {
+		case reconcile.LookupFailed:
+			return false, fmt.Errorf("verify mirrored payment intent %s: %s", l.ID, l.Err)
+		case reconcile.LookupNotFound:
+			gone[l.ID] = true
+		}
+	}
+	fresh := make(map[string]reconcile.ProviderObject, len(found))
+	for _, o := range found {
+		fresh[o.ID] = o
+	}
+	changed := len(gone) > 0
+	objs := in.Objects[:0:0]
+	for _, o := range in.Objects {
+		if gone[o.ID] {
+			continue
+		}
+		if f, ok := fresh[o.ID]; ok && !sources.SameObject(f, o) {
+			o = f
+			changed = true
+			p.Refreshed++
+		}
+		objs = append(objs, o)
+	}
+	if changed {
+		in.Objects = objs
+	}
+	return changed, nil
+}
+
+// finishSave completes the mirror update of a pass: its cursors.
+func (r *Runner) finishSave(w reconcile.Window, now time.Time, runID string, st *readState) store.MirrorUpdate {
+	p := st.plan
+	u := st.save
+	u.RunID, u.Now = runID, now
+	u.Cursors.Objects = map[reconcile.ObjectKind]reconcile.Window{}
+	for _, k := range []reconcile.ObjectKind{reconcile.Charge, reconcile.Refund, reconcile.PaymentIntent} {
+		cov := w
+		if old, ok := p.cur.Objects[k]; ok && p.feedOK {
+			// Objects seen before a gap in the change feed may be stale:
+			// only a feed without gaps keeps the old coverage.
+			cov = extend(old, w)
+		}
+		u.Cursors.Objects[k] = cov
+	}
+	read := reconcile.Window{From: later(w.From, now.Add(-sources.EventRetention)), To: w.To}
+	if p.report.Mode == SyncIncremental {
+		read = reconcile.Window{From: later(p.report.Events.From, now.Add(-sources.EventRetention)), To: now}
+	}
+	if read.Valid() {
+		u.Cursors.Keys = read
+		if p.cur.Keys.Valid() {
+			u.Cursors.Keys = extend(p.cur.Keys, read)
+		}
+	}
+	switch {
+	case p.report.Mode == SyncIncremental:
+		u.Cursors.Changes = reconcile.Window{From: p.cur.Changes.From, To: now}
+	case !p.feedOK:
+		// The feed starts here: what this pass read is as the provider
+		// showed it at seen.
+		u.Cursors.Changes = reconcile.Window{From: p.seen, To: p.seen}
+	}
+	return u
+}
+
+// extend joins what a pass read to an old coverage; when the two do not
+// meet, the later one is kept (a pass over an old window does not cost the
+// nightly pass its coverage).
+func extend(old, read reconcile.Window) reconcile.Window {
+	if un, ok := union(old, read); ok {
+		return un
+	}
+	if old.To.After(read.To) {
+		return old
+	}
+	return read
+}
+
+// union joins two windows that overlap or touch.
+func union(a, b reconcile.Window) (reconcile.Window, bool) {
+	if a.To.Before(b.From) || b.To.Before(a.From) {
+		return reconcile.Window{}, false
+	}
+	return reconcile.Window{From: earlier(a.From, b.From), To: later(a.To, b.To)}, true
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,433 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reconcile"
+)
+
+// Mirror is the reconciler's copy of the provider's records, for
+// incremental sync: the objects read, the idempotency keys that events
+// told, and cursors saying over which times the copy is complete
+// (migration 00002). It is never the source of truth, only a record of
+// what the provider showed and when; a pass decides what it may take from
+// it and what it must read again.
+type Mirror struct {
+	pool *pgxpool.Pool
+}
+
+// NewMirror returns the mirror kept in pool's database (schema reconcile).
+func NewMirror(pool *pgxpool.Pool) *Mirror {
+	return &Mirror{pool: pool}
+}
+
+// The cursor names of the sync_cursors table besides the object kinds.
+const (
+	cursorKeys    = "keys"
+	cursorChanges = "changes"
+)
+
+// SyncCursors say what the mirror is complete for; a zero window where
+// nothing is known.
+type SyncCursors struct {
+	// Objects: every object of the kind created in the window is mirrored.
+	Objects map[reconcile.ObjectKind]reconcile.Window
+	// Keys: every key told by an event created in the window is mirrored.
+	Keys reconcile.Window
+	// Changes: the change feed ran without a gap from Changes.From to
+	// Changes.To, so an object seen at or after Changes.From is as the
+	// provider showed it at Changes.To (bar changes Stripe tells no event
+	// of: a payment intent's metadata).
+	Changes reconcile.Window
+	// RunID is the run that last moved a cursor.
+	RunID string
+}
+
+// MirrorObject is a mirrored object and when the provider last showed it
+// so.
+type MirrorObject struct {
+	Object reconcile.ProviderObject
+	SeenAt time.Time
+}
+
+// SeenObjects are provider objects as the provider showed them at At.
+type SeenObjects struct {
+	At      time.Time
+	Objects []reconcile.ProviderObject
+}
+
+// MirrorUpdate is what one completed pass adds to the mirror.
+type MirrorUpdate struct {
+	RunID string
+	Now   time.Time
+	// Seen are upserted, each object unless the mirror holds it seen
+	// later; of two states of one object here, the later seen wins.
+	Seen []SeenObjects
+	// Keys are added; of two events telling one object's key, the earliest
+	// is kept.
+	Keys []reconcile.KeyEvidence
+	// Cursors are set where their window is valid (non-empty for objects,
+	// From ≤ To for keys and changes with a non-zero To) and left as they
+	// are otherwise.
+	Cursors SyncCursors
+}
+
+// Cursors reads what the mirror is complete for.
+func (m *Mirror) Cursors(ctx context.Context) (SyncCursors, error) {
+	rows, err := m.pool.Query(ctx, `SELECT name, complete_from, complete_to, run_id FROM reconcile.sync_cursors ORDER BY updated_at, name`)
+	if err != nil {
+		return SyncCursors{}, fmt.Errorf("read sync cursors: %w", err)
+	}
+	c := SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{}}
+	var (
+		name     string
+		from, to time.Time
+		runID    string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &from, &to, &runID}, func() error {
+		w := reconcile.Window{From: from.UTC(), To: to.UTC()}
+		switch name {
+		case cursorKeys:
+			c.Keys = w
+		case cursorChanges:
+			c.Changes = w
+		default:
+			c.Objects[reconcile.ObjectKind(name)] = w
+		}
+		c.RunID = runID
+		return nil
+	})
+	if err != nil {
+		return SyncCursors{}, fmt.Errorf("read sync cursors: %w", err)
+	}
+	return c, nil
+}
+
+// ceilSecond is the first whole second at or after t: Stripe's created
+// times are whole seconds, and a window [From, To) holds the objects
+// created in seconds [ceil(From), ceil(To)), as the Stripe reader lists
+// them.
+func ceilSecond(t time.Time) time.Time {
+	if c := t.Truncate(time.Second); c.Before(t) {
+		return c.Add(time.Second)
+	}
+	return t
+}
+
+const mirrorObjectColumns = `id, kind, amount, currency, status, raw_status, amount_refunded, target,
+	payment_intent, charge, customer, metadata, created, seen_at`
+
+// Objects returns the mirrored objects created in w (in whole seconds, as
+// a listing of w holds them) and seen at or after since, sorted by kind,
+// creation time and id, as a listing is.
+func (m *Mirror) Objects(ctx context.Context, w reconcile.Window, since time.Time) ([]reconcile.ProviderObject, error) {
+	if !w.Valid() {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, `SELECT `+mirrorObjectColumns+` FROM reconcile.provider_objects
+		WHERE created >= $1 AND created < $2 AND seen_at >= $3`,
+		ceilSecond(w.From), ceilSecond(w.To), since)
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored objects: %w", err)
+	}
+	var objs []reconcile.ProviderObject
+	err = scanMirrorObjects(rows, func(o reconcile.ProviderObject, _ time.Time) { objs = append(objs, o) })
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored objects: %w", err)
+	}
+	slices.SortFunc(objs, func(a, b reconcile.ProviderObject) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	return objs, nil
+}
+
+// Get returns the mirrored objects of ids seen at or after since, sorted
+// by id; the others are not returned.
+func (m *Mirror) Get(ctx context.Context, ids []string, since time.Time) ([]MirrorObject, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, `SELECT `+mirrorObjectColumns+` FROM reconcile.provider_objects
+		WHERE id = ANY($1::text[]) AND seen_at >= $2`, ids, since)
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored objects by id: %w", err)
+	}
+	var out []MirrorObject
+	err = scanMirrorObjects(rows, func(o reconcile.ProviderObject, seen time.Time) {
+		out = append(out, MirrorObject{Object: o, SeenAt: seen})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored objects by id: %w", err)
+	}
+	slices.SortFunc(out, func(a, b MirrorObject) int { return cmp.Compare(a.Object.ID, b.Object.ID) })
+	return out, nil
+}
+
+func scanMirrorObjects(rows pgx.Rows, each func(reconcile.ProviderObject, time.Time)) error {
+	defer rows.Close()
+	// Kinds, currencies and statuses take a handful of values: one string
+	// each rather than one per row.
+	var (
+		id, target, pi, charge, customer mirrorText
+		kind, currency, status, raw      = newInterned(), newInterned(), newInterned(), newInterned()
+		amount, refunded                 int64
+		metadata                         []byte
+		created, seen                    time.Time
+	)
+	targets := []any{&id, &kind, &amount, &currency, &status, &raw, &refunded, &target, &pi, &charge, &customer,
+		&metadata, &created, &seen}
+	for rows.Next() {
+		if err := rows.Scan(targets...); err != nil {
+			return fmt.Errorf("object %q: %w", id.s, err)
+		}
+		o := reconcile.ProviderObject{
+			ID: id.s, Kind: reconcile.ObjectKind(kind.s), Money: reconcile.Money{Amount: amount, Currency: currency.s},
+			Status: reconcile.Status(status.s), RawStatus: raw.s, AmountRefunded: refunded,
+			Target: target.s, PaymentIntent: pi.s, Charge: charge.s, Customer: customer.s, Created: created.UTC(),
+		}
+		if len(metadata) > 0 {
+			if err := json.Unmarshal(metadata, &o.Metadata); err != nil {
+				return fmt.Errorf("object %q: metadata: %w", id.s, err)
+			}
+		}
+		each(o, seen.UTC())
+	}
+	return rows.Err()
+}
+
+// Keys returns the key evidence told by the events created in w (whole
+// seconds), sorted by object kind, event time, object id and key, as a
+// listing's keys are.
+func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyEvidence, error) {
+	if !w.Valid() {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, `SELECT object_id, key, object_kind, event_id, event_type, created
+		FROM reconcile.provider_keys WHERE created >= $1 AND created < $2`, ceilSecond(w.From), ceilSecond(w.To))
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored keys: %w", err)
+	}
+	defer rows.Close()
+	var (
+		objectID, key, eventID mirrorText
+		kind, eventType        = newInterned(), newInterned()
+		created                time.Time
+	)
+	var keys []reconcile.KeyEvidence
+	for rows.Next() {
+		if err := rows.Scan(&objectID, &key, &kind, &eventID, &eventType, &created); err != nil {
+			return nil, fmt.Errorf("read mirrored keys: %w", err)
+		}
+		keys = append(keys, reconcile.KeyEvidence{ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
+			Key: key.s, EventID: eventID.s, EventType: eventType.s, Created: created.UTC()})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read mirrored keys: %w", err)
+	}
+	slices.SortFunc(keys, func(a, b reconcile.KeyEvidence) int {
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
+			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
+	})
+	return keys, nil
+}
+
+// Save writes one completed pass's reads and moves the cursors, in one
+// transaction: either all of it is saved or none.
+func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
+	if u.RunID == "" {
+		return errors.New("save mirror: no run id")
+	}
+	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := saveObjects(ctx, tx, u.Seen); err != nil {
+			return err
+		}
+		if err := saveKeys(ctx, tx, u.Keys); err != nil {
+			return err
+		}
+		return saveCursors(ctx, tx, u)
+	})
+	if err != nil {
+		return fmt.Errorf("save mirror: %w", err)
+	}
+	return nil
+}
+
+func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects) error {
+	n := 0
+	for _, g := range seen {
+		n += len(g.Objects)
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mirror_objects_in (LIKE reconcile.provider_objects) ON COMMIT DROP`); err != nil {
+		return fmt.Errorf("objects: %w", err)
+	}
+	cols := []string{"id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
+		"payment_intent", "charge", "customer", "metadata", "created", "seen_at"}
+	src := &seenSource{seen: seen, g: 0, i: -1}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_objects_in"}, cols, src); err != nil {
+		return fmt.Errorf("objects: copy: %w", err)
+	}
+	// Of two states of one object, the one seen last wins, in the batch
+	// and against the mirror: an event older than a listing does not undo
+	// it.
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (`+mirrorObjectColumns+`)
+		SELECT DISTINCT ON (id) `+mirrorObjectColumns+` FROM mirror_objects_in ORDER BY id, seen_at DESC
+		ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, amount = EXCLUDED.amount, currency = EXCLUDED.currency,
+			status = EXCLUDED.status, raw_status = EXCLUDED.raw_status, amount_refunded = EXCLUDED.amount_refunded,
+			target = EXCLUDED.target, payment_intent = EXCLUDED.payment_intent, charge = EXCLUDED.charge,
+			customer = EXCLUDED.customer, metadata = EXCLUDED.metadata, created = EXCLUDED.created,
+			seen_at = EXCLUDED.seen_at
+		WHERE EXCLUDED.seen_at >= reconcile.provider_objects.seen_at`)
+	if err != nil {
+		return fmt.Errorf("objects: upsert: %w", err)
+	}
+	return nil
+}
+
+func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mirror_keys_in (LIKE reconcile.provider_keys) ON COMMIT DROP`); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_keys_in"},
+		[]string{"object_id", "key", "object_kind", "event_id", "event_type", "created"},
+		pgx.CopyFromSlice(len(keys), func(i int) ([]any, error) {
+			k := &keys[i]
+			return []any{k.ObjectID, k.Key, string(k.ObjectKind), k.EventID, k.EventType, k.Created}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("keys: copy: %w", err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created)
+		SELECT DISTINCT ON (object_id, key) object_id, key, object_kind, event_id, event_type, created
+		FROM mirror_keys_in ORDER BY object_id, key, created, event_id
+		ON CONFLICT (object_id, key) DO UPDATE SET object_kind = EXCLUDED.object_kind, event_id = EXCLUDED.event_id,
+			event_type = EXCLUDED.event_type, created = EXCLUDED.created
+		WHERE (EXCLUDED.created, EXCLUDED.event_id) < (reconcile.provider_keys.created, reconcile.provider_keys.event_id)`)
+	if err != nil {
+		return fmt.Errorf("keys: upsert: %w", err)
+	}
+	return nil
+}
+
+func saveCursors(ctx context.Context, tx pgx.Tx, u MirrorUpdate) error {
+	set := func(name string, w reconcile.Window) error {
+		_, err := tx.Exec(ctx, `INSERT INTO reconcile.sync_cursors (name, complete_from, complete_to, run_id, updated_at)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (name) DO UPDATE SET complete_from = EXCLUDED.complete_from, complete_to = EXCLUDED.complete_to,
+				run_id = EXCLUDED.run_id, updated_at = EXCLUDED.updated_at`,
+			name, w.From, w.To, u.RunID, u.Now)
+		if err != nil {
+			return fmt.Errorf("cursor %s: %w", name, err)
+		}
+		return nil
+	}
+	kinds := make([]reconcile.ObjectKind, 0, len(u.Cursors.Objects))
+	for k := range u.Cursors.Objects {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		switch k {
+		case reconcile.Charge, reconcile.Refund, reconcile.PaymentIntent:
+		default:
+			return fmt.Errorf("cursor %q: not an object kind", k)
+		}
+		if w := u.Cursors.Objects[k]; w.Valid() {
+			if err := set(string(k), w); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		w    reconcile.Window
+	}{{cursorKeys, u.Cursors.Keys}, {cursorChanges, u.Cursors.Changes}} {
+		if !c.w.To.IsZero() && !c.w.To.Before(c.w.From) {
+			if err := set(c.name, c.w); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// seenSource feeds COPY the objects of every group, without copying them
+// into rows first.
+type seenSource struct {
+	seen []SeenObjects
+	g, i int
+	row  [14]any
+	err  error
+}
+
+func (s *seenSource) Next() bool {
+	for s.g < len(s.seen) {
+		if s.i+1 < len(s.seen[s.g].Objects) {
+			s.i++
+			return true
+		}
+		s.g, s.i = s.g+1, -1
+	}
+	return false
+}
+
+func (s *seenSource) Values() ([]any, error) {
+	g := &s.seen[s.g]
+	o := &g.Objects[s.i]
+	var meta any
+	if len(o.Metadata) > 0 {
+		b, err := json.Marshal(o.Metadata)
+		if err != nil {
+			s.err = fmt.Errorf("object %q: metadata: %w", o.ID, err)
+			return nil, s.err
+		}
+		meta = string(b)
+	}
+	s.row = [14]any{o.ID, string(o.Kind), o.Money.Amount, o.Money.Currency, string(o.Status), o.RawStatus,
+		o.AmountRefunded, nullString(o.Target), nullString(o.PaymentIntent), nullString(o.Charge),
+		nullString(o.Customer), meta, o.Created, g.At}
+	return s.row[:], nil
+}
+
+func (s *seenSource) Err() error { return s.err }
+
+// mirrorText scans a text column straight from pgx's buffer, NULL as "";
+// with intern set, equal values share one string.
+type mirrorText struct {
+	s      string
+	intern map[string]string
+}
+
+func newInterned() mirrorText { return mirrorText{intern: make(map[string]string, 8)} }
+
+// ScanBytes implements pgtype.BytesScanner. b is pgx's buffer, reused
+// for the next row: it is copied, or looked up without a copy.
+func (t *mirrorText) ScanBytes(b []byte) error {
+	if t.intern == nil {
+		t.s = string(b)
+		return nil
+	}
+	if v, ok := t.intern[string(b)]; ok {
+		t.s = v
+		return nil
+	}
+	t.s = string(b)
+	if len(t.intern) < 256 {
+		t.intern[t.s] = t.s
+	}
+	return nil
+}
