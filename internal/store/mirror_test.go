@@ -1,0 +1,163 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"reconcile"
+)
+
+func mirrorCharge(id string, created time.Time, meta map[string]string) reconcile.ProviderObject {
+	return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Customer: "cus_1", PaymentIntent: "pi_" + id,
+		Metadata: meta, Created: created}
+}
+
+// Save then read back: objects by creation window (whole seconds, as a
+// listing), by id, only those seen since the feed began; keys by event
+// window; cursors as set.
+func TestMirrorRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	m := NewMirror(e.pool)
+	ctx := t.Context()
+	at := t0()
+	a := mirrorCharge("ch_a", at.Add(-2*time.Hour), map[string]string{"obligation_id": "charge:a", "note": "ü"})
+	b := mirrorCharge("ch_b", at.Add(-time.Hour), nil)
+	r := reconcile.ProviderObject{ID: "re_c", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "jpy"},
+		Status: reconcile.Pending, RawStatus: "pending", Target: "ch_a", Charge: "ch_a", Created: at.Add(-time.Hour)}
+	old := mirrorCharge("ch_old", at.Add(-90*time.Hour), nil)
+	keys := []reconcile.KeyEvidence{
+		{ObjectID: "ch_a", ObjectKind: reconcile.Charge, Key: "k-a", EventID: "evt_2", EventType: "charge.succeeded", Created: a.Created},
+		{ObjectID: "re_c", ObjectKind: reconcile.Refund, Key: "k-c", EventID: "evt_3", EventType: "refund.created", Created: r.Created},
+	}
+	cov := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}
+	err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen: []SeenObjects{{At: at.Add(-10 * time.Minute), Objects: []reconcile.ProviderObject{a, b, r}}, {At: at.Add(-100 * time.Hour), Objects: []reconcile.ProviderObject{old}}},
+		Keys: keys,
+		Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{reconcile.Charge: cov, reconcile.Refund: cov, reconcile.PaymentIntent: cov},
+			Keys: cov, Changes: reconcile.Window{From: at.Add(-10 * time.Minute), To: at.Add(-10 * time.Minute)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := at.Add(-10 * time.Minute)
+	// The window's start is a fraction of a second after a's creation:
+	// a listing of it would not hold a.
+	got, err := m.Objects(ctx, reconcile.Window{From: a.Created.Add(time.Millisecond), To: at}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]reconcile.ProviderObject{b, r}, got); diff != "" {
+		t.Errorf("Objects (-want +got):\n%s", diff)
+	}
+	got, err = m.Objects(ctx, reconcile.Window{From: at.Add(-100 * time.Hour), To: at}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]reconcile.ProviderObject{a, b, r}, got); diff != "" {
+		t.Errorf("Objects of a window holding a stale object (-want +got):\n%s", diff)
+	}
+	held, err := m.Get(ctx, []string{"re_c", "ch_old", "ch_none", "ch_a"}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []MirrorObject{{Object: a, SeenAt: since}, {Object: r, SeenAt: since}}
+	if diff := cmp.Diff(want, held); diff != "" {
+		t.Errorf("Get (-want +got):\n%s", diff)
+	}
+	gotKeys, err := m.Keys(ctx, reconcile.Window{From: at.Add(-90 * time.Minute), To: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(keys[1:], gotKeys); diff != "" {
+		t.Errorf("Keys (-want +got):\n%s", diff)
+	}
+	cur, err := m.Cursors(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCur := SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{reconcile.Charge: cov, reconcile.Refund: cov, reconcile.PaymentIntent: cov},
+		Keys: cov, Changes: reconcile.Window{From: since, To: since}, RunID: "run_1"}
+	if diff := cmp.Diff(wantCur, cur); diff != "" {
+		t.Errorf("Cursors (-want +got):\n%s", diff)
+	}
+}
+
+// An older account of an object never replaces a newer one, in one save
+// or across saves; of two events telling one key, the earliest is kept;
+// cursors not given are left as they were.
+func TestMirrorKeepsTheNewestState(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	m := NewMirror(e.pool)
+	ctx := t.Context()
+	at := t0()
+	pending := reconcile.ProviderObject{ID: "re_1", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "usd"},
+		Status: reconcile.Pending, RawStatus: "pending", Created: at.Add(-time.Hour)}
+	done := pending
+	done.Status, done.RawStatus = reconcile.Succeeded, "succeeded"
+	cov := reconcile.Window{From: at.Add(-time.Hour), To: at}
+	save := func(u MirrorUpdate) {
+		t.Helper()
+		u.RunID, u.Now = "run", at
+		if err := m.Save(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(MirrorUpdate{
+		Seen: []SeenObjects{{At: at.Add(-time.Minute), Objects: []reconcile.ProviderObject{done}}, {At: at.Add(-2 * time.Minute), Objects: []reconcile.ProviderObject{pending}}},
+		Keys: []reconcile.KeyEvidence{
+			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_9", EventType: "refund.updated", Created: at.Add(-time.Minute)},
+			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_5", EventType: "refund.created", Created: at.Add(-time.Hour)},
+		},
+		Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{reconcile.Refund: cov}, Keys: cov},
+	})
+	save(MirrorUpdate{Seen: []SeenObjects{{At: at.Add(-30 * time.Minute), Objects: []reconcile.ProviderObject{pending}}}})
+	held, err := m.Get(ctx, []string{"re_1"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]MirrorObject{{Object: done, SeenAt: at.Add(-time.Minute)}}, held); diff != "" {
+		t.Errorf("Get after older accounts (-want +got):\n%s", diff)
+	}
+	keys, err := m.Keys(ctx, reconcile.Window{From: at.Add(-2 * time.Hour), To: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0].EventID != "evt_5" {
+		t.Errorf("Keys = %+v, want the one of evt_5", keys)
+	}
+	cur, err := m.Cursors(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Objects[reconcile.Refund] != cov || cur.Keys != cov || !cur.Changes.To.IsZero() || len(cur.Objects) != 1 {
+		t.Errorf("Cursors = %+v, want the refund and keys cursors only", cur)
+	}
+}
+
+// A save that cannot finish saves nothing: its objects, keys and cursors
+// go together.
+func TestMirrorSaveIsAtomic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	m := NewMirror(e.pool)
+	at := t0()
+	err := m.Save(t.Context(), MirrorUpdate{RunID: "run", Now: at,
+		Seen: []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{mirrorCharge("ch_1", at.Add(-time.Hour), nil)}}},
+		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_1", ObjectKind: reconcile.Charge, Key: "k", EventID: "evt_1", EventType: "charge.succeeded", Created: at}},
+		Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{
+			reconcile.Charge: {From: at.Add(-time.Hour), To: at}, "customer": {From: at.Add(-time.Hour), To: at}}},
+	})
+	if err == nil {
+		t.Fatal("Save with a cursor of no object kind succeeded")
+	}
+	for _, table := range []string{"provider_objects", "provider_keys", "sync_cursors"} {
+		if n := e.count(`SELECT count(*) FROM reconcile.` + table); n != 0 {
+			t.Errorf("%s holds %d rows after a failed save, want 0", table, n)
+		}
+	}
+}
