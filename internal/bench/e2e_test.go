@@ -1,0 +1,301 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/runner"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+	"reconcile/internal/stripetest"
+)
+
+const stripeKey = "sk_test_bench_reconcile"
+
+// e2eSizes are the end-to-end benchmarks' history sizes: n obligations and
+// about as many provider objects (and a few more events).
+var e2eSizes = []struct {
+	name string
+	n    int
+}{{"10k", 10_000}, {"100k", 100_000}, {"1M", 1_000_000}}
+
+// server is a World on the Stripe test server, built once per size and
+// shared by the benchmarks of one process: it is only read.
+type server struct {
+	world World
+	srv   *stripetest.Server
+	url   string
+}
+
+var (
+	serversMu sync.Mutex
+	servers   = map[int]*server{}
+)
+
+func serve(b *testing.B, n int) *server {
+	b.Helper()
+	serversMu.Lock()
+	defer serversMu.Unlock()
+	if s, ok := servers[n]; ok {
+		return s
+	}
+	start := time.Now()
+	// The newest objects two minutes old: a second pass's overlap holds
+	// some, as a nightly pass's does.
+	w := NewWorldWith(n, time.Now().UTC().Truncate(time.Second), WorldOptions{Newest: 2 * time.Minute})
+	srv := stripetest.New(stripeKey)
+	keys := w.KeyOf()
+	for _, o := range w.Objects {
+		if err := srv.Add(o, keys[o.ID]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	url, stop, err := srv.Start()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The server outlives this benchmark: the next one of the size reuses
+	// it, and the process's end stops it.
+	_ = stop
+	s := &server{world: w, srv: srv, url: url}
+	servers[n] = s
+	b.Logf("stripetest with %d objects ready in %s", len(w.Objects), time.Since(start).Round(time.Millisecond))
+	return s
+}
+
+// database is a fresh database holding the World's obligations (COPY) and
+// the reconcile schema.
+func database(b *testing.B, w World) (*pgxpool.Pool, string) {
+	b.Helper()
+	start := time.Now()
+	pool, dbURL := pgtest.NewObligations(b)
+	ctx := context.Background()
+	cols := []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id", "amount", "currency",
+		"state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
+	null := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	nullTime := func(t time.Time) any {
+		if t.IsZero() {
+			return nil
+		}
+		return t
+	}
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(w.Obligations), func(i int) ([]any, error) {
+		o := &w.Obligations[i]
+		return []any{o.ID, string(o.Kind), o.IdempotencyKey, "stripe", null(o.ProviderID), null(o.TargetID), o.Money.Amount,
+			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt)}, nil
+	}))
+	if err != nil || int(n) != len(w.Obligations) {
+		b.Fatalf("copy obligations: %d rows, %v", n, err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE obligations"); err != nil {
+		b.Fatal(err)
+	}
+	if err := store.Migrate(ctx, dbURL); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("database with %d obligations ready in %s", n, time.Since(start).Round(time.Millisecond))
+	return pool, dbURL
+}
+
+// reads counts what the server handed out since its stats were reset: list
+// entries (objects and events) and objects retrieved by id.
+func reads(s *stripetest.Server) (entries, requests int) {
+	st := s.Stats()
+	for _, v := range st.Objects {
+		entries += v
+	}
+	for path, v := range st.Paths {
+		if strings.Count(path, "/") == 3 {
+			entries += v
+		}
+	}
+	return entries, st.Requests
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// command builds cmd/reconcile once per process.
+func command(b *testing.B) string {
+	b.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "reconcile-bench-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "reconcile")
+		out, err := exec.Command("go", "build", "-o", binPath, "reconcile/cmd/reconcile").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// passResult is what one run of the command cost.
+type passResult struct {
+	wall     time.Duration
+	cpu      time.Duration // user + system
+	rssMB    float64       // peak resident set
+	reads    int           // list entries and retrievals served
+	requests int
+	stderr   string
+}
+
+// runCommand runs `reconcile run` once against s and dbURL.
+func runCommand(b *testing.B, s *server, dbURL string, args ...string) passResult {
+	b.Helper()
+	cfg := filepath.Join(b.TempDir(), "reconcile.yaml")
+	// No pacing against the local server: it has no rate limit.
+	if err := os.WriteFile(cfg, []byte("stripe:\n  rate: 10000\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(command(b), append([]string{"run", "--config", cfg, "--since", "720h", "--format", "json"}, args...)...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"DATABASE_URL=" + dbURL, "STRIPE_API_KEY=" + stripeKey, "STRIPE_API_BASE=" + s.url}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	s.srv.ResetStats()
+	start := time.Now()
+	err := cmd.Run()
+	wall := time.Since(start)
+	if err != nil {
+		b.Fatalf("reconcile run %v: %v\n%s", args, err, tail(stderr.String(), 2000))
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	entries, requests := reads(s.srv)
+	return passResult{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), rssMB: float64(ru.Maxrss) / 1024,
+		reads: entries, requests: requests, stderr: stderr.String()}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// BenchmarkEndToEnd runs whole passes over a World of n obligations and
+// about as many provider objects, the objects on the Stripe test server in
+// this process (no latency, no rate limit), the obligations in a fresh
+// PostgreSQL database:
+//
+//   - command: the built `reconcile run --since 720h` binary, twice: the
+//     first pass reads the whole window and fills the mirror, the second
+//     runs over the unchanged history and reads only what the mirror lacks
+//     (incremental sync). Reported per pass: wall time, peak RSS and CPU of
+//     the reconcile process, and objects and events the server handed out;
+//     read_pct is the second pass's reads over the first's.
+//   - inprocess: the same two passes through runner.Runner wired as the
+//     command wires it, in this process, so that -cpuprofile sees them
+//     (the profile holds the server's work too).
+//
+// Run: go test ./internal/bench -run '^$' -bench 'EndToEnd/1M/command' -benchtime 1x -timeout 0
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, size := range e2eSizes {
+		b.Run(size.name+"/command", func(b *testing.B) {
+			s := serve(b, size.n)
+			command(b)
+			for b.Loop() {
+				b.StopTimer()
+				_, dbURL := database(b, s.world)
+				b.StartTimer()
+				first := runCommand(b, s, dbURL)
+				second := runCommand(b, s, dbURL)
+				b.StopTimer()
+				reportPasses(b, len(s.world.Objects), first, second)
+				if !strings.Contains(second.stderr, "read the provider incrementally") {
+					b.Errorf("the second pass did not read incrementally:\n%s", tail(second.stderr, 2000))
+				}
+				b.StartTimer()
+			}
+		})
+		b.Run(size.name+"/inprocess", func(b *testing.B) {
+			s := serve(b, size.n)
+			for b.Loop() {
+				b.StopTimer()
+				pool, _ := database(b, s.world)
+				b.StartTimer()
+				first := runInProcess(b, s, pool)
+				second := runInProcess(b, s, pool)
+				b.StopTimer()
+				if second.Sync.Mode != runner.SyncIncremental {
+					b.Errorf("second pass: mode %s (%s), want incremental", second.Sync.Mode, second.Sync.Reason)
+				}
+				b.Logf("first pass %+v", first.Sync)
+				b.Logf("second pass %+v", second.Sync)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func reportPasses(b *testing.B, objects int, first, second passResult) {
+	b.ReportMetric(first.wall.Seconds(), "first_s")
+	b.ReportMetric(first.cpu.Seconds(), "first_cpu_s")
+	b.ReportMetric(first.rssMB, "first_rss_MB")
+	b.ReportMetric(float64(first.reads), "first_reads")
+	b.ReportMetric(float64(first.requests), "first_requests")
+	b.ReportMetric(second.wall.Seconds(), "second_s")
+	b.ReportMetric(second.cpu.Seconds(), "second_cpu_s")
+	b.ReportMetric(second.rssMB, "second_rss_MB")
+	b.ReportMetric(float64(second.reads), "second_reads")
+	b.ReportMetric(float64(second.requests), "second_requests")
+	b.ReportMetric(100*float64(second.reads)/float64(first.reads), "read_pct")
+	b.ReportMetric(float64(objects), "objects")
+}
+
+// runInProcess runs one pass through a runner wired as cmd/reconcile
+// wires it.
+func runInProcess(b *testing.B, s *server, pool *pgxpool.Pool) *runner.Outcome {
+	b.Helper()
+	st, err := store.New(pool, store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	obl, err := sources.NewObligations(pool, reconcile.DefaultObligationTable())
+	if err != nil {
+		b.Fatal(err)
+	}
+	stripe, err := sources.NewStripe(sources.StripeOptions{APIKey: stripeKey, BaseURL: s.url, Rate: 10000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &runner.Runner{Provider: stripe, Obligations: obl, Store: st, Matcher: matcher.DefaultOptions(),
+		Now: time.Now, Logger: slog.New(slog.DiscardHandler), Mirror: store.NewMirror(pool)}
+	now := time.Now().UTC().Truncate(time.Second)
+	out, err := r.Run(context.Background(), runner.Request{Window: reconcile.Window{From: now.Add(-720 * time.Hour), To: now},
+		Trigger: reconcile.TriggerManual})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
