@@ -1,0 +1,473 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/alerts"
+	"reconcile/internal/store"
+)
+
+// checkPass checks what a pass left in the database against what it saw,
+// what it decided and the truth, and then takes its verified transitions
+// into the ledger. Called under w.mu, once the pass can write no more.
+func (w *world) checkPass(pc *passCtl) error {
+	if pc.checked {
+		return nil
+	}
+	pc.checked = true
+	pc.exp = expect(pc.truth, pc.plan, pc.start, pc.failed, pc.syncEvents)
+	if pc.syncEvents != nil {
+		// K1: an incremental pass reads the events up to now, and so the
+		// key evidence of objects created after its window's end, which a
+		// full read of the same window does not: its scope reaches past
+		// the window.
+		full := expect(pc.truth, pc.plan, pc.start, pc.failed, nil)
+		extra := 0
+		for id := range pc.exp.scope {
+			if !full.scope[id] {
+				extra++
+			}
+		}
+		if extra > 0 {
+			w.known("K1", pc.n, "incremental pass over %s..%s read %d obligations (and what they name) that a full read of the window would not",
+				fmtT(pc.plan.window.From), fmtT(pc.plan.window.To), extra)
+		}
+	}
+	after, err := w.snapshot(w.ctx)
+	if err != nil {
+		return err
+	}
+	before, n := pc.before, pc.n
+
+	for fp, f := range before.findings {
+		if _, ok := after.findings[fp]; !ok {
+			w.violate("I2", n, "finding %s (%s %s) was deleted; findings are resolved, never deleted", fp, f.kind, f.obligationID)
+		}
+	}
+	var newTr []transitionRow
+	for _, t := range after.transitions {
+		if len(before.transitions) == 0 || t.id > before.transitions[len(before.transitions)-1].id {
+			newTr = append(newTr, t)
+		}
+	}
+	var newOut []outboxRow
+	for _, id := range slices.Sorted(maps.Keys(after.outbox)) {
+		if id > before.maxOutbox {
+			newOut = append(newOut, after.outbox[id])
+		}
+	}
+	for id, r := range after.outbox {
+		if r.sent && !before.outbox[id].sent && w.obs.row(id).accepted == 0 {
+			w.violate("I3", n, "outbox row %d (%s) recorded as sent, but Slack never accepted it", id, r.event)
+		}
+	}
+
+	switch {
+	case pc.plan.dryRun:
+		w.checkUnchanged(pc, before, after, "a dry run")
+		if pc.slackReqs > 0 {
+			w.violate("I6", n, "a dry run sent %d requests to Slack", pc.slackReqs)
+		}
+		if pc.outcome != nil {
+			w.checkModel(pc, &pc.outcome.Result)
+		} else {
+			w.tracef("pass %d (dry) failed: %v", n, short(pc.runErr))
+		}
+	case pc.applied == nil:
+		// A pass that could not read everything, or died before Apply
+		// committed, leaves no trace but a failed run (I7).
+		w.checkUnchanged(pc, before, after, "a pass that did not complete")
+		for id, r := range after.runs {
+			if _, ok := before.runs[id]; !ok && r.status != string(reconcile.RunFailed) {
+				w.violate("I7", n, "a pass that did not complete left run %s %s", id, r.status)
+			}
+		}
+		why := "failed"
+		if pc.killedAt != "" {
+			why = "killed after " + pc.killedAt
+		}
+		w.tracef("pass %d %s: %v", n, why, short(cmpErr(pc.applyErr, pc.runErr)))
+	default:
+		w.checkModel(pc, pc.result)
+		w.checkTransitions(pc, newTr, after)
+		w.checkFindings(pc, before, after, newOut)
+		a := pc.applied
+		w.tracef("pass %d applied: %d findings (%d new, %d changed, %d resolved, %d repeated), %d transitions, %d skipped, %d alerts%s",
+			n, len(pc.result.Findings), a.New, a.Changed, a.Resolved, a.Repeated, len(a.Transitions), len(a.Skipped), a.Alerts,
+			map[bool]string{true: ", then killed after " + pc.killedAt}[pc.killedAt != ""])
+	}
+	// I4: the table holds what the worker wrote and what the verified
+	// transitions wrote, nothing else.
+	for _, id := range w.led.oblIDs {
+		o, got := w.led.obls[id], after.obligations[id]
+		want := oblRow{state: string(o.State), providerID: o.ProviderID, leaseOwner: o.LeaseOwner,
+			leaseExp: o.LeaseExp, updated: o.Updated, paid: o.Paid}
+		if !got.leaseExp.Equal(want.leaseExp) || !got.updated.Equal(want.updated) || !got.paid.Equal(want.paid) ||
+			got.state != want.state || got.providerID != want.providerID || got.leaseOwner != want.leaseOwner {
+			w.violate("I4", n, "obligation %s changed without a verified transition: table %+v, want %+v", id, got, want)
+			// Take the table's word, so that one fault is reported once.
+			o.State, o.ProviderID, o.LeaseOwner = reconcile.State(got.state), got.providerID, got.leaseOwner
+			o.LeaseExp, o.Updated, o.Paid = got.leaseExp, got.updated, got.paid
+		}
+	}
+	return nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func short(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	s := err.Error()
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}
+
+// checkUnchanged: nothing but failed run rows and outbox delivery
+// bookkeeping may differ (a dry run changes nothing at all).
+func (w *world) checkUnchanged(pc *passCtl, before, after dbState, what string) {
+	n := pc.n
+	if len(after.transitions) != len(before.transitions) {
+		w.violate("I7", n, "%s wrote %d audit rows", what, len(after.transitions)-len(before.transitions))
+	}
+	if after.maxOutbox != before.maxOutbox {
+		w.violate("I7", n, "%s queued alerts (outbox ids %d..%d)", what, before.maxOutbox+1, after.maxOutbox)
+	}
+	for fp, f := range after.findings {
+		b, ok := before.findings[fp]
+		if !ok || b.status != f.status || b.hash != f.hash || b.lastSeenRun != f.lastSeenRun {
+			w.violate("I7", n, "%s changed finding %s (%s %s): %s → %s", what, fp, f.kind, f.obligationID, b.status, f.status)
+		}
+	}
+	for id, r := range after.outbox {
+		if b := before.outbox[id]; b.sent != r.sent || b.attempts != r.attempts {
+			w.violate("I7", n, "%s touched outbox row %d", what, id)
+		}
+	}
+	if pc.plan.dryRun && len(after.runs) != len(before.runs) {
+		w.violate("I6", n, "a dry run recorded a run")
+	}
+}
+
+// checkTransitions checks the audit rows of a pass that applied (I1, I4,
+// I5) and takes the transitions into the ledger.
+func (w *world) checkTransitions(pc *passCtl, newTr []transitionRow, after dbState) {
+	e, n, a := pc.exp, pc.n, pc.applied
+	if len(newTr) != len(a.Transitions) {
+		w.violate("I4", n, "%d transitions applied but %d audit rows written", len(a.Transitions), len(newTr))
+	}
+	audit := map[string]transitionRow{}
+	for _, t := range newTr {
+		if _, dup := audit[t.obligationID]; dup {
+			w.violate("I4", n, "two audit rows for obligation %s in one pass", t.obligationID)
+		}
+		audit[t.obligationID] = t
+	}
+	for _, t := range a.Transitions {
+		id := t.ObligationID
+		read := e.truth.obls[id]
+		o := w.led.obls[id]
+		row, ok := audit[id]
+		switch {
+		case !ok:
+			w.violate("I4", n, "transition of %s applied without an audit row", id)
+		case row.from != string(t.From) || row.to != string(t.To) || row.providerID != t.ProviderID || !row.at.Equal(pc.start):
+			w.violate("I4", n, "audit row of %s says %s→%s by %s at %s, the transition %s→%s by %s at %s",
+				id, row.from, row.to, row.providerID, fmtT(row.at), t.From, t.To, t.ProviderID, fmtT(pc.start))
+		}
+		if t.From != reconcile.ConfirmationUnknown && t.From != reconcile.Executing || t.To != reconcile.Paid {
+			w.violate("I4", n, "illegal edge %s→%s for %s", t.From, t.To, id)
+		}
+		if read == nil || o == nil {
+			w.violate("I4", n, "transition of unknown obligation %s", id)
+			continue
+		}
+		// I5: the row was what the pass read, and no worker held it.
+		if read.State == reconcile.Executing && read.LeaseExp.After(pc.start) {
+			w.violate("I5", n, "%s marked PAID while its lease was live until %s", id, fmtT(read.LeaseExp))
+		}
+		if o.State != read.State || !o.LeaseExp.Equal(read.LeaseExp) || id == pc.interleaved {
+			w.violate("I5", n, "%s written although it changed since read (%s lease %s, now %s lease %s)",
+				id, read.State, fmtT(read.LeaseExp), o.State, fmtT(o.LeaseExp))
+		}
+		// I1: exactly one succeeded movement of equal money, among what
+		// the pass could see and link, and it is the one recorded.
+		var succ []*object
+		for _, xid := range e.linked[id] {
+			if x := e.truth.objs[xid]; x.Status == reconcile.Succeeded {
+				succ = append(succ, x)
+			}
+		}
+		if len(succ) != 1 || succ[0].Money != read.Money || succ[0].ID != t.ProviderID {
+			w.violate("I1", n, "%s marked PAID by %s without exactly one succeeded movement of %s: %s",
+				id, t.ProviderID, read.Money, w.describeObl(e, id))
+		}
+		// The truth beyond what the pass could see: money may have moved
+		// for it outside the window too (a limit of windows, reported).
+		all := 0
+		for _, x := range e.truth.objectsFor(id) {
+			if x.Status == reconcile.Succeeded {
+				all++
+			}
+		}
+		if all > 1 {
+			w.rep.WindowLimited++
+			w.tracef("pass %d: %s marked PAID on the window's evidence; %d succeeded movements in all", n, id, all)
+		}
+		// Take it into the ledger as the store writes it.
+		o.State = reconcile.Paid
+		if o.ProviderID == "" {
+			o.ProviderID = t.ProviderID
+		}
+		if o.Paid.IsZero() {
+			o.Paid = pc.start
+		}
+		o.Updated = pc.start
+	}
+	for _, s := range a.Skipped {
+		if s.Transition.ObligationID != pc.interleaved {
+			w.violate("I5", n, "transition of %s skipped though nothing changed it: %s", s.Transition.ObligationID, s.Reason)
+		}
+	}
+	if pc.interleaved != "" && !slices.ContainsFunc(a.Skipped, func(s store.Skipped) bool { return s.Transition.ObligationID == pc.interleaved }) {
+		if _, applied := audit[pc.interleaved]; !applied {
+			// The worker's change made the transition moot before Apply
+			// looked: nothing to skip.
+			w.tracef("pass %d: interleaved %s needed no skip", n, pc.interleaved)
+		}
+	}
+}
+
+// checkFindings checks the findings and the outbox rows a pass that
+// applied wrote (I2, I3).
+func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outboxRow) {
+	e, n, res := pc.exp, pc.n, pc.result
+	for fp, f := range e.findings {
+		if a, ok := after.findings[fp]; !ok || a.status != "open" {
+			w.violate("I2", n, "true anomaly %s is not an open finding after the pass", f)
+		}
+	}
+	scopeObl, scopeObj := map[string]bool{}, map[string]bool{}
+	for _, id := range res.ObligationIDs {
+		scopeObl[id] = true
+	}
+	for _, id := range res.ObjectIDs {
+		scopeObj[id] = true
+	}
+	covers := func(f findingRow) bool {
+		return f.obligationID != "" && scopeObl[f.obligationID] || slices.ContainsFunc(f.providerIDs, func(id string) bool { return scopeObj[id] })
+	}
+	unsent := map[string]bool{}
+	for _, r := range before.outbox {
+		if !r.sent && r.fingerprint != "" {
+			unsent[r.fingerprint] = true
+		}
+	}
+	type notice struct {
+		fp      string
+		event   string
+		changed bool
+	}
+	var want, allowed []notice
+	found := map[string]bool{}
+	nNew, nChanged, nResolved := 0, 0, 0
+	for _, f := range res.Findings {
+		found[f.Fingerprint] = true
+		old, known := before.findings[f.Fingerprint]
+		switch {
+		case !known || old.status == "resolved":
+			want = append(want, notice{f.Fingerprint, "firing", false})
+			nNew++
+		case old.hash != f.ContentHash:
+			want = append(want, notice{f.Fingerprint, "firing", true})
+			nChanged++
+		case old.acked.IsZero() && (old.lastAlerted.IsZero() || pc.start.Sub(old.lastAlerted) >= repeatInterval):
+			// A repeat is due; the store may hold it back while an alert
+			// about the finding still waits in the outbox.
+			if unsent[f.Fingerprint] {
+				allowed = append(allowed, notice{f.Fingerprint, "repeat", false})
+			} else {
+				want = append(want, notice{f.Fingerprint, "repeat", false})
+			}
+		}
+		if a := after.findings[f.Fingerprint]; a.status != "open" || a.hash != f.ContentHash {
+			w.violate("I2", n, "finding %s %s is %s after the pass that found it", f.Kind, f.ObligationID, a.status)
+		}
+	}
+	for fp, old := range before.findings {
+		if old.status != "open" || found[fp] {
+			if got := after.findings[fp]; old.status == "open" && !found[fp] && got.status != "open" {
+				w.violate("I2", n, "finding %s resolved although not covered", fp)
+			}
+			continue
+		}
+		got := after.findings[fp]
+		if covers(old) {
+			want = append(want, notice{fp, "resolved", false})
+			nResolved++
+			if got.status != "resolved" {
+				w.violate("I2", n, "finding %s (%s %s) no longer found where the pass looked, but still %s", fp, old.kind, old.obligationID, got.status)
+			}
+		} else if got.status != "open" {
+			w.violate("I2", n, "finding %s (%s %s) resolved by a pass that did not look at it", fp, old.kind, old.obligationID)
+		}
+	}
+	var got []notice
+	summaries := 0
+	for _, r := range newOut {
+		if r.event == string(reconcile.AlertSummary) {
+			summaries++
+			var s reconcile.RunSummary
+			if err := json.Unmarshal([]byte(r.payload), &s); err != nil {
+				w.violate("I3", n, "summary payload: %v", err)
+				continue
+			}
+			if sum(s.New) != nNew || sum(s.Changed) != nChanged || sum(s.Resolved) != nResolved {
+				w.violate("I3", n, "summary says %d new, %d changed, %d resolved; the pass found %d, %d, %d",
+					sum(s.New), sum(s.Changed), sum(s.Resolved), nNew, nChanged, nResolved)
+			}
+			continue
+		}
+		got = append(got, notice{r.fingerprint, r.event, r.changed})
+	}
+	wantSummary := 0
+	if nNew+nChanged+nResolved > 0 {
+		wantSummary = 1
+	}
+	if summaries != wantSummary {
+		w.violate("I3", n, "%d summary alerts queued, want %d", summaries, wantSummary)
+	}
+	key := func(x notice) string { return fmt.Sprintf("%s %s %t", x.event, x.fp, x.changed) }
+	gotSet := map[string]int{}
+	for _, x := range got {
+		gotSet[key(x)]++
+	}
+	for _, x := range want {
+		if gotSet[key(x)] == 0 {
+			f := after.findings[x.fp]
+			w.violate("I3", n, "no %s alert queued for finding %s %s", x.event, f.kind, f.obligationID)
+			continue
+		}
+		gotSet[key(x)]--
+	}
+	for _, x := range allowed {
+		if gotSet[key(x)] > 0 {
+			gotSet[key(x)]--
+		}
+	}
+	for k, c := range gotSet {
+		if c > 0 {
+			w.violate("I3", n, "%d unexpected alert(s) queued: %s", c, k)
+		}
+	}
+}
+
+func sum(m map[reconcile.FindingKind]int) int {
+	t := 0
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// checkReturn checks what Run returned against what the pass did.
+func (w *world) checkReturn(pc *passCtl) {
+	n := pc.n
+	if pc.runErr != nil {
+		w.errTexts = append(w.errTexts, pc.runErr.Error())
+	}
+	if pc.outcome != nil && pc.outcome.AlertErr != nil {
+		w.errTexts = append(w.errTexts, pc.outcome.AlertErr.Error())
+	}
+	if pc.outcome != nil && pc.outcome.Sync.Mode != "" {
+		w.tracef("pass %d read the provider: %s %s", n, pc.outcome.Sync.Mode, pc.outcome.Sync.Reason)
+	}
+	if !pc.began {
+		return
+	}
+	switch {
+	case pc.plan.dryRun:
+	case pc.applied != nil && pc.killedAt != "apply" && pc.runErr != nil:
+		w.violate("I7", n, "the pass applied but Run returned an error: %v", pc.runErr)
+	case pc.applied == nil && pc.runErr == nil:
+		w.violate("I7", n, "the pass did not apply but Run returned no error")
+	case pc.applied != nil && pc.runErr == nil && pc.fired["slack_bad_auth"] && pc.killedAt == "" &&
+		!errors.Is(pc.outcome.AlertErr, alerts.ErrPermanent):
+		w.violate("I3", n, "Slack refused the token, but the pass does not say alerts cannot be delivered (AlertErr %v)", pc.outcome.AlertErr)
+	}
+}
+
+// interleave: between the pass's read and its apply, a worker changes an
+// obligation that the pass is about to mark PAID. Called under w.mu.
+func (w *world) interleave(pc *passCtl, ts []reconcile.Transition) error {
+	t := ts[w.rng.IntN(len(ts))]
+	o := w.led.obls[t.ObligationID]
+	if o == nil {
+		return nil
+	}
+	now := w.clock.Now()
+	switch w.rng.IntN(3) {
+	case 0: // another worker claims it to retry
+		w.led.nextKey++
+		o.State, o.LeaseOwner, o.LeaseExp = reconcile.Executing, fmt.Sprintf("worker-%d", w.led.nextKey), now.Add(leaseTerm)
+	case 1: // the answer finally arrives
+		o.State, o.ProviderID, o.LeaseOwner, o.LeaseExp = reconcile.Paid, t.ProviderID, "", time.Time{}
+		if o.Paid.IsZero() {
+			o.Paid = now
+		}
+	default: // a person takes it aside
+		o.State, o.LeaseOwner, o.LeaseExp = reconcile.RequiresReview, "", time.Time{}
+	}
+	pc.interleaved = o.ID
+	pc.fired["worker_interleave"] = true
+	w.tracef("pass %d: worker changes %s to %s between read and apply", pc.n, o.ID, o.State)
+	return w.save(w.ctx, o)
+}
+
+// checkSecrets looks for the canaries everywhere a person or a log
+// collector could read (I8).
+func (w *world) checkSecrets() {
+	type place struct{ name, text string }
+	places := []place{{"logs", w.logs.String()}}
+	for _, m := range w.slack.Messages() {
+		places = append(places, place{"slack", m.Text + "\n" + string(m.Blocks) + "\n" + m.Flat})
+	}
+	for _, e := range w.errTexts {
+		places = append(places, place{"error", e})
+	}
+	rows, err := w.env.Pool.Query(w.ctx, `SELECT coalesce(detail, '') || ' ' || coalesce(obligation_id, '') || ' ' || array_to_string(provider_ids, ' ') FROM reconcile.findings
+		UNION ALL SELECT payload::text || ' ' || coalesce(last_error, '') FROM reconcile.outbox
+		UNION ALL SELECT coalesce(error, '') FROM reconcile.runs`)
+	if err == nil {
+		for rows.Next() {
+			var s string
+			if rows.Scan(&s) == nil {
+				places = append(places, place{"report", s})
+			}
+		}
+		rows.Close()
+	}
+	for _, p := range places {
+		for _, c := range canaries() {
+			if i := strings.Index(p.text, c); i >= 0 {
+				lo, hi := max(0, i-80), min(len(p.text), i+len(c)+40)
+				w.violate("I8", 0, "canary %q in %s: …%s…", c, p.name, p.text[lo:hi])
+			}
+		}
+	}
+}

@@ -1,0 +1,435 @@
+package sim
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+)
+
+// The matcher's defaults, which the runner is wired with; the oracle
+// states DESIGN.md's rules with them independently of the matcher.
+const (
+	duplicateWindow = 24 * time.Hour
+	pendingGrace    = 72 * time.Hour
+	clockSkew       = 5 * time.Minute
+	eventGrace      = 60 // seconds read past the window's end for events
+	repeatInterval  = 24 * time.Hour
+)
+
+// expectation is what the oracle, from the truth at a pass's start and
+// the pass's window, knows the pass must conclude. It knows what the
+// provider really did, but holds the pass only to what the pass could see:
+// objects created in its window or named by an obligation in scope (and
+// retrieved, unless retrievals failed), key evidence from events in its
+// window, and the obligations DESIGN.md §3 puts in scope.
+type expectation struct {
+	now    time.Time
+	window reconcile.Window
+	truth  *ledger
+
+	scope    map[string]bool // obligations in scope
+	listed   map[string]bool // objects the listing returns
+	input    map[string]bool // objects the matcher gets: listed and retrieved
+	lookups  map[string]reconcile.LookupResult
+	links    map[string][]string // object → obligations it links to
+	linked   map[string][]string // obligation → objects linked to it alone
+	findings map[string]expFinding
+	// transitions: obligation → the provider id of its PAID transition.
+	transitions map[string]string
+}
+
+type expFinding struct {
+	kind     reconcile.FindingKind
+	obl, obj string
+}
+
+func (f expFinding) String() string {
+	s := string(f.kind)
+	if f.obl != "" {
+		s += " " + f.obl
+	}
+	if f.obj != "" {
+		s += " " + f.obj
+	}
+	return s
+}
+
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+func class(k reconcile.ObjectKind) int {
+	switch k {
+	case reconcile.Charge, reconcile.PaymentIntent:
+		return 1
+	case reconcile.Refund:
+		return 2
+	}
+	return 0
+}
+
+// expect computes the expectation of a pass with plan that began at now,
+// when the ledger was truth, and whose retrievals of the ids in failed
+// failed (the fault injector knows which). events is the window of events
+// an incremental pass read (nil for a full read): key evidence then runs
+// over it as well as over the window, the earlier keys from the mirror.
+func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, events *reconcile.Window) *expectation {
+	win := plan.window
+	e := &expectation{now: now, window: win, truth: t, scope: map[string]bool{}, listed: map[string]bool{},
+		input: map[string]bool{}, lookups: map[string]reconcile.LookupResult{}, links: map[string][]string{},
+		linked: map[string][]string{}, findings: map[string]expFinding{}, transitions: map[string]string{}}
+	from, to := ceilUnix(win.From), ceilUnix(win.To)
+	listed := func(x *object) bool { c := x.Created.Unix(); return c >= from && c < to }
+	keysFrom, keysTo := from, to
+	if events != nil {
+		keysFrom, keysTo = min(from, ceilUnix(events.From)), max(to, ceilUnix(events.To))
+	}
+	keyed := func(x *object) bool {
+		c := x.Created.Unix()
+		return c >= keysFrom && c < keysTo+eventGrace && x.Key != ""
+	}
+	inWin := func(at time.Time) bool { return !at.Before(win.From) && at.Before(win.To) }
+
+	// What the listed objects and the window's events name.
+	ids, keys, pids := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, id := range t.objIDs {
+		x := t.objs[id]
+		if keyed(x) {
+			keys[x.Key] = true
+		}
+		if !listed(x) {
+			continue
+		}
+		e.listed[id], e.input[id], pids[id] = true, true, true
+		if v := x.Meta["obligation_id"]; v != "" {
+			ids[v] = true
+		}
+		if v := x.Meta["idempotency_key"]; v != "" {
+			keys[v] = true
+		}
+	}
+	for _, id := range t.oblIDs {
+		o := t.obls[id]
+		if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || inWin(o.Created) || inWin(o.Updated) ||
+			ids[o.ID] || keys[o.Key] || (o.ProviderID != "" && pids[o.ProviderID]) || (o.Target != "" && pids[o.Target]) {
+			e.scope[id] = true
+		}
+	}
+	// Retrievals of what obligations in scope name and the listing missed.
+	for _, id := range t.oblIDs {
+		if !e.scope[id] {
+			continue
+		}
+		o := t.obls[id]
+		for _, ref := range []string{o.ProviderID, o.Target} {
+			if ref == "" || e.listed[ref] {
+				continue
+			}
+			switch _, ok := t.objs[ref]; {
+			case failed[ref]:
+				e.lookups[ref] = reconcile.LookupFailed
+			case ok:
+				e.lookups[ref] = reconcile.LookupFound
+				e.input[ref] = true
+			default:
+				e.lookups[ref] = reconcile.LookupNotFound
+			}
+		}
+	}
+
+	// Links, by every route, to obligations in scope of the same class.
+	byKey := map[string]string{}
+	for id := range e.scope {
+		byKey[t.obls[id].Key] = id
+	}
+	inputIDs := slices.Sorted(maps.Keys(e.input))
+	for _, xid := range inputIDs {
+		x := t.objs[xid]
+		reach := map[string]bool{}
+		add := func(oid string) {
+			if oid != "" && e.scope[oid] && class(t.obls[oid].Kind) == class(x.Kind) {
+				reach[oid] = true
+			}
+		}
+		for id := range e.scope {
+			if t.obls[id].ProviderID == xid {
+				add(id)
+			}
+		}
+		if keyed(x) {
+			add(byKey[x.Key])
+		}
+		add(x.Meta["obligation_id"])
+		if v := x.Meta["idempotency_key"]; v != "" {
+			add(byKey[v])
+		}
+		e.links[xid] = slices.Sorted(maps.Keys(reach))
+		if len(reach) == 1 {
+			oid := e.links[xid][0]
+			e.linked[oid] = append(e.linked[oid], xid)
+		}
+	}
+
+	pendingLive := func(x *object) bool { return now.Sub(x.Created) < pendingGrace }
+	add := func(kind reconcile.FindingKind, obl, obj string) {
+		e.findings[reconcile.Fingerprint(kind, obl, obj)] = expFinding{kind, obl, obj}
+	}
+	target := func(x *object) string {
+		if x.Kind == reconcile.Refund {
+			return x.Target
+		}
+		return x.Customer
+	}
+
+	// Unlinked money: a suspected duplicate of a linked twin, or an orphan.
+	suspected := map[string]bool{}
+	for _, xid := range inputIDs {
+		x := t.objs[xid]
+		if len(e.links[xid]) > 0 || x.Status != reconcile.Succeeded || !e.listed[xid] {
+			continue
+		}
+		var twin *object
+		var twinObl string
+		var bestD time.Duration
+		for _, yid := range inputIDs {
+			y := t.objs[yid]
+			if len(e.links[yid]) != 1 || y.Status != reconcile.Succeeded || class(y.Kind) != class(x.Kind) ||
+				target(y) == "" || target(y) != target(x) || y.Money != x.Money {
+				continue
+			}
+			d := x.Created.Sub(y.Created).Abs()
+			if d > duplicateWindow {
+				continue
+			}
+			yo := e.links[yid][0]
+			if twin == nil || d < bestD || d == bestD && (yo < twinObl || yo == twinObl && yid < twin.ID) {
+				twin, twinObl, bestD = y, yo, d
+			}
+		}
+		if twin == nil || target(x) == "" {
+			add(reconcile.Orphan, "", xid)
+			continue
+		}
+		suspected[twinObl] = true
+		add(reconcile.SuspectedDuplicate, twinObl, xid)
+	}
+
+	// Every obligation in scope against the movements that link to it.
+	for _, id := range slices.Sorted(maps.Keys(e.scope)) {
+		o := t.obls[id]
+		var succ, failed, stale, conflicts []*object
+		live := 0
+		for _, xid := range inputIDs {
+			if !slices.Contains(e.links[xid], id) {
+				continue
+			}
+			x := t.objs[xid]
+			switch {
+			case len(e.links[xid]) > 1:
+				conflicts = append(conflicts, x)
+			case x.Status == reconcile.Succeeded:
+				succ = append(succ, x)
+			case x.Status == reconcile.Pending && pendingLive(x):
+				live++
+			case x.Status == reconcile.Pending:
+				stale = append(stale, x)
+			default:
+				failed = append(failed, x)
+			}
+		}
+		movs := len(succ) + len(failed) + len(stale) + len(conflicts) + live
+		if o.State == reconcile.Paid && movs == 1 && len(succ) == 1 && succ[0].Money == o.Money {
+			continue
+		}
+		blocked := suspected[id]
+		for _, x := range conflicts {
+			add(reconcile.ConflictingLink, id, x.ID)
+			blocked = true
+		}
+		if len(succ) >= 2 {
+			add(reconcile.Duplicate, id, "")
+			blocked = true
+		}
+		if slices.ContainsFunc(succ, func(x *object) bool { return x.Money != o.Money }) {
+			add(reconcile.AmountMismatch, id, "")
+			blocked = true
+		}
+		settled := len(conflicts) == 0 && live == 0
+		leaseLive := o.LeaseExp.After(now)
+		switch o.State {
+		case reconcile.Paid:
+			if settled && len(succ) == 0 {
+				switch {
+				case len(failed) > 0:
+					add(reconcile.StatusMismatch, id, "")
+				case len(stale) > 0:
+					add(reconcile.PaidWithoutEvidence, id, "")
+				case e.absent(o):
+					add(reconcile.PaidWithoutEvidence, id, "")
+				}
+			}
+		case reconcile.FailedState, reconcile.Approved, reconcile.PendingApproval, reconcile.RequiresReview:
+			if len(succ) > 0 {
+				add(reconcile.StatusMismatch, id, "")
+				blocked = true
+			}
+		case reconcile.Executing:
+			if !leaseLive && settled && len(succ) == 0 {
+				add(reconcile.StaleLease, id, "")
+			}
+		case reconcile.ConfirmationUnknown:
+			if settled && len(succ) == 0 {
+				add(reconcile.UnresolvedUnknown, id, "")
+			}
+		}
+		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
+		if canMark && !blocked && settled && len(succ) == 1 && succ[0].Money == o.Money {
+			e.transitions[id] = succ[0].ID
+		}
+	}
+	return e
+}
+
+// absent says whether the pass can prove that nothing the provider
+// recorded belongs to PAID obligation o, to which nothing linked: the
+// object it names was looked up and does not exist, or (naming none, or
+// one of another kind) the listing and the events covered its whole time.
+func (e *expectation) absent(o *obligation) bool {
+	from := o.Created.Add(-clockSkew)
+	to := o.Updated
+	if o.Paid.After(to) {
+		to = o.Paid
+	}
+	to = to.Add(clockSkew)
+	covered := e.window.Valid() && !from.Before(e.window.From) && !to.After(e.window.To)
+	if o.ProviderID != "" && !e.input[o.ProviderID] {
+		return e.lookups[o.ProviderID] == reconcile.LookupNotFound
+	}
+	eventsFrom := e.window.From
+	if r := e.now.Add(-30 * 24 * time.Hour); r.After(eventsFrom) {
+		eventsFrom = r
+	}
+	return covered && !eventsFrom.After(from)
+}
+
+// checkModel compares what the pass concluded with the expectation.
+func (w *world) checkModel(pc *passCtl, res *matcher.Result) {
+	e, n := pc.exp, pc.n
+	faulted := len(pc.fired) > 0
+	label := func(def string) string {
+		if faulted {
+			return "I7"
+		}
+		return def
+	}
+	gotScope := map[string]bool{}
+	for _, id := range res.ObligationIDs {
+		gotScope[id] = true
+	}
+	for id := range e.scope {
+		if !gotScope[id] {
+			w.violate(label("M"), n, "obligation %s (%s) is in scope but the pass did not read it", id, e.truth.obls[id].State)
+		}
+	}
+	for id := range gotScope {
+		if !e.scope[id] {
+			w.violate("M", n, "the pass read obligation %s, which is not in scope: %s", id, w.describeObl(e, id))
+		}
+	}
+	gotObjs := map[string]bool{}
+	for _, id := range res.ObjectIDs {
+		gotObjs[id] = true
+	}
+	for id := range e.input {
+		if !gotObjs[id] {
+			w.violate(label("M"), n, "provider object %s (created %s) was listed or named but the pass did not read it",
+				id, e.truth.objs[id].Created.Sub(epoch))
+		}
+	}
+	for id := range gotObjs {
+		if !e.input[id] {
+			w.violate("M", n, "the pass read provider object %s, which it should not have: %s", id, w.describe(e, expFinding{obj: id}))
+		}
+	}
+
+	got := map[string]reconcile.Finding{}
+	for _, f := range res.Findings {
+		got[f.Fingerprint] = f
+	}
+	for _, fp := range slices.Sorted(maps.Keys(e.findings)) {
+		if _, ok := got[fp]; !ok {
+			w.violate("I2", n, "true anomaly not found: %s %s", e.findings[fp], w.describe(e, e.findings[fp]))
+		}
+	}
+	for _, fp := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := e.findings[fp]; !ok {
+			f := got[fp]
+			inv := "M"
+			if f.Kind == reconcile.Orphan || f.Kind == reconcile.SuspectedDuplicate {
+				inv = label("M")
+			}
+			w.violate(inv, n, "finding without a true anomaly: %s %s %v: %s", f.Kind, f.ObligationID, f.ProviderIDs, f.Detail)
+		}
+	}
+	gotT := map[string]string{}
+	for _, t := range res.Transitions {
+		gotT[t.ObligationID] = t.ProviderID
+		if t.To != reconcile.Paid {
+			w.violate("I7", n, "transition of %s to %s: the reconciler only ever marks PAID", t.ObligationID, t.To)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(e.transitions)) {
+		if gotT[id] != e.transitions[id] {
+			w.violate("M", n, "obligation %s should be marked PAID by %s; the pass decided %q", id, e.transitions[id], gotT[id])
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(gotT)) {
+		if _, ok := e.transitions[id]; !ok {
+			w.violate(label("I1"), n, "obligation %s (%s) marked PAID by %s without the evidence for it: %s",
+				id, e.truth.obls[id].State, gotT[id], w.describeObl(e, id))
+		}
+	}
+}
+
+// describe says, for a violation, what the truth was.
+func (w *world) describe(e *expectation, f expFinding) string {
+	if f.obl != "" {
+		return w.describeObl(e, f.obl)
+	}
+	x := e.truth.objs[f.obj]
+	if x == nil {
+		return ""
+	}
+	return fmt.Sprintf("[%s %s %s created %s for %q key %s meta %v]", x.ID, x.Money, x.Status, x.Created.Sub(epoch), x.For, x.Key, x.Meta)
+}
+
+func (w *world) describeObl(e *expectation, id string) string {
+	o := e.truth.obls[id]
+	if o == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%s %s %s pid=%q key=%s lease=%s created=%s updated=%s paid=%s; objects:",
+		o.ID, o.State, o.Money, o.ProviderID, o.Key, fmtT(o.LeaseExp), fmtT(o.Created), fmtT(o.Updated), fmtT(o.Paid))
+	for _, x := range e.truth.objectsFor(id) {
+		fmt.Fprintf(&b, " %s(%s %s %s key=%s in=%t links=%v)", x.ID, x.Money, x.Status, fmtT(x.Created), x.Key, e.input[x.ID], e.links[x.ID])
+	}
+	fmt.Fprintf(&b, "; window %s..%s now %s]", fmtT(e.window.From), fmtT(e.window.To), fmtT(e.now))
+	return b.String()
+}
+
+func fmtT(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Sub(epoch).String()
+}

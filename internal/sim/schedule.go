@@ -1,0 +1,234 @@
+package sim
+
+import (
+	"time"
+
+	"reconcile"
+	"reconcile/internal/slacktest"
+	"reconcile/internal/stripetest"
+)
+
+// lookback is the window of an ordinary pass, as `reconcile run --since 72h`.
+const lookback = 72 * time.Hour
+
+// reconcile runs one reconciler step of the history: a pass, a pass and
+// its rerun, a dry run, two passes at once, or a pass killed at a step
+// boundary and restarted.
+func (w *world) reconcile() error {
+	switch w.weighted(40, 10, 8, 8, 7, 22, 5) {
+	case 0: // an ordinary pass, sometimes rerun at once
+		pc, err := w.runPass(w.drawPlan(false))
+		if err != nil {
+			return err
+		}
+		if w.chance(0.35) {
+			return w.rerun(pc)
+		}
+	case 1: // an incident: a narrow window, maybe in the past
+		plan := w.drawPlan(false)
+		now := w.clock.Now()
+		to := now.Add(-time.Duration(w.rng.IntN(3)*w.rng.IntN(1200)) * time.Second)
+		plan.window = reconcile.Window{From: to.Add(-time.Duration(1800+w.rng.IntN(12*3600)) * time.Second), To: to}
+		_, err := w.runPass(plan)
+		return err
+	case 2:
+		plan := w.drawPlan(false)
+		plan.dryRun = true
+		plan.killAfterPage, plan.killAfterApply, plan.killAfterSend, plan.interleave = 0, false, 0, false
+		_, err := w.runPass(plan)
+		return err
+	case 3, 4:
+		wait := w.chance(0.5)
+		plans := []passPlan{w.drawPlan(wait), w.drawPlan(false)}
+		plans[1].window = plans[0].window
+		plans[0].interleave, plans[1].interleave = false, false
+		plans[1].killAfterPage, plans[1].killAfterApply, plans[1].killAfterSend = 0, false, 0
+		return w.runPair(plans, wait)
+	case 5: // killed at a step boundary, then restarted
+		plan := w.drawPlan(true)
+		if _, err := w.runPass(plan); err != nil {
+			return err
+		}
+		if w.chance(0.5) {
+			w.clock.Advance(time.Duration(w.rng.IntN(60)) * time.Second)
+		}
+		restart := w.drawPlan(false)
+		pc, err := w.runPass(restart)
+		if err != nil {
+			return err
+		}
+		if w.chance(0.3) {
+			return w.rerun(pc)
+		}
+	case 6:
+		plan := w.drawPlan(false)
+		plan.interleave = true
+		_, err := w.runPass(plan)
+		return err
+	}
+	return nil
+}
+
+// drawPlan draws a pass's window and faults; kill says to draw a kill at
+// a step boundary too.
+func (w *world) drawPlan(kill bool) passPlan {
+	now := w.clock.Now()
+	p := passPlan{window: reconcile.Window{From: now.Add(-lookback), To: now}}
+	if w.chance(0.5) {
+		f := stripetest.Faults{Seed: w.rng.Uint64()}
+		for range 1 + w.rng.IntN(2) {
+			switch w.rng.IntN(5) {
+			case 0:
+				f.RateLimitP = 0.05 + 0.3*w.rng.Float64()
+			case 1:
+				if f.FailList == "" {
+					f.ServerErrorP = 0.05 + 0.25*w.rng.Float64()
+				}
+			case 2:
+				f.DropP = 0.05 + 0.25*w.rng.Float64()
+			case 3:
+				if f.ServerErrorP == 0 {
+					f.FailList = []string{stripetest.ListEvents, stripetest.ListCharges, stripetest.ListRefunds, stripetest.ListPaymentIntents}[w.rng.IntN(4)]
+					f.FailListAfter = w.rng.IntN(2)
+				}
+			case 4:
+				p.retrieveFail = true
+			}
+		}
+		p.stripe = f
+	}
+	if w.chance(0.5) {
+		for range 1 + w.rng.IntN(2) {
+			switch w.rng.IntN(7) {
+			case 0:
+				p.slack.RateLimit, p.slack.RetryAfter = 1+w.rng.IntN(3), 1
+			case 1:
+				p.slack.RateLimit, p.slack.RetryAfter = 1+w.rng.IntN(2), 300
+			case 2:
+				p.slack.ServerErr = 1 + w.rng.IntN(4)
+			case 3:
+				p.slack.Down = true
+			case 4:
+				p.slack.BadAuth = true
+			case 5:
+				p.loseResponse = map[int]bool{1 + w.rng.IntN(3): true}
+			case 6:
+				p.loseRequest = map[int]bool{1 + w.rng.IntN(3): true}
+			}
+		}
+	}
+	if kill {
+		switch w.rng.IntN(3) {
+		case 0:
+			p.killAfterPage = 1 + w.rng.IntN(5)
+		case 1:
+			p.killAfterApply = true
+		default:
+			p.killAfterSend = 1 + w.rng.IntN(3)
+		}
+	}
+	if w.chance(0.1) {
+		p.interleave = true
+	}
+	if w.chance(0.1) {
+		p.full = true
+	}
+	return p
+}
+
+// quiet is a plan without faults over the ordinary window.
+func (w *world) quiet() passPlan {
+	now := w.clock.Now()
+	return passPlan{window: reconcile.Window{From: now.Add(-lookback), To: now}}
+}
+
+// rerun runs the same pass again at once, with nothing new in the world
+// and no faults: it must change nothing and send nothing new (I6).
+func (w *world) rerun(first *passCtl) error {
+	plan := w.quiet()
+	plan.window = first.plan.window
+	pc, err := w.runPass(plan)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Only a rerun of a pass that read all there was and whose rows no
+	// worker changed meanwhile has nothing new to see.
+	if first.applied == nil || pc.applied == nil || len(first.failed) > 0 || first.interleaved != "" {
+		return nil
+	}
+	a := pc.applied
+	if len(a.Transitions) > 0 || a.New+a.Changed+a.Resolved+a.Repeated > 0 || a.Alerts > 0 {
+		w.violate("I6", pc.n, "a rerun with nothing new changed something: %d transitions, %d new, %d changed, %d resolved, %d repeated findings, %d alerts queued",
+			len(a.Transitions), a.New, a.Changed, a.Resolved, a.Repeated, a.Alerts)
+	}
+	for id, r := range w.obs.rows {
+		if b, ok := pc.before.outbox[id]; ok && b.sent && r.accepted > 0 && w.sentIn(pc, id) {
+			w.violate("I6", pc.n, "a rerun sent outbox row %d again, which was sent before", id)
+		}
+	}
+	return nil
+}
+
+// sentIn reports whether pass pc's drain got row id as due.
+func (w *world) sentIn(pc *passCtl, id int64) bool {
+	for _, m := range w.obs.planOf[pc.n] {
+		for _, a := range m.AlertIDs {
+			if a == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// quiesce lets the history settle: time passes beyond every retry delay,
+// faults stop, and passes run until the outbox is empty; then every
+// notice must have reached Slack exactly once, or once more marked as a
+// possible repeat after an outcome the sender could not know (I3), and a
+// last rerun must change nothing (I6).
+func (w *world) quiesce() error {
+	w.slack.SetFaults(slacktest.Faults{})
+	w.clock.Advance(3 * time.Hour)
+	w.tracef("quiesce")
+	var last *passCtl
+	for range 3 {
+		pc, err := w.runPass(w.quiet())
+		if err != nil {
+			return err
+		}
+		last = pc
+		var unsent int
+		if err := w.env.Pool.QueryRow(w.ctx, `SELECT count(*) FROM reconcile.outbox WHERE sent_at IS NULL`).Scan(&unsent); err != nil {
+			return err
+		}
+		if unsent == 0 {
+			break
+		}
+	}
+	if w.chance(0.3) {
+		if err := w.rerun(last); err != nil {
+			return err
+		}
+	}
+	final, err := w.snapshot(w.ctx)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, r := range final.outbox {
+		l := w.obs.row(id)
+		switch {
+		case !r.sent || l.accepted == 0:
+			w.violate("I3", 0, "outbox row %d (%s %s) was never delivered (sent=%t, accepted %d times)", id, r.event, r.fingerprint, r.sent, l.accepted)
+		case l.unmarked > 0:
+			w.violate("I3", 0, "outbox row %d (%s) reached Slack %d times, %d of the extra copies not marked as a possible repeat (%d unknown outcomes, %d of them the process killed after Slack accepted)",
+				id, r.event, l.accepted, l.unmarked, l.unknown, l.killed)
+		case l.accepted-1 > l.unknown:
+			w.violate("I3", 0, "outbox row %d (%s) reached Slack %d times after only %d unknown outcomes", id, r.event, l.accepted, l.unknown)
+		}
+	}
+	return nil
+}
