@@ -97,6 +97,12 @@ func (s *Store) Apply(ctx context.Context, run reconcile.Run, res matcher.Result
 	}
 }
 
+// retryDelay is the pause before attempt n+1 of a transaction that lost a
+// serialization race; short, because the winner has already committed.
+func retryDelay(n int) time.Duration {
+	return time.Duration(n) * 10 * time.Millisecond
+}
+
 // applyInput is a run's result checked and arranged once, outside the
 // retry loop.
 type applyInput struct {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -235,10 +234,4 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return fmt.Errorf("check schema: at version %d, want %d: %w", current, latest, ErrSchemaOutdated)
 	}
 	return nil
-}
-
-// retryDelay is the pause before attempt n+1 of a transaction that lost a
-// serialization race; short, because the winner has already committed.
-func retryDelay(n int) time.Duration {
-	return time.Duration(n) * 10 * time.Millisecond
 }
