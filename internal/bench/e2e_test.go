@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -168,6 +169,30 @@ type passResult struct {
 	reads    int           // list entries and retrievals served
 	requests int
 	stderr   string
+	// phases are the pass's steps in seconds, from its "pass phases" log
+	// line.
+	phases map[string]float64
+}
+
+// phasesOf reads the "pass phases" line of a pass's JSON log.
+func phasesOf(stderr string) map[string]float64 {
+	for _, line := range strings.Split(stderr, "\n") {
+		if !strings.Contains(line, `"pass phases"`) {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			return nil
+		}
+		out := map[string]float64{}
+		for k, v := range m {
+			if f, ok := v.(float64); ok && strings.HasSuffix(k, "_s") {
+				out[strings.TrimSuffix(k, "_s")] = f
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // runCommand runs `reconcile run` once against s and dbURL.
@@ -193,7 +218,7 @@ func runCommand(b *testing.B, s *server, dbURL string, args ...string) passResul
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	entries, requests := reads(s.srv)
 	return passResult{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), rssMB: float64(ru.Maxrss) / 1024,
-		reads: entries, requests: requests, stderr: stderr.String()}
+		reads: entries, requests: requests, stderr: stderr.String(), phases: phasesOf(stderr.String())}
 }
 
 func tail(s string, n int) string {
@@ -271,6 +296,14 @@ func reportPasses(b *testing.B, objects int, first, second passResult) {
 	b.ReportMetric(float64(second.requests), "second_requests")
 	b.ReportMetric(100*float64(second.reads)/float64(first.reads), "read_pct")
 	b.ReportMetric(float64(objects), "objects")
+	for _, p := range []struct {
+		name string
+		r    passResult
+	}{{"first", first}, {"second", second}} {
+		for phase, secs := range p.r.phases {
+			b.ReportMetric(secs, p.name+"_"+phase+"_s")
+		}
+	}
 }
 
 // runInProcess runs one pass through a runner wired as cmd/reconcile

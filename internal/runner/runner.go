@@ -87,6 +87,8 @@ type Outcome struct {
 	// Transitions are those applied, or on a dry run those that would be.
 	Transitions []reconcile.Transition
 	Applied     store.Applied
+	// Phases time the pass's steps, in order.
+	Phases []Phase
 	// EventsFrom is where key evidence from events starts.
 	EventsFrom time.Time
 	Lookups    []reconcile.Lookup
@@ -136,7 +138,13 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	var err error
 
 	st := &readState{}
+	st.phases.start(r.Now)
+	defer func() {
+		out.Phases = st.phases.phases
+		log.Info("pass phases", st.phases.attrs()...)
+	}()
 	st.plan, err = r.plan(ctx, req.Window, started, req.Full)
+	st.phases.mark("plan")
 	var in matcher.Input
 	if err == nil {
 		in, err = r.read(ctx, log, req.Window, started, out, st)
@@ -153,6 +161,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	// The clock is read once for the decisions of the whole pass.
 	now := started
 	res := matcher.Match(in, now, r.Matcher)
+	st.phases.mark("match")
 	if st.plan.report.Mode == SyncIncremental {
 		// What the pass reports on from the mirror is checked first.
 		changed, err := r.verify(ctx, &in, res, now, st)
@@ -167,6 +176,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		if changed {
 			res = matcher.Match(in, now, r.Matcher)
 		}
+		st.phases.mark("verify")
 		out.Sync = st.plan.report
 	}
 	out.Input, out.Result = in, res
@@ -182,6 +192,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	}
 	run.Status = reconcile.RunCompleted
 	applied, err := r.Store.Apply(ctx, run, res, now)
+	st.phases.mark("apply")
 	if err != nil {
 		return nil, fmt.Errorf("apply: %w", err)
 	}
@@ -196,6 +207,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		} else {
 			st.plan.report.Saved = true
 		}
+		st.phases.mark("mirror_save")
 		out.Sync = st.plan.report
 	}
 	for _, s := range applied.Skipped {
@@ -210,6 +222,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		return out, nil
 	}
 	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
+	st.phases.mark("alerts")
 	out.Drained = stats
 	if err != nil {
 		out.AlertErr = err
@@ -239,12 +252,12 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 		eventsFrom = later(w.From, st.keysFrom)
 	} else {
 		listing, err = r.Provider.List(ctx, w)
+		st.phases.mark("provider")
 		if err != nil {
 			return matcher.Input{}, fmt.Errorf("read the provider: %w", err)
 		}
 		p.report.Listed, p.report.EventsRead = len(listing.Objects), listing.Stats.Events
 		if r.Mirror != nil {
-			st.fromMirror = map[string]bool{}
 			st.saw(p.seen, listing.Objects...)
 			st.save.Keys = listing.Keys
 			// Stripe keeps events 30 days; the mirror keeps the keys they
@@ -267,6 +280,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 	out.Stats = listing.Stats
 	named := Named(listing, r.Matcher)
 	obs, err := r.Obligations.Read(ctx, w, named)
+	st.phases.mark("obligations")
 	if err != nil {
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
@@ -317,6 +331,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 			"from_mirror", asked-len(missing), "failed", failed)
 	}
 	out.Lookups = lookups
+	st.phases.mark("retrieve")
 	if eventsFrom.After(w.From) {
 		log.Warn("the window reaches past Stripe's 30 days of events: key evidence before then comes only from metadata",
 			"events_from", eventsFrom)

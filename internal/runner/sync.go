@@ -179,9 +179,11 @@ func objectCoverage(cur store.SyncCursors) (reconcile.Window, bool) {
 // pass completed.
 type readState struct {
 	plan syncPlan
-	// fromMirror marks the objects that came from the mirror rather than
-	// from the provider in this pass.
-	fromMirror map[string]bool
+	// fresh marks the objects read from the provider in this pass (listed
+	// or retrieved); in an incremental pass every other object came from
+	// the mirror or from an event. It stays small: a map of the million
+	// mirrored ids would cost more than the rest of the bookkeeping.
+	fresh map[string]bool
 	// changes are the events' newest account of objects created before
 	// the fresh listing; fetched the objects retrieved by id this pass.
 	changes map[string]sources.Change
@@ -189,6 +191,51 @@ type readState struct {
 	save    store.MirrorUpdate
 	// keysFrom is where the pass's key evidence is complete from.
 	keysFrom time.Time
+	// phases time the pass's steps.
+	phases phaseClock
+}
+
+// Phase is one step of a pass and how long it took.
+type Phase struct {
+	Name string
+	Took time.Duration
+}
+
+// phaseClock times a pass's steps on the runner's clock.
+type phaseClock struct {
+	now    func() time.Time
+	last   time.Time
+	phases []Phase
+}
+
+func (c *phaseClock) start(now func() time.Time) {
+	c.now, c.last = now, now()
+}
+
+// mark ends the step called name, which began at the previous mark.
+func (c *phaseClock) mark(name string) {
+	if c.now == nil {
+		return
+	}
+	t := c.now()
+	c.phases = append(c.phases, Phase{Name: name, Took: t.Sub(c.last)})
+	c.last = t
+}
+
+// attrs are the phases as log attributes, in seconds.
+func (c *phaseClock) attrs() []any {
+	out := make([]any, 0, 2*len(c.phases))
+	for _, p := range c.phases {
+		out = append(out, p.Name+"_s", p.Took.Seconds())
+	}
+	return out
+}
+
+func (st *readState) markFresh(id string) {
+	if st.fresh == nil {
+		st.fresh = map[string]bool{}
+	}
+	st.fresh[id] = true
 }
 
 // saw records objects for the mirror as the provider showed them at at.
@@ -208,6 +255,7 @@ func (r *Runner) fetch(ctx context.Context, ids []string, now time.Time, st *rea
 	}
 	for _, o := range found {
 		st.fetched[o.ID] = o
+		st.markFresh(o.ID)
 	}
 	st.saw(now, found...)
 	return found, lookups
@@ -222,6 +270,7 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 	if err != nil {
 		return nil, fmt.Errorf("read the provider since the mirror: %w", err)
 	}
+	st.phases.mark("provider")
 	p.report.Listed = len(sync.Objects)
 	p.report.EventsRead = sync.Stats.Events
 	st.saw(p.seen, sync.Objects...)
@@ -235,6 +284,7 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 		return nil, fmt.Errorf("read the mirror: %w", err)
 	}
 	p.report.Mirrored, p.report.MirroredKeys = len(mirrored), len(keys)
+	st.phases.mark("mirror_read")
 
 	// The events' account of objects created before the fresh listing
 	// replaces what the mirror saw before it.
@@ -255,13 +305,16 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 			seenAt[m.Object.ID] = m.SeenAt
 		}
 	}
-	st.fromMirror = make(map[string]bool, len(mirrored))
-	for i := range mirrored {
-		id := mirrored[i].ID
-		st.fromMirror[id] = true
-		if c, ok := st.changes[id]; ok && !c.At.Before(seenAt[id]) {
-			mirrored[i] = c.Object
-			p.report.Changed++
+	for _, o := range sync.Objects {
+		st.markFresh(o.ID)
+	}
+	if len(st.changes) > 0 {
+		for i := range mirrored {
+			id := mirrored[i].ID
+			if c, ok := st.changes[id]; ok && !c.At.Before(seenAt[id]) {
+				mirrored[i] = c.Object
+				p.report.Changed++
+			}
 		}
 	}
 	objects := append(mirrored, sync.Objects...)
@@ -281,7 +334,6 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 		for _, o := range found {
 			if w.Contains(o.Created) {
 				objects = append(objects, o)
-				delete(st.fromMirror, o.ID)
 			}
 		}
 	}
@@ -321,7 +373,6 @@ func (r *Runner) namedFromMirror(ctx context.Context, ids []string, st *readStat
 		have[o.ID] = true
 		objs = append(objs, o)
 		lookups = append(lookups, reconcile.Lookup{ID: o.ID, Result: reconcile.LookupFound})
-		st.fromMirror[o.ID] = st.fetched[o.ID].ID == ""
 	}
 	var rest []string
 	for _, id := range ids {
@@ -344,7 +395,7 @@ func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Resu
 	pwe := slices.ContainsFunc(res.Findings, func(f reconcile.Finding) bool { return f.Kind == reconcile.PaidWithoutEvidence })
 	var ids []string
 	for _, o := range in.Objects {
-		if o.Kind != reconcile.PaymentIntent || !st.fromMirror[o.ID] {
+		if o.Kind != reconcile.PaymentIntent || st.fresh[o.ID] {
 			continue
 		}
 		switch res.Buckets[o.ID] {

@@ -177,18 +177,24 @@ func keyEventKinds() map[string]reconcile.ObjectKind {
 // object, if the event says so.
 // kinds is keyEventKinds().
 func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
-	kind, ok := kinds[string(ev.Type)]
-	if !ok || ev.Request == nil || ev.Request.IdempotencyKey == "" || ev.Data == nil {
+	if ev.Request == nil || ev.Data == nil {
 		return reconcile.KeyEvidence{}, false
 	}
 	id, _ := ev.Data.Object["id"].(string)
 	object, _ := ev.Data.Object["object"].(string)
-	if id == "" || object != string(kind) {
+	return evidence(kinds, ev.ID, string(ev.Type), ev.Created, ev.Request.IdempotencyKey, id, object)
+}
+
+// evidence is the key evidence of one event, if it is of a key-bearing
+// type, carries a request key, and is about an object of the type's kind.
+func evidence(kinds map[string]reconcile.ObjectKind, eventID, typ string, created int64, key, objectID, object string) (reconcile.KeyEvidence, bool) {
+	kind, ok := kinds[typ]
+	if !ok || key == "" || objectID == "" || object != string(kind) {
 		return reconcile.KeyEvidence{}, false
 	}
 	return reconcile.KeyEvidence{
-		ObjectID: id, ObjectKind: kind, Key: ev.Request.IdempotencyKey,
-		EventID: ev.ID, EventType: string(ev.Type), Created: unixUTC(ev.Created),
+		ObjectID: objectID, ObjectKind: kind, Key: key,
+		EventID: eventID, EventType: typ, Created: unixUTC(created),
 	}, true
 }
 

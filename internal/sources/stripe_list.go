@@ -143,16 +143,16 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 	types := stripe.StringSlice(p.eventTypes)
 	from, to := ceilUnix(p.objects.From), ceilUnix(p.objects.To)
 	return lister{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
-		it := s.api.Events.List(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
+		it := s.listEvents(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
 		var pg page
 		for it.Next() {
-			ev := it.Event()
+			ev := it.Current().(*lightEvent)
 			pg.ids = append(pg.ids, ev.ID)
-			if k, ok := keyEvidence(ev, kinds); ok {
+			if k, ok := lightKeyEvidence(ev, kinds); ok {
 				pg.keys = append(pg.keys, k)
 			}
 			if p.changes {
-				if c, ok := changeOf(ev, from, to); ok {
+				if c, ok := lightChange(ev, from, to); ok {
 					pg.changes = append(pg.changes, c)
 				}
 			}

@@ -3,13 +3,10 @@ package sources
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
-
-	stripe "github.com/stripe/stripe-go/v79"
 
 	"reconcile"
 )
@@ -92,47 +89,6 @@ type change struct {
 	id string
 	Change
 	ok bool
-}
-
-// changeOf reads the object an event is about, unless the object was
-// created in [from, to) (Unix seconds), where the listing has it as it is
-// now.
-func changeOf(ev *stripe.Event, from, to int64) (change, bool) {
-	if ev.Data == nil {
-		return change{}, false
-	}
-	id, _ := ev.Data.Object["id"].(string)
-	kind, _ := ev.Data.Object["object"].(string)
-	created, _ := ev.Data.Object["created"].(float64)
-	if id == "" {
-		return change{}, false
-	}
-	if c := int64(created); c >= from && c < to {
-		return change{}, false
-	}
-	c := change{id: id, Change: Change{EventID: ev.ID, EventType: string(ev.Type), At: unixUTC(ev.Created)}}
-	var err error
-	switch reconcile.ObjectKind(kind) {
-	case reconcile.Charge:
-		var ch stripe.Charge
-		if err = json.Unmarshal(ev.Data.Raw, &ch); err == nil {
-			c.Object = chargeObject(&ch)
-		}
-	case reconcile.Refund:
-		var r stripe.Refund
-		if err = json.Unmarshal(ev.Data.Raw, &r); err == nil {
-			c.Object = refundObject(&r)
-		}
-	case reconcile.PaymentIntent:
-		var p stripe.PaymentIntent
-		if err = json.Unmarshal(ev.Data.Raw, &p); err == nil {
-			c.Object = paymentIntentObject(&p)
-		}
-	default:
-		return change{}, false
-	}
-	c.ok = err == nil && c.Object.ID == id
-	return c, true
 }
 
 // mergeChanges keeps the newest account of each object. Two events of the

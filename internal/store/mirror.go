@@ -72,7 +72,8 @@ type MirrorUpdate struct {
 	// Seen are upserted, each object unless the mirror holds it seen
 	// later; of two states of one object here, the later seen wins.
 	Seen []SeenObjects
-	// Keys are added; of two events telling one object's key, the earliest
+	// Keys are added, each object and key once (as a listing holds them);
+	// of two events telling one object's key, across saves, the earliest
 	// is kept.
 	Keys []reconcile.KeyEvidence
 	// Cursors are set where their window is valid (non-empty for objects,
@@ -127,8 +128,10 @@ const mirrorObjectColumns = `id, kind, amount, currency, status, raw_status, amo
 	payment_intent, charge, customer, metadata, created, seen_at`
 
 // Objects returns the mirrored objects created in w (in whole seconds, as
-// a listing of w holds them) and seen at or after since, sorted by kind,
-// creation time and id, as a listing is.
+// a listing of w holds them) and seen at or after since, in no particular
+// order (the matcher's results do not depend on it). The slice has room
+// for a few percent more, so that a pass appends what it listed fresh
+// without copying a million objects.
 func (m *Mirror) Objects(ctx context.Context, w reconcile.Window, since time.Time) ([]reconcile.ProviderObject, error) {
 	if !w.Valid() {
 		return nil, nil
@@ -139,15 +142,44 @@ func (m *Mirror) Objects(ctx context.Context, w reconcile.Window, since time.Tim
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored objects: %w", err)
 	}
-	var objs []reconcile.ProviderObject
-	err = scanMirrorObjects(rows, func(o reconcile.ProviderObject, _ time.Time) { objs = append(objs, o) })
+	var c chunks[reconcile.ProviderObject]
+	err = scanMirrorObjects(rows, func(o reconcile.ProviderObject, _ time.Time) { c.add(o) })
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored objects: %w", err)
 	}
-	slices.SortFunc(objs, func(a, b reconcile.ProviderObject) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
-	})
-	return objs, nil
+	return c.slice(), nil
+}
+
+// chunks collects a result of unknown length in blocks, then copies it
+// once into a slice of the right size: append's doublings would copy a
+// million 200-byte objects twenty times and leave the copies as garbage.
+type chunks[T any] struct {
+	full [][]T
+	cur  []T
+	n    int
+}
+
+func (c *chunks[T]) add(v T) {
+	if len(c.cur) == cap(c.cur) {
+		if c.cur != nil {
+			c.full = append(c.full, c.cur)
+		}
+		c.cur = make([]T, 0, min(max(64, 2*cap(c.cur)), 8192))
+	}
+	c.cur = append(c.cur, v)
+	c.n++
+}
+
+// slice returns everything added, with room for a few percent more.
+func (c *chunks[T]) slice() []T {
+	if c.n == 0 {
+		return nil
+	}
+	out := make([]T, 0, c.n+c.n/32+1024)
+	for _, f := range c.full {
+		out = append(out, f...)
+	}
+	return append(out, c.cur...)
 }
 
 // Get returns the mirrored objects of ids seen at or after since, sorted
@@ -205,8 +237,7 @@ func scanMirrorObjects(rows pgx.Rows, each func(reconcile.ProviderObject, time.T
 }
 
 // Keys returns the key evidence told by the events created in w (whole
-// seconds), sorted by object kind, event time, object id and key, as a
-// listing's keys are.
+// seconds), in no particular order, with room for a few percent more.
 func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyEvidence, error) {
 	if !w.Valid() {
 		return nil, nil
@@ -222,22 +253,18 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 		kind, eventType        = newInterned(), newInterned()
 		created                time.Time
 	)
-	var keys []reconcile.KeyEvidence
+	var keys chunks[reconcile.KeyEvidence]
 	for rows.Next() {
 		if err := rows.Scan(&objectID, &key, &kind, &eventID, &eventType, &created); err != nil {
 			return nil, fmt.Errorf("read mirrored keys: %w", err)
 		}
-		keys = append(keys, reconcile.KeyEvidence{ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
+		keys.add(reconcile.KeyEvidence{ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
 			Key: key.s, EventID: eventID.s, EventType: eventType.s, Created: created.UTC()})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read mirrored keys: %w", err)
 	}
-	slices.SortFunc(keys, func(a, b reconcile.KeyEvidence) int {
-		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
-			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
-	})
-	return keys, nil
+	return keys.slice(), nil
 }
 
 // Save writes one completed pass's reads and moves the cursors, in one
@@ -247,6 +274,10 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		return errors.New("save mirror: no run id")
 	}
 	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		// A first pass joins a million rows: in memory, not on disk.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return err
+		}
 		if err := saveObjects(ctx, tx, u.Seen); err != nil {
 			return err
 		}
@@ -262,11 +293,8 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 }
 
 func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects) error {
-	n := 0
-	for _, g := range seen {
-		n += len(g.Objects)
-	}
-	if n == 0 {
+	src := newSeenSource(seen)
+	if src.n == 0 {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mirror_objects_in (LIKE reconcile.provider_objects) ON COMMIT DROP`); err != nil {
@@ -274,23 +302,30 @@ func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects) error {
 	}
 	cols := []string{"id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
 		"payment_intent", "charge", "customer", "metadata", "created", "seen_at"}
-	src := &seenSource{seen: seen, g: 0, i: -1}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_objects_in"}, cols, src); err != nil {
 		return fmt.Errorf("objects: copy: %w", err)
 	}
-	// Of two states of one object, the one seen last wins, in the batch
-	// and against the mirror: an event older than a listing does not undo
-	// it.
-	_, err := tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (`+mirrorObjectColumns+`)
-		SELECT DISTINCT ON (id) `+mirrorObjectColumns+` FROM mirror_objects_in ORDER BY id, seen_at DESC
-		ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, amount = EXCLUDED.amount, currency = EXCLUDED.currency,
-			status = EXCLUDED.status, raw_status = EXCLUDED.raw_status, amount_refunded = EXCLUDED.amount_refunded,
-			target = EXCLUDED.target, payment_intent = EXCLUDED.payment_intent, charge = EXCLUDED.charge,
-			customer = EXCLUDED.customer, metadata = EXCLUDED.metadata, created = EXCLUDED.created,
-			seen_at = EXCLUDED.seen_at
-		WHERE EXCLUDED.seen_at >= reconcile.provider_objects.seen_at`)
+	// The planner sizes the unanalysed batch by its pages: a handful of
+	// changes is joined by index, a first pass's million by hash. Each id
+	// is in the batch once (seenSource keeps the account seen last), and
+	// only the pass holding the run lock saves: an update of
+	// the rows the mirror holds and an insert of the others do what ON
+	// CONFLICT would, without its speculative insertion per row (five
+	// times slower for a first pass's million rows). An account older
+	// than the mirror's (an event before a listing) does not undo it.
+	_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET kind = i.kind, amount = i.amount, currency = i.currency,
+			status = i.status, raw_status = i.raw_status, amount_refunded = i.amount_refunded, target = i.target,
+			payment_intent = i.payment_intent, charge = i.charge, customer = i.customer, metadata = i.metadata,
+			created = i.created, seen_at = i.seen_at
+		FROM mirror_objects_in i WHERE p.id = i.id AND i.seen_at >= p.seen_at`)
 	if err != nil {
-		return fmt.Errorf("objects: upsert: %w", err)
+		return fmt.Errorf("objects: update: %w", err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (`+mirrorObjectColumns+`)
+		SELECT `+mirrorObjectColumns+` FROM mirror_objects_in i
+		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_objects p WHERE p.id = i.id)`)
+	if err != nil {
+		return fmt.Errorf("objects: insert: %w", err)
 	}
 	return nil
 }
@@ -311,14 +346,20 @@ func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) erro
 	if err != nil {
 		return fmt.Errorf("keys: copy: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created)
-		SELECT DISTINCT ON (object_id, key) object_id, key, object_kind, event_id, event_type, created
-		FROM mirror_keys_in ORDER BY object_id, key, created, event_id
-		ON CONFLICT (object_id, key) DO UPDATE SET object_kind = EXCLUDED.object_kind, event_id = EXCLUDED.event_id,
-			event_type = EXCLUDED.event_type, created = EXCLUDED.created
-		WHERE (EXCLUDED.created, EXCLUDED.event_id) < (reconcile.provider_keys.created, reconcile.provider_keys.event_id)`)
+	// A listing's keys are one per object and key (the reader keeps the
+	// earliest event of each), so the batch inserts each once; the mirror
+	// keeps the earliest of all.
+	_, err = tx.Exec(ctx, `UPDATE reconcile.provider_keys p SET object_kind = i.object_kind, event_id = i.event_id,
+			event_type = i.event_type, created = i.created
+		FROM mirror_keys_in i WHERE p.object_id = i.object_id AND p.key = i.key AND (i.created, i.event_id) < (p.created, p.event_id)`)
 	if err != nil {
-		return fmt.Errorf("keys: upsert: %w", err)
+		return fmt.Errorf("keys: update: %w", err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created)
+		SELECT object_id, key, object_kind, event_id, event_type, created FROM mirror_keys_in i
+		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_keys p WHERE p.object_id = i.object_id AND p.key = i.key)`)
+	if err != nil {
+		return fmt.Errorf("keys: insert: %w", err)
 	}
 	return nil
 }
@@ -365,19 +406,69 @@ func saveCursors(ctx context.Context, tx pgx.Tx, u MirrorUpdate) error {
 	return nil
 }
 
-// seenSource feeds COPY the objects of every group, without copying them
-// into rows first.
+// seenSource feeds COPY the objects of every group, each id once (the
+// account seen last), without copying them into rows first.
 type seenSource struct {
 	seen []SeenObjects
+	n    int
 	g, i int
+	// skip marks, per group, the objects another group has a later
+	// account of. The largest group (a listing) holds each id once; only
+	// the small ones (changes, retrievals) are indexed.
+	skip [][]bool
 	row  [14]any
 	err  error
+}
+
+func newSeenSource(seen []SeenObjects) *seenSource {
+	s := &seenSource{seen: seen, i: -1, skip: make([][]bool, len(seen))}
+	largest := -1
+	for g, grp := range seen {
+		s.n += len(grp.Objects)
+		if largest < 0 || len(grp.Objects) > len(seen[largest].Objects) {
+			largest = g
+		}
+	}
+	type at struct{ g, i int }
+	best := map[string]at{}
+	for g, grp := range seen {
+		s.skip[g] = make([]bool, len(grp.Objects))
+		if g == largest {
+			continue
+		}
+		for i, o := range grp.Objects {
+			if b, ok := best[o.ID]; ok {
+				if seen[b.g].At.After(grp.At) {
+					s.skip[g][i] = true
+					continue
+				}
+				s.skip[b.g][b.i] = true
+			}
+			best[o.ID] = at{g, i}
+		}
+	}
+	if largest >= 0 && len(best) > 0 {
+		grp := seen[largest]
+		for i, o := range grp.Objects {
+			if b, ok := best[o.ID]; ok {
+				if seen[b.g].At.After(grp.At) {
+					s.skip[largest][i] = true
+				} else {
+					s.skip[b.g][b.i] = true
+				}
+			}
+		}
+	}
+	return s
 }
 
 func (s *seenSource) Next() bool {
 	for s.g < len(s.seen) {
 		if s.i+1 < len(s.seen[s.g].Objects) {
 			s.i++
+			if s.skip[s.g][s.i] {
+				continue
+			}
 			return true
 		}
 		s.g, s.i = s.g+1, -1

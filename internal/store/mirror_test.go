@@ -1,6 +1,8 @@
 package store
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +10,11 @@ import (
 
 	"reconcile"
 )
+
+// byID sorts objects by id: the mirror returns them in no order.
+func byID(objs []reconcile.ProviderObject) {
+	slices.SortFunc(objs, func(a, b reconcile.ProviderObject) int { return strings.Compare(a.ID, b.ID) })
+}
 
 func mirrorCharge(id string, created time.Time, meta map[string]string) reconcile.ProviderObject {
 	return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
@@ -50,6 +57,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	byID(got)
 	if diff := cmp.Diff([]reconcile.ProviderObject{b, r}, got); diff != "" {
 		t.Errorf("Objects (-want +got):\n%s", diff)
 	}
@@ -57,6 +65,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	byID(got)
 	if diff := cmp.Diff([]reconcile.ProviderObject{a, b, r}, got); diff != "" {
 		t.Errorf("Objects of a window holding a stale object (-want +got):\n%s", diff)
 	}
@@ -111,11 +120,16 @@ func TestMirrorKeepsTheNewestState(t *testing.T) {
 		Seen: []SeenObjects{{At: at.Add(-time.Minute), Objects: []reconcile.ProviderObject{done}}, {At: at.Add(-2 * time.Minute), Objects: []reconcile.ProviderObject{pending}}},
 		Keys: []reconcile.KeyEvidence{
 			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_9", EventType: "refund.updated", Created: at.Add(-time.Minute)},
-			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_5", EventType: "refund.created", Created: at.Add(-time.Hour)},
 		},
 		Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{reconcile.Refund: cov}, Keys: cov},
 	})
-	save(MirrorUpdate{Seen: []SeenObjects{{At: at.Add(-30 * time.Minute), Objects: []reconcile.ProviderObject{pending}}}})
+	save(MirrorUpdate{Seen: []SeenObjects{{At: at.Add(-30 * time.Minute), Objects: []reconcile.ProviderObject{pending}}},
+		Keys: []reconcile.KeyEvidence{
+			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_5", EventType: "refund.created", Created: at.Add(-time.Hour)},
+		}})
+	save(MirrorUpdate{Keys: []reconcile.KeyEvidence{
+		{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_7", EventType: "refund.updated", Created: at.Add(-30 * time.Minute)},
+	}})
 	held, err := m.Get(ctx, []string{"re_1"}, time.Time{})
 	if err != nil {
 		t.Fatal(err)

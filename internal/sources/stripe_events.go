@@ -1,0 +1,128 @@
+package sources
+
+import (
+	"encoding/json"
+	"net/http"
+
+	stripe "github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/form"
+
+	"reconcile"
+)
+
+// Events are the longest list the reader reads (one or more per object),
+// and stripe-go decodes each event's data.object into a
+// map[string]interface{} after decoding it into the event: most of a
+// listing's CPU went there. The reader needs of an event only its id,
+// type, time, request key and the id, kind and creation time of its
+// object, and the whole object only for a change to an object the
+// listing does not hold. So the events list goes through stripe-go's
+// backend (the same HTTP client, key, pacing and error handling) into a
+// page type of the reader's own that keeps data.object as raw JSON and
+// decodes only its head; Change decodes the rest, into stripe-go's own
+// types, when it needs it.
+
+// eventPage is one page of the events list.
+type eventPage struct {
+	stripe.APIResource
+	stripe.ListMeta
+	Data []*lightEvent `json:"data"`
+}
+
+// lightEvent is an event as far as the reader reads it.
+type lightEvent struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Created int64  `json:"created"`
+	Request *struct {
+		IdempotencyKey string `json:"idempotency_key"`
+	} `json:"request"`
+	Data *struct {
+		Object eventObject `json:"object"`
+	} `json:"data"`
+}
+
+// eventObject is an event's data.object: its head decoded, the rest kept
+// as raw JSON.
+type eventObject struct {
+	head objectHead
+	// raw is the object's JSON inside the response body, which stripe-go
+	// keeps (LastResponse.RawJSON) and never reuses: it stays valid as
+	// long as the event does.
+	raw []byte
+}
+
+type objectHead struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (o *eventObject) UnmarshalJSON(b []byte) error {
+	o.raw = b
+	if len(b) > 0 && b[0] != '{' {
+		return nil // null, or not an object: no head
+	}
+	return json.Unmarshal(b, &o.head)
+}
+
+// listEvents lists one page of events as stripe-go's event.Client.List
+// does, into eventPage.
+func (s *Stripe) listEvents(params *stripe.EventListParams) *stripe.Iter {
+	b, key := s.api.Events.B, s.api.Events.Key
+	return stripe.GetIter(params, func(p *stripe.Params, f *form.Values) ([]interface{}, stripe.ListContainer, error) {
+		page := &eventPage{}
+		err := b.CallRaw(http.MethodGet, "/v1/events", key, f, p, page)
+		ret := make([]interface{}, len(page.Data))
+		for i, v := range page.Data {
+			ret[i] = v
+		}
+		return ret, page, err
+	})
+}
+
+// lightKeyEvidence is keyEvidence for a lightEvent.
+func lightKeyEvidence(ev *lightEvent, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
+	if ev.Request == nil || ev.Data == nil {
+		return reconcile.KeyEvidence{}, false
+	}
+	h := ev.Data.Object.head
+	return evidence(kinds, ev.ID, ev.Type, ev.Created, ev.Request.IdempotencyKey, h.ID, h.Object)
+}
+
+// lightChange is changeOf for a lightEvent: the object it is about,
+// unless it was created in [from, to) (Unix seconds), where the listing
+// has it as it is now.
+func lightChange(ev *lightEvent, from, to int64) (change, bool) {
+	if ev.Data == nil {
+		return change{}, false
+	}
+	o := &ev.Data.Object
+	if o.head.ID == "" || o.head.Created >= from && o.head.Created < to {
+		return change{}, false
+	}
+	c := change{id: o.head.ID, Change: Change{EventID: ev.ID, EventType: ev.Type, At: unixUTC(ev.Created)}}
+	var err error
+	switch reconcile.ObjectKind(o.head.Object) {
+	case reconcile.Charge:
+		var ch stripe.Charge
+		if err = json.Unmarshal(o.raw, &ch); err == nil {
+			c.Object = chargeObject(&ch)
+		}
+	case reconcile.Refund:
+		var r stripe.Refund
+		if err = json.Unmarshal(o.raw, &r); err == nil {
+			c.Object = refundObject(&r)
+		}
+	case reconcile.PaymentIntent:
+		var p stripe.PaymentIntent
+		if err = json.Unmarshal(o.raw, &p); err == nil {
+			c.Object = paymentIntentObject(&p)
+		}
+	default:
+		return change{}, false
+	}
+	c.ok = err == nil && c.Object.ID == o.head.ID
+	return c, true
+}
