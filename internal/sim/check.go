@@ -395,10 +395,32 @@ func (w *world) checkReturn(pc *passCtl) {
 		w.errTexts = append(w.errTexts, pc.outcome.AlertErr.Error())
 	}
 	if pc.outcome != nil && pc.outcome.Sync.Mode != "" {
-		w.tracef("pass %d read the provider: %s %s", n, pc.outcome.Sync.Mode, pc.outcome.Sync.Reason)
+		s := pc.outcome.Sync
+		w.tracef("pass %d read the provider: %s %s (listed %d, mirrored %d, changed %d)", n, s.Mode, s.Reason, s.Listed, s.Mirrored, s.Changed)
+		if w.rep.Stats == nil {
+			w.rep.Stats = map[string]int{}
+		}
+		w.rep.Stats["sync_"+s.Mode]++
+		if s.Changed > 0 {
+			w.rep.Stats["sync_changed"]++
+		}
 	}
 	if !pc.began {
 		return
+	}
+	if pc.outcome != nil && pc.truth != nil {
+		// What the pass read is what the provider held when it began,
+		// however it read it (listed, retrieved, or from the mirror).
+		for _, o := range pc.outcome.Input.Objects {
+			x := pc.truth.objs[o.ID]
+			switch {
+			case x == nil:
+				w.violate("M", n, "the pass read provider object %s, which does not exist", o.ID)
+			case o.Status != x.Status || o.Money != x.Money:
+				w.violate("M", n, "the pass read %s as %s %s; the provider held it %s %s (sync %s)",
+					o.ID, o.Money, o.Status, x.Money, x.Status, pc.outcome.Sync.Mode)
+			}
+		}
 	}
 	switch {
 	case pc.plan.dryRun:

@@ -15,7 +15,7 @@ const lookback = 72 * time.Hour
 // its rerun, a dry run, two passes at once, or a pass killed at a step
 // boundary and restarted.
 func (w *world) reconcile() error {
-	switch w.weighted(40, 10, 8, 8, 7, 22, 5) {
+	switch w.weighted(40, 10, 8, 8, 7, 22, 5, 8) {
 	case 0: // an ordinary pass, sometimes rerun at once
 		pc, err := w.runPass(w.drawPlan(false))
 		if err != nil {
@@ -64,6 +64,17 @@ func (w *world) reconcile() error {
 		plan := w.drawPlan(false)
 		plan.interleave = true
 		_, err := w.runPass(plan)
+		return err
+	case 7: // the provider settles what a pass saw pending, before the next
+		if _, err := w.runPass(w.drawPlan(false)); err != nil {
+			return err
+		}
+		w.clock.Advance(time.Duration(60+w.rng.IntN(1800)) * time.Second)
+		if err := w.settlePending(); err != nil {
+			return err
+		}
+		w.clock.Advance(time.Duration(w.rng.IntN(600)) * time.Second)
+		_, err := w.runPass(w.drawPlan(false))
 		return err
 	}
 	return nil

@@ -136,6 +136,8 @@ type Report struct {
 	WindowLimited int
 	// Known counts known deviations by id (see known).
 	Known map[string]int
+	// Stats counts what passes did (how they read the provider).
+	Stats map[string]int
 }
 
 // world is one history.

@@ -92,6 +92,7 @@ func TestSim(t *testing.T) {
 		limited  int
 		byInv    = map[string]int{}
 		known    = map[string]int{}
+		stats    = map[string]int{}
 		infraErr error
 	)
 	start := time.Now()
@@ -118,6 +119,9 @@ func TestSim(t *testing.T) {
 					for k, c := range rep.Known {
 						known[k] += c
 					}
+					for k, c := range rep.Stats {
+						stats[k] += c
+					}
 				}
 				mu.Unlock()
 			}
@@ -129,6 +133,7 @@ func TestSim(t *testing.T) {
 	}
 	t.Logf("%d seeds, %d steps, %d passes in %s; %d seeds with violations %v; known deviations %v; %d PAID on window-limited evidence",
 		n, steps, passes, time.Since(start).Round(time.Millisecond), len(failed), byInv, known, limited)
+	t.Logf("pass statistics: %v", stats)
 	t.Logf("coverage (passes in which the fault fired with an obligation of the state in scope; least cell %d):\n%s", cov.Min(), cov)
 	slices.SortFunc(failed, func(a, b *Report) int { return int(a.Seed) - int(b.Seed) })
 	for i, rep := range failed {
@@ -153,4 +158,32 @@ func traceWriter(f *os.File) interface{ Write([]byte) (int, error) } {
 		return nil
 	}
 	return f
+}
+
+// TestSimReplay runs seeds twice: a seed must replay the same history,
+// decisions, deliveries and violations included.
+func TestSimReplay(t *testing.T) {
+	env := newEnv(t)
+	for seed := range uint64(5) {
+		seed += 1000
+		a, err := Run(t.Context(), env, Options{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(t.Context(), env, Options{Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Digest != b.Digest {
+			for i := range min(len(a.Trace), len(b.Trace)) {
+				if a.Trace[i] != b.Trace[i] {
+					t.Errorf("seed %d replays differently from line %d:\n first: %s\nsecond: %s", seed, i, a.Trace[i], b.Trace[i])
+					break
+				}
+			}
+			if len(a.Trace) != len(b.Trace) {
+				t.Errorf("seed %d: %d trace lines, then %d", seed, len(a.Trace), len(b.Trace))
+			}
+		}
+	}
 }

@@ -25,7 +25,12 @@ type observer struct {
 	popts alerts.PlanOptions
 	pc    *passCtl
 	plan  []alerts.Message
-	rows  map[int64]*rowLog
+	// next is the first planned message not yet accepted: the deliverer
+	// sends in plan order, so two messages of the same text (a critical
+	// finding alerted, resolved and alerted again) are told apart by
+	// their place.
+	next int
+	rows map[int64]*rowLog
 	// planOf holds each pass's planned messages.
 	planOf map[int][]alerts.Message
 }
@@ -47,7 +52,7 @@ func newObserver(w *world) *observer {
 	return &observer{w: w, rows: map[int64]*rowLog{}, planOf: map[int][]alerts.Message{}}
 }
 
-func (o *observer) beginPass(pc *passCtl) { o.pc, o.plan = pc, nil }
+func (o *observer) beginPass(pc *passCtl) { o.pc, o.plan, o.next = pc, nil, 0 }
 
 func (o *observer) row(id int64) *rowLog {
 	r := o.rows[id]
@@ -71,11 +76,15 @@ func (o *observer) due(pc *passCtl, rows []reconcile.Alert, now time.Time) {
 	o.planOf[pc.n] = append(o.planOf[pc.n], msgs...)
 }
 
-// message finds the planned message whose text reached Slack.
+// message finds the planned message whose text reached Slack: the first
+// not yet accepted with that text (or, for a text cut short by the
+// deliverer's plain-text fallback, that beginning).
 func (o *observer) message(text string) (alerts.Message, bool) {
-	for i := len(o.plan) - 1; i >= 0; i-- {
+	cut, short := strings.CutSuffix(text, "…")
+	for i := o.next; i < len(o.plan); i++ {
 		m := o.plan[i]
-		if m.Text == text || strings.HasPrefix(m.Text, strings.TrimSuffix(text, "…")) && text != "" {
+		if m.Text == text || short && cut != "" && strings.HasPrefix(m.Text, cut) {
+			o.next = i + 1
 			return m, true
 		}
 	}
