@@ -382,6 +382,8 @@ type storedFinding struct {
 	ackReason   *string
 	lastAlerted *time.Time
 	unsent      bool // an alert about it is still waiting in the outbox
+	// lastSent is when Slack last accepted an alert about it.
+	lastSent *time.Time
 }
 
 func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[string]storedFinding, error) {
@@ -392,7 +394,8 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 	rows, err := tx.Query(ctx, `SELECT f.fingerprint, f.kind, f.severity, f.obligation_id, f.provider_ids,
 		f.amount, f.currency, f.at_risk_amount, f.at_risk_currency, f.content_hash, f.detail, f.status,
 		f.acknowledged_at, f.acknowledged_by, f.ack_reason, f.last_alerted_at,
-		EXISTS (SELECT 1 FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint AND o.sent_at IS NULL)
+		EXISTS (SELECT 1 FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint AND o.sent_at IS NULL),
+		(SELECT max(o.sent_at) FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint)
 	FROM reconcile.findings f
 	WHERE f.fingerprint = ANY($1::text[]) OR f.status = 'open'`, fps)
 	if err != nil {
@@ -405,7 +408,7 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 	)
 	_, err = pgx.ForEachRow(rows, []any{&sf.f.Fingerprint, &sf.f.Kind, &sf.f.Severity, &obligationID, &sf.f.ProviderIDs,
 		&sf.f.Money.Amount, &sf.f.Money.Currency, &sf.f.AtRisk.Amount, &sf.f.AtRisk.Currency, &sf.f.ContentHash,
-		&sf.f.Detail, &sf.status, &sf.ackAt, &sf.ackBy, &sf.ackReason, &sf.lastAlerted, &sf.unsent}, func() error {
+		&sf.f.Detail, &sf.status, &sf.ackAt, &sf.ackBy, &sf.ackReason, &sf.lastAlerted, &sf.unsent, &sf.lastSent}, func() error {
 		sf.f.ObligationID = stringOf(obligationID)
 		stored[sf.f.Fingerprint] = sf
 		sf = storedFinding{}
@@ -487,8 +490,7 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 			p.changedKinds[f.Kind]++
 			p.atRisk = append(p.atRisk, f.AtRisk)
 			alert(f, reconcile.AlertFiring, true)
-		case old.ackAt == nil && !old.unsent &&
-			(old.lastAlerted == nil || now.Sub(*old.lastAlerted) >= s.opts.RepeatInterval):
+		case old.ackAt == nil && !old.unsent && repeatDue(old, now, s.opts.RepeatInterval):
 			// An alert still waiting in the outbox (Slack down) is not
 			// doubled by a repeat.
 			row.lastAlerted = &now
@@ -511,6 +513,18 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 		alert(old.f, reconcile.AlertResolved, false)
 	}
 	return p, payloadErr
+}
+
+// repeatDue reports whether the repeat interval has passed since people
+// were last told about the finding: since its last alert was queued, or,
+// when that alert waited in the outbox (Slack down), since Slack took it.
+// Otherwise an alert delivered late would be followed at once by a repeat.
+func repeatDue(old storedFinding, now time.Time, interval time.Duration) bool {
+	last := old.lastAlerted
+	if old.lastSent != nil && (last == nil || old.lastSent.After(*last)) {
+		last = old.lastSent
+	}
+	return last == nil || now.Sub(*last) >= interval
 }
 
 // covers reports whether the run examined what the finding is about.

@@ -67,17 +67,24 @@ func TestFindingLifecycle(t *testing.T) {
 			res:  resultOf([]reconcile.Finding{dup, stale, orphan}, nil),
 		},
 		{
-			name:   "repeat once the interval passed",
+			// Found by the simulation (I6): the first alerts reached Slack
+			// only now, so a repeat now would follow them at once.
+			name:   "no repeat right after a late first alert was delivered",
 			at:     26 * time.Hour,
 			before: func(now time.Time) { e.markAllSent(now) },
 			res:    resultOf([]reconcile.Finding{dup, stale, orphan}, nil),
-			want:   []want{{"repeat", "dup", false}, {"repeat", "stale", false}, {"repeat", "orphan", false}},
+		},
+		{
+			name: "repeat once the interval passed since delivery",
+			at:   50 * time.Hour,
+			res:  resultOf([]reconcile.Finding{dup, stale, orphan}, nil),
+			want: []want{{"repeat", "dup", false}, {"repeat", "stale", false}, {"repeat", "orphan", false}},
 		},
 		{
 			name: "an acknowledged finding is not repeated",
-			at:   51 * time.Hour,
+			at:   75 * time.Hour,
 			before: func(now time.Time) {
-				e.markAllSent(now)
+				e.markAllSent(t0().Add(50 * time.Hour))
 				if _, err := e.s.Ack(t.Context(), stale.Fingerprint, "ops@example", "worker restarted", now); err != nil {
 					t.Fatalf("Ack: %v", err)
 				}
@@ -87,7 +94,7 @@ func TestFindingLifecycle(t *testing.T) {
 		},
 		{
 			name:   "a change fires again and clears the acknowledgement",
-			at:     52 * time.Hour,
+			at:     76 * time.Hour,
 			before: func(now time.Time) { e.markAllSent(now) },
 			res:    resultOf([]reconcile.Finding{dup, staleChanged, orphan}, nil),
 			want:   []want{{"summary", "", false}, {"firing", "stale", true}},
@@ -103,7 +110,7 @@ func TestFindingLifecycle(t *testing.T) {
 		},
 		{
 			name: "absent but outside the run's scope stays open",
-			at:   53 * time.Hour,
+			at:   77 * time.Hour,
 			res:  resultOf([]reconcile.Finding{dup, staleChanged}, nil, "refund:7", "re_8"),
 			check: func(t *testing.T, a Applied) {
 				if r := e.finding(orphan.Fingerprint); r.Status != FindingOpen {
@@ -113,13 +120,13 @@ func TestFindingLifecycle(t *testing.T) {
 		},
 		{
 			name: "absent within the run's scope is resolved",
-			at:   54 * time.Hour,
+			at:   78 * time.Hour,
 			res:  resultOf([]reconcile.Finding{dup, staleChanged}, nil, "re_9"),
 			want: []want{{"summary", "", false}, {"resolved", "orphan", false}},
 			check: func(t *testing.T, a Applied) {
 				r := e.finding(orphan.Fingerprint)
-				if r.Status != FindingResolved || r.ResolvedRun != "run-7" || !r.ResolvedAt.Equal(t0().Add(54*time.Hour)) {
-					t.Errorf("orphan = %s in %s at %v, want resolved in run-7", r.Status, r.ResolvedRun, r.ResolvedAt)
+				if r.Status != FindingResolved || r.ResolvedRun != "run-8" || !r.ResolvedAt.Equal(t0().Add(78*time.Hour)) {
+					t.Errorf("orphan = %s in %s at %v, want resolved in run-8", r.Status, r.ResolvedRun, r.ResolvedAt)
 				}
 				if a.Summary.Resolved[reconcile.Orphan] != 1 || a.Summary.Open[reconcile.Orphan] != 0 {
 					t.Errorf("summary resolved %v open %v, want one orphan resolved and none open", a.Summary.Resolved, a.Summary.Open)
@@ -128,7 +135,7 @@ func TestFindingLifecycle(t *testing.T) {
 		},
 		{
 			name: "a resolved finding that comes back is reopened",
-			at:   55 * time.Hour,
+			at:   79 * time.Hour,
 			res:  resultOf([]reconcile.Finding{dup, staleChanged, orphan}, nil),
 			want: []want{{"summary", "", false}, {"firing", "orphan", false}},
 			check: func(t *testing.T, a Applied) {
