@@ -273,9 +273,13 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 		return f.obligationID != "" && scopeObl[f.obligationID] || slices.ContainsFunc(f.providerIDs, func(id string) bool { return scopeObj[id] })
 	}
 	unsent := map[string]bool{}
+	lastSent := map[string]time.Time{}
 	for _, r := range before.outbox {
 		if !r.sent && r.fingerprint != "" {
 			unsent[r.fingerprint] = true
+		}
+		if r.sent && r.sentAt.After(lastSent[r.fingerprint]) {
+			lastSent[r.fingerprint] = r.sentAt
 		}
 	}
 	type notice struct {
@@ -296,7 +300,7 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 		case old.hash != f.ContentHash:
 			want = append(want, notice{f.Fingerprint, "firing", true})
 			nChanged++
-		case old.acked.IsZero() && (old.lastAlerted.IsZero() || pc.start.Sub(old.lastAlerted) >= repeatInterval):
+		case old.acked.IsZero() && repeatDue(old.lastAlerted, lastSent[f.Fingerprint], pc.start):
 			// A repeat is due; the store may hold it back while an alert
 			// about the finding still waits in the outbox.
 			if unsent[f.Fingerprint] {
@@ -375,6 +379,17 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 			w.violate("I3", n, "%d unexpected alert(s) queued: %s", c, k)
 		}
 	}
+}
+
+// repeatDue: people were last told about a finding when its last alert
+// was queued or, if it waited in the outbox, when Slack took it; a repeat
+// is due the repeat interval after that.
+func repeatDue(queued, sent, now time.Time) bool {
+	last := queued
+	if sent.After(last) {
+		last = sent
+	}
+	return last.IsZero() || now.Sub(last) >= repeatInterval
 }
 
 func sum(m map[reconcile.FindingKind]int) int {

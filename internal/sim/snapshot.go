@@ -36,6 +36,7 @@ type outboxRow struct {
 	changed, unknown            bool
 	payload, lastError, slackTS string
 	sent                        bool
+	sentAt                      time.Time
 	attempts                    int
 }
 
@@ -58,7 +59,7 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	b.Queue(`SELECT fingerprint, kind, coalesce(obligation_id, ''), provider_ids, status, content_hash,
 		detail, last_seen_run, last_seen_at, last_alerted_at, acknowledged_at FROM reconcile.findings`)
 	b.Queue(`SELECT id, run_id, coalesce(fingerprint, ''), event, changed, outcome_unknown, payload::text,
-		coalesce(last_error, ''), coalesce(slack_ts, ''), sent_at IS NOT NULL, attempts FROM reconcile.outbox`)
+		coalesce(last_error, ''), coalesce(slack_ts, ''), sent_at, attempts FROM reconcile.outbox`)
 	b.Queue(`SELECT id, obligation_id, from_state, to_state, coalesce(provider_id, ''), run_id, at
 		FROM reconcile.transitions ORDER BY id`)
 	b.Queue(`SELECT id, status, coalesce(error, '') FROM reconcile.runs`)
@@ -105,9 +106,14 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	if err != nil {
 		return s, fmt.Errorf("snapshot outbox: %w", err)
 	}
-	var r outboxRow
+	var (
+		r      outboxRow
+		sentAt *time.Time
+	)
 	if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.runID, &r.fingerprint, &r.event, &r.changed, &r.unknown, &r.payload,
-		&r.lastError, &r.slackTS, &r.sent, &r.attempts}, func() error {
+		&r.lastError, &r.slackTS, &sentAt, &r.attempts}, func() error {
+		r.sentAt = deref(sentAt)
+		r.sent = sentAt != nil
 		s.outbox[r.id] = r
 		s.maxOutbox = max(s.maxOutbox, r.id)
 		return nil
