@@ -206,6 +206,12 @@ func runCommand(b *testing.B, s *server, dbURL string, args ...string) passResul
 	cmd := exec.Command(command(b), append([]string{"run", "--config", cfg, "--since", "720h", "--format", "json"}, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"DATABASE_URL=" + dbURL, "STRIPE_API_KEY=" + stripeKey, "STRIPE_API_BASE=" + s.url}
+	// The runtime's knobs pass through, for experiments (GODEBUG=gctrace=1).
+	for _, k := range []string{"GODEBUG", "GOGC", "GOMEMLIMIT"} {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	s.srv.ResetStats()
@@ -214,6 +220,13 @@ func runCommand(b *testing.B, s *server, dbURL string, args ...string) passResul
 	wall := time.Since(start)
 	if err != nil {
 		b.Fatalf("reconcile run %v: %v\n%s", args, err, tail(stderr.String(), 2000))
+	}
+	if dir := os.Getenv("RECONCILE_BENCH_LOGS"); dir != "" {
+		// Each pass's log (and, with GODEBUG=gctrace=1, the collector's).
+		name := filepath.Join(dir, fmt.Sprintf("pass-%s.log", time.Now().Format("150405.000")))
+		if err := os.WriteFile(name, stderr.Bytes(), 0o600); err != nil {
+			b.Logf("keep the pass's log: %v", err)
+		}
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	entries, requests := reads(s.srv)

@@ -3,6 +3,8 @@ package sources
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/form"
@@ -64,7 +66,156 @@ func (o *eventObject) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] != '{' {
 		return nil // null, or not an object: no head
 	}
+	if h, ok := scanHead(b); ok {
+		o.head = h
+		return nil
+	}
 	return json.Unmarshal(b, &o.head)
+}
+
+// scanHead reads the id, object and created members at the top level of a
+// JSON object that the decoder has already validated, without decoding
+// the rest (a charge's JSON is a kilobyte; its head a few dozen bytes). It
+// reports false on anything it does not expect (an escape in a key or in
+// the id, bytes beyond ASCII there, a key that differs from one of the
+// three only in case, a created that is not an integer), and the caller
+// decodes the object with encoding/json instead.
+func scanHead(b []byte) (objectHead, bool) {
+	var h objectHead
+	var seen int
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return h, false
+	}
+	i++
+	for {
+		i = skipSpace(b, i)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+		if i >= len(b) || b[i] == '}' {
+			return h, true
+		}
+		if b[i] != '"' {
+			return h, false
+		}
+		end, escaped := stringEnd(b, i)
+		if end < 0 || escaped {
+			return h, false
+		}
+		key := b[i+1 : end-1]
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return h, false
+		}
+		start := skipSpace(b, i+1)
+		i = valueEnd(b, start)
+		if i < 0 {
+			return h, false
+		}
+		v := b[start:i]
+		if k := string(key); k != "id" && k != "object" && k != "created" &&
+			(strings.EqualFold(k, "id") || strings.EqualFold(k, "object") || strings.EqualFold(k, "created")) {
+			return h, false // encoding/json would match it regardless of case
+		}
+		switch string(key) {
+		case "id", "object":
+			if len(v) < 2 || v[0] != '"' {
+				if string(v) == "null" {
+					seen++
+					continue
+				}
+				return h, false
+			}
+			if _, esc := stringEnd(v, 0); esc || !ascii(v) {
+				return h, false // encoding/json would unescape it, or mend bad UTF-8
+			}
+			if key[0] == 'i' {
+				h.ID = string(v[1 : len(v)-1])
+			} else {
+				h.Object = string(v[1 : len(v)-1])
+			}
+			seen++
+		case "created":
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return h, false
+			}
+			h.Created = n
+			seen++
+		}
+		if seen == 3 {
+			return h, true
+		}
+	}
+}
+
+func ascii(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index just past the string starting at b[i] (a quote),
+// or -1; escaped says whether it holds a backslash.
+func stringEnd(b []byte, i int) (end int, escaped bool) {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j + 1, escaped
+		}
+	}
+	return -1, escaped
+}
+
+// valueEnd is the index just past the value starting at b[i], or -1.
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		end, _ := stringEnd(b, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, _ := stringEnd(b, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
+		j++
+	}
+	return j
 }
 
 // listEvents lists one page of events as stripe-go's event.Client.List

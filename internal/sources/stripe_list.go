@@ -100,10 +100,13 @@ func spans(from, to int64, n int, minLen time.Duration) []span {
 // page is one page of a list, already translated.
 type page struct {
 	list    string
-	ids     []string // every entry's id in order: the last is the next cursor
+	ids     []string // every entry's id in order (one page's only): the last is the next cursor
 	objects []reconcile.ProviderObject
 	keys    []reconcile.KeyEvidence
 	changes []change // events about objects created outside the listed window (Sync only)
+	// events counts the events created in the slice asked for: a server
+	// that ignores created ranges returns some in every slice.
+	events  int
 	hasMore bool
 }
 
@@ -148,6 +151,9 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 		for it.Next() {
 			ev := it.Current().(*lightEvent)
 			pg.ids = append(pg.ids, ev.ID)
+			if ev.Created >= sp.from && ev.Created < sp.to {
+				pg.events++
+			}
 			if k, ok := lightKeyEvidence(ev, kinds); ok {
 				pg.keys = append(pg.keys, k)
 			}
@@ -293,7 +299,6 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 		c.pages.Add(1)
 		c.items.Add(int64(len(pg.ids)))
 		prog.report(l.name, c)
-		all.ids = append(all.ids, pg.ids...)
 		for _, o := range pg.objects {
 			// Stripe honours created[gte|lt]; a server that did not would
 			// hand over objects whose obligations are not in scope, to be
@@ -306,6 +311,7 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 		}
 		all.keys = append(all.keys, pg.keys...)
 		all.changes = append(all.changes, pg.changes...)
+		all.events += pg.events
 		if !pg.hasMore {
 			return all, nil
 		}
@@ -334,37 +340,46 @@ func (p *progress) report(list string, c *counters) {
 // merge joins the slices' pages: each object once (by id), each (object,
 // key) pair once (its earliest event), in an order that does not depend on
 // which worker read what.
+//
+// A million objects and as many events pass through here. Each slice's
+// pages come newest first, and the slices are in kind and time order, so
+// the objects reversed slice by slice are already in the listing's order
+// but for ties within a second, which the sort then costs little; equal
+// ids end up side by side, so each object is kept once without a map of
+// them all. Events created in disjoint slices are distinct, and their
+// count needs no set either.
 func merge(results []page) *Listing {
 	l := &Listing{}
-	seen := map[string]bool{}
-	type pair struct{ object, key string }
-	keys := map[pair]reconcile.KeyEvidence{}
-	events := map[string]bool{}
+	nObjects, nKeys := 0, 0
 	for _, r := range results {
-		for _, o := range r.objects {
-			if !seen[o.ID] {
-				seen[o.ID] = true
-				l.Objects = append(l.Objects, o)
-			}
-		}
-		if r.list == ListEvents {
-			for _, id := range r.ids {
-				events[id] = true
-			}
+		nObjects += len(r.objects)
+		nKeys += len(r.keys)
+		l.Stats.Events += r.events
+	}
+	l.Objects = make([]reconcile.ProviderObject, 0, nObjects)
+	type pair struct{ object, key string }
+	keys := make(map[pair]int, nKeys) // index in l.Keys
+	l.Keys = make([]reconcile.KeyEvidence, 0, nKeys)
+	for _, r := range results {
+		for i := len(r.objects) - 1; i >= 0; i-- {
+			l.Objects = append(l.Objects, r.objects[i])
 		}
 		for _, k := range r.keys {
 			p := pair{k.ObjectID, k.Key}
-			if old, ok := keys[p]; !ok || k.Created.Before(old.Created) || k.Created.Equal(old.Created) && k.EventID < old.EventID {
-				keys[p] = k
+			at, ok := keys[p]
+			switch {
+			case !ok:
+				keys[p] = len(l.Keys)
+				l.Keys = append(l.Keys, k)
+			case k.Created.Before(l.Keys[at].Created) || k.Created.Equal(l.Keys[at].Created) && k.EventID < l.Keys[at].EventID:
+				l.Keys[at] = k
 			}
 		}
 	}
 	slices.SortFunc(l.Objects, func(a, b reconcile.ProviderObject) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
 	})
-	for _, k := range keys {
-		l.Keys = append(l.Keys, k)
-	}
+	l.Objects = slices.CompactFunc(l.Objects, func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID })
 	slices.SortFunc(l.Keys, func(a, b reconcile.KeyEvidence) int {
 		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
 			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
@@ -379,7 +394,7 @@ func merge(results []page) *Listing {
 			l.Stats.PaymentIntents++
 		}
 	}
-	l.Stats.Events, l.Stats.Keys = len(events), len(l.Keys)
+	l.Stats.Keys = len(l.Keys)
 	return l
 }
 
