@@ -41,7 +41,7 @@ func (w *world) history() error {
 	// Swarm testing: each history leans on some actions and leaves others
 	// out, so that rare sequences (a refund settling between two passes,
 	// retries piling up on one obligation) are common in some histories.
-	weights := []int{18, 18, 10, 8, 4, 3, 2, 4, 16, 16}
+	weights := []int{18, 18, 10, 8, 4, 6, 2, 4, 16, 16}
 	for i := range weights {
 		switch f := w.rng.IntN(10); {
 		case i == 0 || i == 1 || i == 9: // new, execute and reconcile always happen
@@ -123,6 +123,32 @@ func (w *world) seedWorld() error {
 		if err := w.insert(w.ctx, o); err != nil {
 			return err
 		}
+	}
+	// What earlier days left behind: obligations in each unsettled state.
+	for _, st := range []reconcile.State{reconcile.RequiresReview, reconcile.Executing, reconcile.FailedState, reconcile.ConfirmationUnknown} {
+		if !w.chance(0.5) {
+			continue
+		}
+		at := epoch.Add(-time.Duration(1+w.rng.IntN(3600)) * time.Second)
+		o := w.newCharge(at)
+		o.State = st
+		switch st {
+		case reconcile.Executing:
+			o.LeaseOwner, o.LeaseExp = "worker-0", epoch.Add(time.Duration(w.rng.IntN(600))*time.Second)
+		case reconcile.FailedState:
+			x := &object{ID: w.led.newObjectID(reconcile.Charge), Kind: reconcile.Charge, Money: o.Money,
+				Status: reconcile.Failed, For: o.ID, Key: o.Key, Meta: w.metadata(o, o.Key), Customer: o.Customer}
+			if err := w.stripe.Add(withCreated(x, at), x.Key); err != nil {
+				return err
+			}
+			w.led.objs[x.ID] = x
+			w.led.objIDs = append(w.led.objIDs, x.ID)
+			o.ProviderID = x.ID
+		}
+		if err := w.insert(w.ctx, o); err != nil {
+			return err
+		}
+		w.tracef("seed: %s %s", o.ID, st)
 	}
 	w.tracef("seed: %d paid charges", n)
 	return nil
@@ -352,6 +378,22 @@ func (w *world) attempt(o *obligation, key string, out outcome) error {
 		o.State = reconcile.FailedState
 	}
 	return w.save(w.ctx, o)
+}
+
+// lostAnswer: a worker's call moves money and loses the answer, so that
+// the next pass has an obligation to mark PAID.
+func (w *world) lostAnswer() error {
+	obs := w.led.byState(reconcile.Approved)
+	if len(obs) == 0 {
+		if err := w.newObligation(); err != nil {
+			return err
+		}
+		if obs = w.led.byState(reconcile.Approved); len(obs) == 0 {
+			return nil
+		}
+	}
+	o := obs[w.rng.IntN(len(obs))]
+	return w.attempt(o, o.Key, outLostResponse)
 }
 
 // replay is the object that key created for o within Stripe's idempotency

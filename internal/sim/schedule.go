@@ -15,7 +15,7 @@ const lookback = 72 * time.Hour
 // its rerun, a dry run, two passes at once, or a pass killed at a step
 // boundary and restarted.
 func (w *world) reconcile() error {
-	switch w.weighted(40, 10, 8, 8, 7, 22, 5, 8) {
+	switch w.weighted(40, 10, 8, 8, 7, 22, 10, 8) {
 	case 0: // an ordinary pass, sometimes rerun at once
 		pc, err := w.runPass(w.drawPlan(false))
 		if err != nil {
@@ -60,7 +60,13 @@ func (w *world) reconcile() error {
 		if w.chance(0.3) {
 			return w.rerun(pc)
 		}
-	case 6:
+	case 6: // a worker races the pass: give the pass something to mark first
+		if err := w.lostAnswer(); err != nil {
+			return err
+		}
+		// A pass sees what was created before its window's end, a second
+		// at least before it started.
+		w.clock.Advance(time.Duration(1+w.rng.IntN(120)) * time.Second)
 		plan := w.drawPlan(false)
 		plan.interleave = true
 		_, err := w.runPass(plan)
@@ -108,9 +114,9 @@ func (w *world) drawPlan(kill bool) passPlan {
 		}
 		p.stripe = f
 	}
-	if w.chance(0.5) {
+	if w.chance(0.6) {
 		for range 1 + w.rng.IntN(2) {
-			switch w.rng.IntN(7) {
+			switch w.weighted(1, 1, 2, 1, 1, 2, 1) {
 			case 0:
 				p.slack.RateLimit, p.slack.RetryAfter = 1+w.rng.IntN(3), 1
 			case 1:
@@ -122,20 +128,20 @@ func (w *world) drawPlan(kill bool) passPlan {
 			case 4:
 				p.slack.BadAuth = true
 			case 5:
-				p.loseResponse = map[int]bool{1 + w.rng.IntN(3): true}
+				p.loseResponse = map[int]bool{w.slackIndex(): true}
 			case 6:
-				p.loseRequest = map[int]bool{1 + w.rng.IntN(3): true}
+				p.loseRequest = map[int]bool{w.slackIndex(): true}
 			}
 		}
 	}
 	if kill {
-		switch w.rng.IntN(3) {
+		switch w.weighted(1, 1, 2) {
 		case 0:
 			p.killAfterPage = 1 + w.rng.IntN(5)
 		case 1:
 			p.killAfterApply = true
 		default:
-			p.killAfterSend = 1 + w.rng.IntN(3)
+			p.killAfterSend = w.slackIndex()
 		}
 	}
 	if w.chance(0.1) {
@@ -145,6 +151,15 @@ func (w *world) drawPlan(kill bool) passPlan {
 		p.full = true
 	}
 	return p
+}
+
+// slackIndex picks which Slack request (or record of one) of a pass a
+// fault meets: mostly the first, since many passes send one or two.
+func (w *world) slackIndex() int {
+	if w.chance(0.6) {
+		return 1
+	}
+	return 2 + w.rng.IntN(2)
 }
 
 // quiet is a plan without faults over the ordinary window.
