@@ -229,15 +229,7 @@ func (w *world) checkTransitions(pc *passCtl, newTr []transitionRow, after dbSta
 			w.rep.WindowLimited++
 			w.tracef("pass %d: %s marked PAID on the window's evidence; %d succeeded movements in all", n, id, all)
 		}
-		// Take it into the ledger as the store writes it.
-		o.State = reconcile.Paid
-		if o.ProviderID == "" {
-			o.ProviderID = t.ProviderID
-		}
-		if o.Paid.IsZero() {
-			o.Paid = pc.start
-		}
-		o.Updated = pc.start
+		adopt(o, t, pc.start)
 	}
 	for _, s := range a.Skipped {
 		if s.Transition.ObligationID != pc.interleaved {
@@ -251,6 +243,19 @@ func (w *world) checkTransitions(pc *passCtl, newTr []transitionRow, after dbSta
 			w.tracef("pass %d: interleaved %s needed no skip", n, pc.interleaved)
 		}
 	}
+}
+
+// adopt takes a transition the store applied at now into the ledger, as
+// the store writes it.
+func adopt(o *obligation, t reconcile.Transition, now time.Time) {
+	o.State = reconcile.Paid
+	if o.ProviderID == "" {
+		o.ProviderID = t.ProviderID
+	}
+	if o.Paid.IsZero() {
+		o.Paid = now
+	}
+	o.Updated = now
 }
 
 // checkFindings checks the findings and the outbox rows a pass that

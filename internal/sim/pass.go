@@ -211,6 +211,9 @@ func (pc *passCtl) begin() error {
 	w.slack.SetFaults(pc.plan.slack)
 	w.obs.beginPass(pc)
 	w.tracef("pass %d begins: %s", pc.n, pc.plan)
+	if w.afterBegin != nil {
+		return w.afterBegin(pc)
+	}
 	return nil
 }
 

@@ -71,9 +71,13 @@ type Env struct {
 	runner *pgxpool.Pool
 }
 
+// runnerApp is the application_name of the reconciler's pool; its run
+// lock connection calls itself "reconcile run lock".
+const runnerApp = "sim reconciler"
+
 // NewEnv opens the pools of an Env on dbURL, an already migrated database.
 func NewEnv(ctx context.Context, dbURL string) (*Env, error) {
-	open := func(u string) (*pgxpool.Pool, error) {
+	open := func(u, app string) (*pgxpool.Pool, error) {
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
 			return nil, fmt.Errorf("parse database url: %w", err)
@@ -81,13 +85,15 @@ func NewEnv(ctx context.Context, dbURL string) (*Env, error) {
 		cfg.MaxConns = 4
 		// A history tests no durability: commits need not wait for the disk.
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+		// Named, so that a test can kill the reconciler's sessions only.
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
 		return pgxpool.NewWithConfig(ctx, cfg)
 	}
-	p, err := open(dbURL)
+	p, err := open(dbURL, "sim oracle")
 	if err != nil {
 		return nil, err
 	}
-	r, err := open(withPassword(dbURL, canaryDBPass))
+	r, err := open(withPassword(dbURL, canaryDBPass), runnerApp)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -171,12 +177,35 @@ type world struct {
 	passes   int      // passes begun, for their numbers
 	errTexts []string // what passes returned as errors, for I8
 	closers  []func()
+	// afterBegin, when set (by tests), runs once a pass has begun: its
+	// snapshot taken, before it reads anything.
+	afterBegin func(*passCtl) error
 }
 
 // Run runs the history of opts.Seed on env and reports what it found. An
 // error means the history could not run (the database is unreachable),
 // not that an invariant broke.
 func Run(ctx context.Context, env *Env, opts Options) (*Report, error) {
+	w, err := newWorld(ctx, env, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	if err := w.history(); err != nil {
+		return nil, err
+	}
+	w.checkSecrets()
+	sum := sha256.New()
+	for _, l := range w.rep.Trace {
+		io.WriteString(sum, l)
+		sum.Write([]byte{'\n'})
+	}
+	w.rep.Digest = hex.EncodeToString(sum.Sum(nil))[:16]
+	return w.rep, nil
+}
+
+// newWorld sets up an empty world for opts.Seed; close it.
+func newWorld(ctx context.Context, env *Env, opts Options) (*world, error) {
 	w := &world{
 		ctx:   ctx,
 		env:   env,
@@ -189,21 +218,11 @@ func Run(ctx context.Context, env *Env, opts Options) (*Report, error) {
 		logs:  &lockedBuffer{},
 	}
 	w.obs = newObserver(w)
-	defer w.close()
 	if err := w.setUp(); err != nil {
+		w.close()
 		return nil, err
 	}
-	if err := w.history(); err != nil {
-		return nil, err
-	}
-	w.checkSecrets()
-	sum := sha256.New()
-	for _, l := range w.rep.Trace {
-		io.WriteString(sum, l)
-		sum.Write([]byte{'\n'})
-	}
-	w.rep.Digest = hex.EncodeToString(sum.Sum(nil))[:16]
-	return w.rep, nil
+	return w, nil
 }
 
 // setUp empties the database and starts the fakes.

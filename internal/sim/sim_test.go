@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"flag"
+	"log/slog"
 	"fmt"
 	"os"
 	"slices"
@@ -187,3 +188,5 @@ func TestSimReplay(t *testing.T) {
 		}
 	}
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
