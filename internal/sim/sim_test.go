@@ -3,8 +3,8 @@ package sim
 import (
 	"context"
 	"flag"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
