@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"reconcile"
@@ -219,6 +220,12 @@ func (w *world) newObligation() error {
 	}
 	if w.chance(0.25) {
 		o.State = reconcile.PendingApproval
+	}
+	if w.chance(0.06) {
+		// Applications put personal data into business ids: Slack and
+		// the logs must not repeat it.
+		prefix, _, _ := strings.Cut(o.ID, ":")
+		o.ID = fmt.Sprintf("%s:%04d:%s", prefix, w.led.nextObl, []string{canaryEmail, canaryPAN}[w.rng.IntN(2)])
 	}
 	w.tracef("new %s %s %s %s", o.ID, o.Money, o.State, o.Key)
 	return w.insert(w.ctx, o)

@@ -492,14 +492,16 @@ func (w *world) checkSecrets() {
 	for _, e := range w.errTexts {
 		places = append(places, place{"error", e})
 	}
-	rows, err := w.env.Pool.Query(w.ctx, `SELECT coalesce(detail, '') || ' ' || coalesce(obligation_id, '') || ' ' || array_to_string(provider_ids, ' ') FROM reconcile.findings
-		UNION ALL SELECT payload::text || ' ' || coalesce(last_error, '') FROM reconcile.outbox
+	// Stored error texts, which `reconcile trace` and `findings` show.
+	// (Findings themselves name obligations by the application's ids,
+	// which may hold anything; the commands redact them on output.)
+	rows, err := w.env.Pool.Query(w.ctx, `SELECT coalesce(last_error, '') FROM reconcile.outbox
 		UNION ALL SELECT coalesce(error, '') FROM reconcile.runs`)
 	if err == nil {
 		for rows.Next() {
 			var s string
 			if rows.Scan(&s) == nil {
-				places = append(places, place{"report", s})
+				places = append(places, place{"stored error", s})
 			}
 		}
 		rows.Close()
