@@ -136,20 +136,30 @@ func reads(s *stripetest.Server) (entries, requests int) {
 
 var (
 	buildOnce sync.Once
+	buildDir  string
 	binPath   string
 	buildErr  error
 )
+
+// TestMain removes the built command when the benchmarks are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
 
 // command builds cmd/reconcile once per process.
 func command(b *testing.B) string {
 	b.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "reconcile-bench-")
+		dir, err := os.MkdirTemp("", "reconcile-bench-cmd-")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "reconcile")
+		buildDir, binPath = dir, filepath.Join(dir, "reconcile")
 		out, err := exec.Command("go", "build", "-o", binPath, "reconcile/cmd/reconcile").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
