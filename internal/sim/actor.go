@@ -55,7 +55,7 @@ func (w *world) history() error {
 			weights[i] *= 3
 		}
 	}
-	steps := 8 + w.rng.IntN(17)
+	steps := 6 + w.rng.IntN(15)
 	for range steps {
 		w.rep.Steps++
 		var err error

@@ -162,6 +162,9 @@ func (w *world) checkUnchanged(pc *passCtl, before, after dbState, what string) 
 	if pc.plan.dryRun && len(after.runs) != len(before.runs) {
 		w.violate("I6", n, "a dry run recorded a run")
 	}
+	if after.mirror != before.mirror {
+		w.violate("I7", n, "%s changed the provider mirror", what)
+	}
 }
 
 // checkTransitions checks the audit rows of a pass that applied (I1, I4,

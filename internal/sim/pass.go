@@ -619,7 +619,7 @@ func (p *pairProvider) hold(ctx context.Context) error {
 // awaitLockWaiter returns once some session waits for an advisory lock in
 // the database: the other pass of a pair, blocked on the run lock.
 func (w *world) awaitLockWaiter(ctx context.Context) error {
-	for range 5000 {
+	for range 30000 { // a minute, on a loaded machine
 		var waiting bool
 		err := w.env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
 			WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting)

@@ -81,7 +81,7 @@ func TestKilledDatabaseSessions(t *testing.T) {
 		done <- result{pc, err}
 	}()
 	killed := 0
-	for range 3000 {
+	for range 30000 {
 		var waiting bool
 		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock')`, runnerApp).Scan(&waiting)
@@ -277,7 +277,7 @@ func TestLockLostMidPass(t *testing.T) {
 	}
 	waiting := func(n int) {
 		t.Helper()
-		for range 5000 {
+		for range 30000 {
 			var got int
 			if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 				WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, runnerApp).Scan(&got); err != nil {

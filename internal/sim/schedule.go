@@ -21,7 +21,7 @@ func (w *world) reconcile() error {
 		if err != nil {
 			return err
 		}
-		if w.chance(0.35) {
+		if w.chance(0.25) {
 			return w.rerun(pc)
 		}
 	case 1: // an incident: a narrow window, maybe in the past

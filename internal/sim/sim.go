@@ -82,7 +82,7 @@ func NewEnv(ctx context.Context, dbURL string) (*Env, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse database url: %w", err)
 		}
-		cfg.MaxConns = 4
+		cfg.MaxConns = 3
 		// A history tests no durability: commits need not wait for the disk.
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 		// Named, so that a test can kill the reconciler's sessions only.

@@ -72,7 +72,14 @@ func TestSim(t *testing.T) {
 		}
 		n = v
 	}
-	workers := 4
+	workers := 6
+	if s := os.Getenv("SIM_WORKERS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			t.Fatalf("SIM_WORKERS=%q: want a positive number", s)
+		}
+		workers = v
+	}
 	envs := make([]*Env, workers)
 	for i := range envs {
 		envs[i] = newEnv(t)
@@ -165,7 +172,7 @@ func traceWriter(f *os.File) interface{ Write([]byte) (int, error) } {
 // decisions, deliveries and violations included.
 func TestSimReplay(t *testing.T) {
 	env := newEnv(t)
-	for seed := range uint64(5) {
+	for seed := range uint64(3) {
 		seed += 1000
 		a, err := Run(t.Context(), env, Options{Seed: seed})
 		if err != nil {

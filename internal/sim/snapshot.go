@@ -16,6 +16,8 @@ type dbState struct {
 	maxOutbox   int64
 	transitions []transitionRow
 	runs        map[string]runRow
+	// mirror digests the provider mirror: its objects and its cursors.
+	mirror string
 }
 
 type oblRow struct {
@@ -63,6 +65,10 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	b.Queue(`SELECT id, obligation_id, from_state, to_state, coalesce(provider_id, ''), run_id, at
 		FROM reconcile.transitions ORDER BY id`)
 	b.Queue(`SELECT id, status, coalesce(error, '') FROM reconcile.runs`)
+	b.Queue(`SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t.id)), '') || '/' ||
+		coalesce((SELECT md5(string_agg(c::text, ',' ORDER BY c.name)) FROM reconcile.sync_cursors c), '') ||
+		coalesce((SELECT md5(string_agg(k::text, ',' ORDER BY k.object_id, k.key)) FROM reconcile.provider_keys k), '')
+		FROM reconcile.provider_objects t`)
 	br := w.env.Pool.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -144,6 +150,9 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 		return nil
 	}); err != nil {
 		return s, fmt.Errorf("snapshot runs: %w", err)
+	}
+	if err := br.QueryRow().Scan(&s.mirror); err != nil {
+		return s, fmt.Errorf("snapshot mirror: %w", err)
 	}
 	return s, nil
 }
