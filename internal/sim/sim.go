@@ -9,11 +9,47 @@
 // did checks the invariants of issue 7 (I1–I8) after every pass.
 //
 // Everything real runs: the runner, the stripe-go reader against
-// stripetest over HTTP, the obligations reader and the store on
-// PostgreSQL, and the slack-go deliverer against slacktest. Faults are
-// injected only at those boundaries, or by wrapping the runner's own
-// interfaces (runner.Store, runner.Provider) to kill a pass at a step
-// boundary.
+// stripetest over HTTP, the obligations reader, the store and the provider
+// mirror on PostgreSQL, and the slack-go deliverer against slacktest.
+// Faults are injected only at those boundaries, or by wrapping the
+// runner's own interfaces (runner.Store, runner.Provider) to kill a pass
+// at a step boundary.
+//
+// What the oracle knows, and what it holds a pass to. It knows every
+// object the provider holds, for which obligation (if any) the request
+// was made, with which key, and its status at every moment; and every
+// write the worker made. It holds a pass only to what the pass could see:
+// objects created in the pass's window or named by an obligation in scope
+// (and retrieved, unless the fault injector failed that retrieval), key
+// evidence from events in the window (for an incremental read, in the
+// events it read), and the obligations DESIGN.md §3 puts in scope. Money
+// that moved with no evidence tying it to its obligation (a fresh key and
+// no metadata) is, for the pass, an orphan or a suspected duplicate, and
+// the oracle expects exactly that. A pass that did not complete is held
+// to having changed nothing (I7). Per completed pass it checks:
+//
+//   - the pass's scope, objects read (their state as the provider held it
+//     when the pass began, however read: listed, retrieved or mirrored),
+//     findings and transitions against an independent statement of
+//     DESIGN.md §3–4 over the truth (a mismatch is M, or I1, I2, I7 by
+//     what it breaks);
+//   - I1: every PAID transition has exactly one succeeded movement of
+//     equal money among what the pass could see and link, and records it;
+//   - I2: every anomaly the oracle expects is an open finding afterwards;
+//     no finding is ever deleted; only covered findings are resolved;
+//   - I3: the outbox rows written are exactly the notices the findings'
+//     changes call for; at the end, after a quiet drain, every row reached
+//     Slack, any extra copy said "possible repeat", and extras number no
+//     more than the sends whose outcome the sender could not know;
+//   - I4: the obligations table holds exactly what the worker wrote plus
+//     the verified transitions, each with its audit row and a legal edge;
+//   - I5: no transition of a row the pass did not read as it was, or
+//     whose lease was live; a row a worker changed mid-pass is skipped;
+//   - I6: a rerun at the same moment queues and changes nothing and
+//     sends only what was already due; a dry run writes and sends nothing;
+//   - I8: no canary (keys, tokens, the database password, card numbers, an
+//     e-mail address) in the logs, Slack, returned errors or stored error
+//     texts.
 package sim
 
 import (
