@@ -296,9 +296,7 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 		if err != nil {
 			return fail(err)
 		}
-		c.pages.Add(1)
-		c.items.Add(int64(len(pg.ids)))
-		prog.report(l.name, c)
+		prog.page(l.name, c, len(pg.ids))
 		for _, o := range pg.objects {
 			// Stripe honours created[gte|lt]; a server that did not would
 			// hand over objects whose obligations are not in scope, to be
@@ -328,13 +326,17 @@ type progress struct {
 	fn func(ProgressEvent)
 }
 
-func (p *progress) report(list string, c *counters) {
-	if p.fn == nil {
-		return
-	}
+// page counts one page read and reports it. The count and the report go
+// together under the lock, so that concurrent workers report pages in the
+// order they counted them.
+func (p *progress) page(list string, c *counters, items int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.fn(ProgressEvent{List: list, Pages: int(c.pages.Load()), Items: int(c.items.Load()), Retries: int(c.retries.Load())})
+	c.pages.Add(1)
+	c.items.Add(int64(items))
+	if p.fn != nil {
+		p.fn(ProgressEvent{List: list, Pages: int(c.pages.Load()), Items: int(c.items.Load()), Retries: int(c.retries.Load())})
+	}
 }
 
 // merge joins the slices' pages: each object once (by id), each (object,
