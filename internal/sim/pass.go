@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -34,9 +35,12 @@ type passPlan struct {
 
 	stripe       stripetest.Faults // while listing
 	retrieveFail bool              // every retrieval by id answers 500
-	slack        slacktest.Faults
-	loseResponse map[int]bool // Slack requests (1-based, in the pass) accepted whose answer is lost
-	loseRequest  map[int]bool // Slack requests lost before they reach Slack
+	// stripeTimeout lists the listing requests (1-based, in the pass)
+	// whose answer never arrives in time: the reader sees a timeout.
+	stripeTimeout map[int]bool
+	slack         slacktest.Faults
+	loseResponse  map[int]bool // Slack requests (1-based, in the pass) accepted whose answer is lost
+	loseRequest   map[int]bool // Slack requests lost before they reach Slack
 
 	killAfterPage  int  // kill once this many pages were read; 0: never
 	killAfterApply bool // kill once Apply committed, before alerts
@@ -68,6 +72,9 @@ func (p passPlan) String() string {
 	}
 	if p.retrieveFail {
 		parts = append(parts, "lookupfail")
+	}
+	if len(p.stripeTimeout) > 0 {
+		parts = append(parts, fmt.Sprintf("stripetimeout=%v", sortedKeys(p.stripeTimeout)))
 	}
 	s := p.slack
 	if s.RateLimit > 0 {
@@ -135,6 +142,8 @@ type passCtl struct {
 	pages       int
 	sends       int
 	slackReqs   int
+	listing     bool // the provider is being listed (not retrieved from)
+	stripeReqs  int  // listing requests sent
 	result      *matcher.Result
 	applied     *store.Applied
 	applyErr    error
@@ -358,10 +367,14 @@ func (p *simProvider) read(list func() error) error {
 		return errKilled
 	}
 	w.stripe.SetFaults(pc.plan.stripe)
+	w.mu.Lock()
+	pc.listing = true
+	w.mu.Unlock()
 	err := list()
 	w.stripe.SetFaults(stripetest.Faults{})
 	st := w.stripe.Stats()
 	w.mu.Lock()
+	pc.listing = false
 	defer w.mu.Unlock()
 	if st.RateLimited > 0 {
 		pc.fired["stripe_429"] = true
@@ -441,6 +454,7 @@ func (w *world) newRunner(pc *passCtl) (*runner.Runner, error) {
 		RequestTimeout: 30 * time.Second,
 		Logger:         w.log,
 		Progress:       pc.onPage,
+		HTTPClient:     &http.Client{Transport: &stripeTransport{pc: pc, base: http.DefaultTransport}},
 	})
 	if err != nil {
 		return nil, err
@@ -632,4 +646,32 @@ func (w *world) awaitLockWaiter(ctx context.Context) error {
 		time.Sleep(time.Millisecond)
 	}
 	return errors.New("sim: the second pass never waited for the run lock")
+}
+
+// stripeTransport carries the Stripe reader's requests to stripetest and
+// turns the answers of the listing requests the plan names into timeouts:
+// the server answered, the reader never saw it. Retrievals are left
+// alone, since the reader sends them in no fixed order.
+type stripeTransport struct {
+	pc   *passCtl
+	base http.RoundTripper
+}
+
+func (t *stripeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	pc, w := t.pc, t.pc.w
+	w.mu.Lock()
+	timeout := false
+	if pc.listing {
+		pc.stripeReqs++
+		if timeout = pc.plan.stripeTimeout[pc.stripeReqs]; timeout {
+			pc.fired["stripe_timeout"] = true
+		}
+	}
+	w.mu.Unlock()
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || !timeout {
+		return resp, err
+	}
+	resp.Body.Close()
+	return nil, fmt.Errorf("sim: no answer in time: %w", os.ErrDeadlineExceeded)
 }

@@ -94,7 +94,18 @@ func (w *world) drawPlan(kill bool) passPlan {
 	if w.chance(0.5) {
 		f := stripetest.Faults{Seed: w.rng.Uint64()}
 		for range 1 + w.rng.IntN(2) {
-			switch w.rng.IntN(5) {
+			switch w.rng.IntN(6) {
+			case 5:
+				// One timeout the reader's retry gets past, or a request that
+				// times out on every retry and fails the pass.
+				n, k := 1+w.rng.IntN(6), 1
+				if w.chance(0.4) {
+					k = 4 // MaxRetries + 1
+				}
+				p.stripeTimeout = map[int]bool{}
+				for i := range k {
+					p.stripeTimeout[n+i] = true
+				}
 			case 0:
 				f.RateLimitP = 0.05 + 0.3*w.rng.Float64()
 			case 1:
