@@ -32,26 +32,11 @@ func isTerminal(w io.Writer) bool {
 // terminal, text when a person watches. Every value passes through the
 // redactor first, so that no secret reaches a log line.
 func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: alerts.RedactAttr}
 	if isTerminal(stderr) {
 		return slog.New(slog.NewTextHandler(stderr, opts))
 	}
 	return slog.New(slog.NewJSONHandler(stderr, opts))
-}
-
-func redactAttr(_ []string, a slog.Attr) slog.Attr {
-	switch a.Value.Kind() {
-	case slog.KindString:
-		return slog.String(a.Key, alerts.Redact(a.Value.String()))
-	case slog.KindAny:
-		if err, ok := a.Value.Any().(error); ok {
-			return slog.String(a.Key, alerts.Redact(err.Error()))
-		}
-		if s, ok := a.Value.Any().(fmt.Stringer); ok {
-			return slog.String(a.Key, alerts.Redact(s.String()))
-		}
-	}
-	return a
 }
 
 // deps are the pieces a database-backed command needs.

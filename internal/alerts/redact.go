@@ -1,6 +1,8 @@
 package alerts
 
 import (
+	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -293,4 +295,22 @@ func countDigits(s string) int {
 		}
 	}
 	return n
+}
+
+// RedactAttr is a slog.HandlerOptions.ReplaceAttr that passes every string
+// value, errors and Stringers through Redact, so that no log line carries
+// a secret, a card number or an e-mail address.
+func RedactAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, Redact(a.Value.String()))
+	case slog.KindAny:
+		switch v := a.Value.Any().(type) {
+		case error:
+			return slog.String(a.Key, Redact(v.Error()))
+		case fmt.Stringer:
+			return slog.String(a.Key, Redact(v.String()))
+		}
+	}
+	return a
 }

@@ -1,6 +1,8 @@
 package alerts
 
 import (
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"unicode"
@@ -132,3 +134,26 @@ func cardLike(s string) (string, bool) {
 	}
 	return "", false
 }
+
+func TestRedactAttr(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: RedactAttr}))
+	log.Info("paying with 4242424242424242",
+		"err", errors.New("stripe said no to sk_test_CANARY1234567890abcd"),
+		"who", "jane.doe@example.com",
+		"url", stringer("postgres://app:CANARYpw@db/x"),
+		"n", 7)
+	out := buf.String()
+	for _, leak := range []string{"4242424242424242", "sk_test_CANARY", "jane.doe@example.com", "CANARYpw"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("log line leaks %q: %s", leak, out)
+		}
+	}
+	if !strings.Contains(out, `"n":7`) || !strings.Contains(out, "4242") {
+		t.Errorf("log line lost what is not secret: %s", out)
+	}
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }
