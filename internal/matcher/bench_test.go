@@ -1,6 +1,9 @@
 package matcher
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,9 +13,21 @@ import (
 
 // benchWorld is the shared benchmark history (internal/bench.World) of n
 // obligations and about as many provider objects, as the matcher's input:
-// mostly clean, and in every thousand one of each finding kind.
+// mostly clean, and in every thousand one of each finding kind. It comes
+// in the order the runner hands it over: obligations sorted by id
+// (sources.Obligations.Read), objects and keys by kind, creation time and
+// id (sources.Stripe.List), lookups by id.
 func benchWorld(n int) Input {
 	w := bench.NewWorld(n, propNow)
+	slices.SortFunc(w.Obligations, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.Objects, func(a, b reconcile.ProviderObject) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	slices.SortFunc(w.Keys, func(a, b reconcile.KeyEvidence) int {
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
+			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
+	})
+	slices.SortFunc(w.Lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
 	return Input{Obligations: w.Obligations, Objects: w.Objects, Keys: w.Keys, Lookups: w.Lookups,
 		Listed: w.Listed, EventsFrom: w.EventsFrom}
 }

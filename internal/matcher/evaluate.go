@@ -14,8 +14,8 @@ import (
 // reaching it and decides its PAID transition.
 func (m *matcher) evaluateObligations() {
 	var succ, failed, stale, conflicts []int32 // scratch, reused
-	for _, i := range m.oblOrder {
-		o := m.obls[i]
+	for i := range m.nObls() {
+		o := m.obl(i)
 		movs := m.oblMovs[m.oblStart[i]:m.oblStart[i+1]]
 		succ, failed, stale, conflicts = succ[:0], failed[:0], stale[:0], conflicts[:0]
 		live := 0
@@ -199,7 +199,7 @@ func (m *matcher) classifyUnlinked() {
 // them were never read, so unlinked they are no orphans.
 func (m *matcher) listed(mv int32) bool {
 	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
-		if m.in.Listed.Contains(m.objs[j].Created) {
+		if m.in.Listed.Contains(m.obj(j).Created) {
 			return true
 		}
 	}
@@ -223,7 +223,7 @@ func (m *matcher) nearestTwin(s int32, list []int32) int32 {
 		if d > bestD {
 			return false
 		}
-		oc, ob := m.obls[m.movs[c].link.obl].ID, m.obls[m.movs[best].link.obl].ID
+		oc, ob := m.res.ObligationIDs[m.movs[c].link.obl], m.res.ObligationIDs[m.movs[best].link.obl]
 		if oc != ob {
 			return oc < ob
 		}
@@ -275,7 +275,7 @@ func (m *matcher) offMoney(mv int32, want reconcile.Money) (reconcile.Money, boo
 	}
 	var found *reconcile.ProviderObject
 	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
-		p := m.objs[j]
+		p := m.obj(j)
 		if p.Status == reconcile.Succeeded && p.Money != want && (found == nil || p.ID < found.ID) {
 			found = p
 		}
@@ -286,9 +286,9 @@ func (m *matcher) offMoney(mv int32, want reconcile.Money) (reconcile.Money, boo
 	return found.Money, true
 }
 
-func (m *matcher) money(mv int32) reconcile.Money { return m.objs[m.movs[mv].rep].Money }
+func (m *matcher) money(mv int32) reconcile.Money { return m.obj(m.movs[mv].rep).Money }
 
-func (m *matcher) created(mv int32) time.Time { return m.objs[m.movs[mv].rep].Created }
+func (m *matcher) created(mv int32) time.Time { return m.obj(m.movs[mv].rep).Created }
 
 func (m *matcher) sortMovs(movs []int32) {
 	if len(movs) > 1 {
@@ -300,8 +300,8 @@ func (m *matcher) sortMovs(movs []int32) {
 // want, or of every member when want is empty.
 func (m *matcher) ids(dst []string, mv int32, want reconcile.Status) []string {
 	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
-		if want == "" || m.objs[j].Status == want {
-			dst = append(dst, m.objs[j].ID)
+		if want == "" || m.obj(j).Status == want {
+			dst = append(dst, m.obj(j).ID)
 		}
 	}
 	return dst
@@ -337,9 +337,9 @@ func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []
 }
 
 func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
-	obls := []string{m.obls[m.movs[mv].link.obl].ID}
+	obls := []string{m.res.ObligationIDs[m.movs[mv].link.obl]}
 	for _, l := range m.more[mv] {
-		obls = append(obls, m.obls[l.obl].ID)
+		obls = append(obls, m.obl(l.obl).ID)
 	}
 	slices.Sort(obls)
 	money, id := m.money(mv), m.movID(mv)
@@ -463,7 +463,7 @@ func (m *matcher) paidFailedFinding(o *reconcile.Obligation, failed []int32) {
 	}
 	noun, _, _ := oblWords(o.Kind)
 	what := "failed"
-	if len(failed) == 1 && m.objs[m.movs[failed[0]].rep].Status == reconcile.Canceled {
+	if len(failed) == 1 && m.obj(m.movs[failed[0]].rep).Status == reconcile.Canceled {
 		what = "was canceled"
 	}
 	rec := "record of it (" + m.movIDs(failed) + ") " + what
@@ -623,7 +623,7 @@ func (m *matcher) noSuccess(o *reconcile.Obligation, failed, stale []int32) stri
 	switch {
 	case len(failed) == 1 && len(stale) == 0:
 		what := "failed"
-		if m.objs[m.movs[failed[0]].rep].Status == reconcile.Canceled {
+		if m.obj(m.movs[failed[0]].rep).Status == reconcile.Canceled {
 			what = "was canceled"
 		}
 		return fmt.Sprintf("the provider's only record of it (%s) %s, so no money moved", m.movIDs(failed), what)
@@ -652,7 +652,7 @@ func (m *matcher) orphanFinding(s int32, target string) {
 }
 
 func (m *matcher) suspectFinding(s, twin int32, target string) {
-	o := m.obls[m.movs[twin].link.obl]
+	o := m.obl(m.movs[twin].link.obl)
 	money, id := m.money(s), m.movID(s)
 	ids := m.ids(nil, s, reconcile.Succeeded)
 	ids = m.ids(ids, twin, reconcile.Succeeded)
@@ -673,7 +673,7 @@ func (m *matcher) movNoun(mv int32) string {
 	if r < 0 {
 		return "payment"
 	}
-	switch m.objs[r].Kind {
+	switch m.obj(r).Kind {
 	case reconcile.PaymentIntent:
 		return "payment"
 	case reconcile.Charge:

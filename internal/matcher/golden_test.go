@@ -214,8 +214,8 @@ func summarise(r Result) caseWant {
 	for _, l := range r.Links {
 		w.Links = append(w.Links, l.ObjectID+" → "+l.ObligationID+" ("+string(l.Route)+")")
 	}
-	for id, b := range r.Buckets {
-		w.Buckets[id] = string(b)
+	for i, b := range r.Buckets {
+		w.Buckets[r.ObjectIDs[i]] = string(b)
 	}
 	return w
 }

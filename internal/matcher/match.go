@@ -3,6 +3,7 @@ package matcher
 import (
 	"cmp"
 	"encoding/binary"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -116,21 +117,35 @@ type movement struct {
 }
 
 // matcher holds one Match call's working state. Indexes are int32 to halve
-// the memory of the per-object arrays at a million objects.
+// the memory of the per-object arrays at a million objects, and the
+// per-object and per-obligation arrays hold no pointers, so that the
+// garbage collector does not scan them.
+//
+// Obligations are numbered in id order. Objects are numbered in input
+// order, the order the sources read them in, so that the passes over
+// their fields read memory front to back; objSorted gives id order.
 type matcher struct {
 	in   *Input
 	opts Options
 	now  time.Time
+	seed maphash.Seed
 
-	obls    []*reconcile.Obligation // distinct obligations
-	oblByID map[string]int32
-	oblKey  map[string]int32   // idempotency key → obligation
-	dupKeys map[string][]int32 // further obligations sharing a key (bad data)
+	// oblAt maps an obligation's number to its input position; nil when
+	// the input was sorted by id without duplicates, as the sources
+	// deliver it, and the two are the same.
+	oblAt   []int32
+	oblCls  []class // per obligation: its kind's class
+	oblIdx  index   // id → obligation, built on first use
+	keyIdx  index   // idempotency key → obligation
+	dupKeys map[string][]int32
 
-	oblOrder []int32 // obligations sorted by id
-
-	objs      []*reconcile.ProviderObject // distinct objects
-	objByID   map[string]int32
+	// objAt maps an object's number to its input position and objRank the
+	// other way (every copy of a duplicated id to the one number); both
+	// nil when the input holds each id once.
+	objAt     []int32
+	objRank   []int32
+	objSorted []int32 // object numbers in id order; nil when that is input order
+	objIdx    index   // id → object
 	objMov    []int32 // object → movement
 	next      []int32 // object → next member of its movement, -1 at the end
 	absentPI  map[string]int32
@@ -155,7 +170,7 @@ type matcher struct {
 // arguments: the result does not depend on the order of any input slice,
 // and duplicated input records (the same id twice) count once.
 func Match(in Input, now time.Time, opts Options) Result {
-	m := &matcher{in: &in, opts: opts, now: now}
+	m := &matcher{in: &in, opts: opts, now: now, seed: maphash.MakeSeed()}
 	m.indexObligations()
 	m.indexObjects()
 	m.groupMovements()
@@ -170,66 +185,196 @@ func Match(in Input, now time.Time, opts Options) Result {
 	return m.res
 }
 
-// indexObligations dedupes obligations by id and indexes them by id and
-// idempotency key.
+// obl is obligation number i.
+func (m *matcher) obl(i int32) *reconcile.Obligation {
+	if m.oblAt != nil {
+		return &m.in.Obligations[m.oblAt[i]]
+	}
+	return &m.in.Obligations[i]
+}
+
+// obj is object number k.
+func (m *matcher) obj(k int32) *reconcile.ProviderObject {
+	if m.objAt != nil {
+		return &m.in.Objects[m.objAt[k]]
+	}
+	return &m.in.Objects[k]
+}
+
+// objOf is the number of the object at input position j.
+func (m *matcher) objOf(j int) int32 {
+	if m.objRank != nil {
+		return m.objRank[j]
+	}
+	return int32(j)
+}
+
+func (m *matcher) nObjs() int32 { return int32(len(m.res.ObjectIDs)) }
+
+func (m *matcher) nObls() int32 { return int32(len(m.res.ObligationIDs)) }
+
+// indexObligations dedupes obligations by id, numbers them in id order and
+// indexes them by idempotency key.
 func (m *matcher) indexObligations() {
-	n := len(m.in.Obligations)
-	m.obls = make([]*reconcile.Obligation, 0, n)
-	m.oblByID = make(map[string]int32, n)
-	for i := range m.in.Obligations {
-		o := &m.in.Obligations[i]
-		if j, ok := m.oblByID[o.ID]; ok {
-			// Keep the greatest copy under a total order, so that which
-			// copy wins does not depend on input order.
-			if compareObligations(o, m.obls[j]) > 0 {
-				m.obls[j] = o
+	obs := m.in.Obligations
+	n := len(obs)
+	// The sources deliver obligations sorted by id, each once: checking
+	// that costs one pass, sorting a million a good deal more.
+	sorted := true
+	for i := 1; i < n; i++ {
+		if obs[i].ID <= obs[i-1].ID {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		m.res.ObligationIDs = make([]string, n)
+		for i := range obs {
+			m.res.ObligationIDs[i] = obs[i].ID
+		}
+	} else {
+		order := sortedByID(n, func(i int32) string { return obs[i].ID })
+		m.oblAt = make([]int32, 0, n)
+		m.res.ObligationIDs = make([]string, 0, n)
+		for p := 0; p < n; {
+			// A run of copies of one id: keep the greatest under a total
+			// order, so that which copy wins does not depend on input
+			// order.
+			best := order[p].idx
+			q := p + 1
+			for ; q < n && order[q].hi == order[p].hi && order[q].lo == order[p].lo && obs[order[q].idx].ID == obs[best].ID; q++ {
+				if compareObligations(&obs[order[q].idx], &obs[best]) > 0 {
+					best = order[q].idx
+				}
 			}
+			m.oblAt = append(m.oblAt, best)
+			m.res.ObligationIDs = append(m.res.ObligationIDs, obs[best].ID)
+			p = q
+		}
+	}
+	nObl := len(m.res.ObligationIDs)
+	m.oblCls = make([]class, nObl)
+	keys := 0
+	for i := range int32(nObl) {
+		o := m.obl(i)
+		m.oblCls[i] = kindClass(o.Kind)
+		if o.IdempotencyKey != "" {
+			keys++
+		}
+	}
+	m.keyIdx = newIndex(m.seed, keys)
+	keyOf := func(i int32) string { return m.obl(i).IdempotencyKey }
+	for i := range int32(nObl) {
+		k := m.obl(i).IdempotencyKey
+		if k == "" {
 			continue
 		}
-		m.oblByID[o.ID] = int32(len(m.obls))
-		m.obls = append(m.obls, o)
-	}
-	// Obligations are evaluated in id order, so that transitions come out
-	// sorted and ObligationIDs needs no second sort.
-	order := sortedByID(len(m.obls), func(i int32) string { return m.obls[i].ID })
-	m.oblOrder = make([]int32, len(order))
-	m.res.ObligationIDs = make([]string, len(order))
-	for k, e := range order {
-		m.oblOrder[k] = e.idx
-		m.res.ObligationIDs[k] = m.obls[e.idx].ID
-	}
-	m.oblKey = make(map[string]int32, len(m.obls))
-	for i, o := range m.obls {
-		if o.IdempotencyKey == "" {
-			continue
-		}
-		if _, ok := m.oblKey[o.IdempotencyKey]; ok {
+		if _, added := m.keyIdx.add(k, i, keyOf); !added {
+			// Obligations sharing a key (bad data) all link by it.
 			if m.dupKeys == nil {
 				m.dupKeys = map[string][]int32{}
 			}
-			m.dupKeys[o.IdempotencyKey] = append(m.dupKeys[o.IdempotencyKey], int32(i))
-			continue
+			m.dupKeys[k] = append(m.dupKeys[k], i)
 		}
-		m.oblKey[o.IdempotencyKey] = int32(i)
 	}
-	m.suspected = make([]bool, len(m.obls))
+	m.suspected = make([]bool, nObl)
 }
 
-// indexObjects dedupes provider objects by id.
-func (m *matcher) indexObjects() {
-	n := len(m.in.Objects)
-	m.objs = make([]*reconcile.ProviderObject, 0, n)
-	m.objByID = make(map[string]int32, n)
-	for i := range m.in.Objects {
-		p := &m.in.Objects[i]
-		if j, ok := m.objByID[p.ID]; ok {
-			if compareObjects(p, m.objs[j]) > 0 {
-				m.objs[j] = p
-			}
-			continue
+// oblByID returns the number of the obligation with id, or -1. Only
+// metadata names obligations by id, so the index is built on first use.
+func (m *matcher) oblByID(id string) int32 {
+	ids := m.res.ObligationIDs
+	if m.oblIdx.slots == nil {
+		m.oblIdx = newIndex(m.seed, len(ids))
+		for i, s := range ids {
+			m.oblIdx.addNew(s, int32(i))
 		}
-		m.objByID[p.ID] = int32(len(m.objs))
-		m.objs = append(m.objs, p)
+	}
+	return m.oblIdx.find(id, ids)
+}
+
+// indexObjects dedupes provider objects by id, orders them by id and
+// indexes them by id.
+func (m *matcher) indexObjects() {
+	objs := m.in.Objects
+	n := len(objs)
+	sorted := true
+	for i := 1; i < n; i++ {
+		if objs[i].ID <= objs[i-1].ID {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		m.res.ObjectIDs = make([]string, n)
+		for i := range objs {
+			m.res.ObjectIDs[i] = objs[i].ID
+		}
+	} else {
+		order := sortedByID(n, func(i int32) string { return objs[i].ID })
+		dups := false
+		for p := 1; p < n && !dups; p++ {
+			dups = order[p].hi == order[p-1].hi && order[p].lo == order[p-1].lo && objs[order[p].idx].ID == objs[order[p-1].idx].ID
+		}
+		if dups {
+			m.dedupeObjects(order)
+		} else {
+			m.objSorted = make([]int32, n)
+			m.res.ObjectIDs = make([]string, n)
+			for p, e := range order {
+				m.objSorted[p] = e.idx
+				m.res.ObjectIDs[p] = objs[e.idx].ID
+			}
+		}
+	}
+	// Inserted in input order: the ids' bytes are read in the order they
+	// were allocated.
+	nObj := m.nObjs()
+	m.objIdx = newIndex(m.seed, int(nObj))
+	for k := range nObj {
+		m.objIdx.addNew(m.obj(k).ID, k)
+	}
+}
+
+// dedupeObjects keeps one copy of each id, the greatest under a total
+// order, so that which copy wins does not depend on input order; order is
+// the objects sorted by id. Duplicates are bad data: this path need not be
+// fast.
+func (m *matcher) dedupeObjects(order []sortKey) {
+	objs := m.in.Objects
+	n := len(objs)
+	type run struct{ from, to, kept int32 } // order[from:to] share an id
+	var runs []run
+	keep := make([]bool, n)
+	for p := 0; p < n; {
+		best := order[p].idx
+		q := p + 1
+		for ; q < n && objs[order[q].idx].ID == objs[best].ID; q++ {
+			if compareObjects(&objs[order[q].idx], &objs[best]) > 0 {
+				best = order[q].idx
+			}
+		}
+		keep[best] = true
+		runs = append(runs, run{int32(p), int32(q), best})
+		p = q
+	}
+	m.objAt = make([]int32, 0, len(runs))
+	m.objRank = make([]int32, n)
+	for j := range objs {
+		if keep[j] {
+			m.objRank[j] = int32(len(m.objAt))
+			m.objAt = append(m.objAt, int32(j))
+		}
+	}
+	m.objSorted = make([]int32, len(runs))
+	m.res.ObjectIDs = make([]string, len(runs))
+	for r, ru := range runs {
+		k := m.objRank[ru.kept]
+		for _, e := range order[ru.from:ru.to] {
+			m.objRank[e.idx] = k
+		}
+		m.objSorted[r] = k
+		m.res.ObjectIDs[r] = objs[ru.kept].ID
 	}
 }
 
@@ -237,20 +382,21 @@ func (m *matcher) indexObjects() {
 // intent with its charges (the charge names the intent, or the intent
 // names the charge as its latest), every other object on its own.
 func (m *matcher) groupMovements() {
-	n := len(m.objs)
+	n := m.nObjs()
 	m.objMov = make([]int32, n)
 	m.next = make([]int32, n)
 	m.movs = make([]movement, 0, n)
 	// Intents first: each is a movement of its own.
 	var named []int32 // intents naming a charge as their latest
-	for i, p := range m.objs {
-		m.objMov[i] = -1
-		m.next[i] = -1
+	for k := range n {
+		p := m.obj(k)
+		m.objMov[k] = -1
+		m.next[k] = -1
 		if p.Kind == reconcile.PaymentIntent {
-			m.objMov[i] = m.newMovement(int32(i), clsCharge)
-			m.addMember(m.objMov[i], int32(i))
+			m.objMov[k] = m.newMovement(k, clsCharge)
+			m.addMember(m.objMov[k], k)
 			if p.Charge != "" {
-				named = append(named, int32(i))
+				named = append(named, k)
 			}
 		}
 	}
@@ -258,14 +404,14 @@ func (m *matcher) groupMovements() {
 	// smallest id, should several: bad data, but order must not matter).
 	var chargeToPI map[int32]int32
 	for _, i := range named {
-		j, ok := m.objByID[m.objs[i].Charge]
-		if !ok || m.objs[j].Kind != reconcile.Charge || m.objs[j].PaymentIntent != "" {
+		j := m.objByID(m.obj(i).Charge)
+		if j < 0 || m.obj(j).Kind != reconcile.Charge || m.obj(j).PaymentIntent != "" {
 			continue
 		}
 		if chargeToPI == nil {
 			chargeToPI = map[int32]int32{}
 		}
-		if cur, ok := chargeToPI[j]; !ok || m.objs[i].ID < m.objs[cur].ID {
+		if cur, ok := chargeToPI[j]; !ok || m.obj(i).ID < m.obj(cur).ID {
 			chargeToPI[j] = i
 		}
 	}
@@ -273,14 +419,15 @@ func (m *matcher) groupMovements() {
 		m.objMov[j] = m.objMov[i]
 		m.addMember(m.objMov[j], j)
 	}
-	for i, p := range m.objs {
-		if m.objMov[i] >= 0 {
+	for k := range n {
+		if m.objMov[k] >= 0 {
 			continue
 		}
+		p := m.obj(k)
 		if pi := p.PaymentIntent; pi != "" && p.Kind == reconcile.Charge {
-			if j, ok := m.objByID[pi]; ok {
-				if m.objs[j].Kind == reconcile.PaymentIntent {
-					m.objMov[i] = m.objMov[j]
+			if j := m.objByID(pi); j >= 0 {
+				if m.obj(j).Kind == reconcile.PaymentIntent {
+					m.objMov[k] = m.objMov[j]
 				}
 			} else {
 				// The intent was not listed; its charges still move
@@ -294,23 +441,28 @@ func (m *matcher) groupMovements() {
 					mv = m.newMovement(int32(-len(m.absentIDs)), clsCharge)
 					m.absentPI[pi] = mv
 				}
-				m.objMov[i] = mv
+				m.objMov[k] = mv
 			}
 		}
-		if m.objMov[i] < 0 {
-			m.objMov[i] = m.newMovement(int32(i), kindClass(p.Kind))
+		if m.objMov[k] < 0 {
+			m.objMov[k] = m.newMovement(k, kindClass(p.Kind))
 		}
-		m.addMember(m.objMov[i], int32(i))
+		m.addMember(m.objMov[k], k)
 	}
 	for k := range m.movs {
 		m.summarise(&m.movs[k])
 	}
 }
 
+// objByID returns the number of the object with id, or -1.
+func (m *matcher) objByID(id string) int32 {
+	return m.objIdx.findFunc(id, func(k int32) string { return m.obj(k).ID })
+}
+
 // movID is a movement's id: its intent's for a group, else its object's.
 func (m *matcher) movID(mv int32) string {
 	if r := m.movs[mv].ref; r >= 0 {
-		return m.objs[r].ID
+		return m.obj(r).ID
 	}
 	return m.absentIDs[-1-m.movs[mv].ref]
 }
@@ -319,13 +471,13 @@ func (m *matcher) movID(mv int32) string {
 // refunded movement, a charge's or an intent's customer ("" for none).
 func (m *matcher) target(mv int32) string {
 	v := &m.movs[mv]
-	rep := m.objs[v.rep]
+	rep := m.obj(v.rep)
 	switch v.class {
 	case clsRefund:
 		return m.refundTarget(rep)
 	case clsCharge:
 		if rep.Customer == "" && v.ref >= 0 {
-			return m.objs[v.ref].Customer
+			return m.obj(v.ref).Customer
 		}
 		return rep.Customer
 	}
@@ -358,7 +510,7 @@ func (m *matcher) addMember(mv, obj int32) {
 func (m *matcher) summarise(mv *movement) {
 	succ, live, stale := false, false, false
 	for j := mv.first; j >= 0; j = m.next[j] {
-		p := m.objs[j]
+		p := m.obj(j)
 		switch p.Status {
 		case reconcile.Succeeded:
 			succ = true
@@ -373,7 +525,7 @@ func (m *matcher) summarise(mv *movement) {
 				stale = true
 			}
 		}
-		if mv.rep < 0 || repBefore(p, m.objs[mv.rep]) {
+		if mv.rep < 0 || repBefore(p, m.obj(mv.rep)) {
 			mv.rep = j
 		}
 	}
@@ -430,8 +582,8 @@ func (m *matcher) refundTarget(r *reconcile.ProviderObject) string {
 // movementOf finds the movement of an object id, or of an intent id that
 // only its charges named; -1 if none.
 func (m *matcher) movementOf(id string) int32 {
-	if i, ok := m.objByID[id]; ok {
-		return m.objMov[i]
+	if k := m.objByID(id); k >= 0 {
+		return m.objMov[k]
 	}
 	if mv, ok := m.absentPI[id]; ok {
 		return mv
@@ -468,34 +620,56 @@ func (m *matcher) indexLookups() {
 // only the route a link is recorded with: an object that reaches two
 // obligations by different routes is a conflict, never a silent pick.
 func (m *matcher) linkAll() {
-	for i, o := range m.obls {
+	for i := range m.nObls() {
+		o := m.obl(i)
 		if o.ProviderID == "" {
 			continue
 		}
 		if mv := m.movementOf(o.ProviderID); mv >= 0 {
-			m.addLink(mv, int32(i), routeProviderID)
+			m.addLink(mv, i, routeProviderID)
 		}
 	}
+	objs := m.in.Objects
+	at := 0 // input position of the object the last key named
 	for k := range m.in.Keys {
 		ke := &m.in.Keys[k]
 		if ke.Key == "" {
 			continue
 		}
-		mv := m.movementOf(ke.ObjectID)
+		// The sources sort keys as they sort objects (by kind, creation
+		// and id), so the object a key names is most often the one the
+		// last key named or the next: two comparisons there save a lookup
+		// by hash, which misses the cache.
+		mv := int32(-1)
+		switch {
+		case at < len(objs) && objs[at].ID == ke.ObjectID:
+			mv = m.objMov[m.objOf(at)]
+		case at+1 < len(objs) && objs[at+1].ID == ke.ObjectID:
+			at++
+			mv = m.objMov[m.objOf(at)]
+		default:
+			if o := m.objByID(ke.ObjectID); o >= 0 {
+				mv = m.objMov[o]
+				at = m.inputOf(o)
+			} else if v, ok := m.absentPI[ke.ObjectID]; ok {
+				mv = v
+			}
+		}
 		if mv < 0 {
 			continue
 		}
 		m.linkKey(mv, ke.Key, routeKey)
 	}
 	idKey, keyKey := m.opts.MetadataObligationID, m.opts.MetadataIdempotencyKey
-	for i, p := range m.objs {
+	for k := range m.nObjs() {
+		p := m.obj(k)
 		if len(p.Metadata) == 0 {
 			continue
 		}
-		mv := m.objMov[i]
+		mv := m.objMov[k]
 		if idKey != "" {
 			if v := p.Metadata[idKey]; v != "" {
-				if o, ok := m.oblByID[v]; ok {
+				if o := m.oblByID(v); o >= 0 {
 					m.addLink(mv, o, routeMetaID)
 				}
 			}
@@ -508,9 +682,17 @@ func (m *matcher) linkAll() {
 	}
 }
 
+// inputOf is the input position of object number k.
+func (m *matcher) inputOf(k int32) int {
+	if m.objAt != nil {
+		return int(m.objAt[k])
+	}
+	return int(k)
+}
+
 func (m *matcher) linkKey(mv int32, key string, route uint8) {
-	o, ok := m.oblKey[key]
-	if !ok {
+	o := m.keyIdx.findFunc(key, func(i int32) string { return m.obl(i).IdempotencyKey })
+	if o < 0 {
 		return
 	}
 	m.addLink(mv, o, route)
@@ -525,7 +707,7 @@ func (m *matcher) linkKey(mv int32, key string, route uint8) {
 // its key about the charge; the kinds keep that from linking the charge.)
 func (m *matcher) addLink(mv, o int32, r uint8) {
 	v := &m.movs[mv]
-	if v.class == clsNone || kindClass(m.obls[o].Kind) != v.class {
+	if v.class == clsNone || m.oblCls[o] != v.class {
 		return
 	}
 	switch {
@@ -551,7 +733,7 @@ func (m *matcher) addLink(mv, o int32, r uint8) {
 
 // buildObligationIndex lists, per obligation, the movements reaching it.
 func (m *matcher) buildObligationIndex() {
-	n := len(m.obls)
+	n := m.nObls()
 	m.oblStart = make([]int32, n+1)
 	total := 0
 	for k := range m.movs {
@@ -592,46 +774,46 @@ func (m *matcher) buildObligationIndex() {
 	}
 }
 
-// emit fills the result's buckets, links, ids and counts, sorted.
+// emit fills the result's buckets, links and counts in object id order.
 func (m *matcher) emit() {
-	objs := sortedByID(len(m.objs), func(i int32) string { return m.objs[i].ID })
-
 	nLinks := 0
 	for k := range m.movs {
 		if n := m.nLinks(int32(k)); n > 0 {
 			nLinks += n * m.members(int32(k))
 		}
 	}
-	m.res.Buckets = make(map[string]Bucket, len(objs))
-	m.res.ObjectIDs = make([]string, len(objs))
+	ids := m.res.ObjectIDs
+	m.res.Buckets = make([]Bucket, len(ids))
 	m.res.Links = make([]reconcile.Link, 0, nLinks)
 	var more []reconcile.Link
-	for k, e := range objs {
-		id := m.objs[e.idx].ID
-		m.res.ObjectIDs[k] = id
-		mv := m.objMov[e.idx]
+	for p, id := range ids {
+		k := int32(p)
+		if m.objSorted != nil {
+			k = m.objSorted[p]
+		}
+		mv := m.objMov[k]
 		v := &m.movs[mv]
-		m.res.Buckets[id] = bucketName(v.bucket)
+		m.res.Buckets[p] = bucketName(v.bucket)
 		if v.bucket == bLinked {
 			m.res.Counts.Linked++
 		}
 		if v.link.obl < 0 {
 			continue
 		}
-		first := reconcile.Link{ObjectID: id, ObligationID: m.obls[v.link.obl].ID, Route: routeName(v.link.route)}
+		first := reconcile.Link{ObjectID: id, ObligationID: m.res.ObligationIDs[v.link.obl], Route: routeName(v.link.route)}
 		if !v.conflict {
 			m.res.Links = append(m.res.Links, first)
 			continue
 		}
 		more = append(more[:0], first)
 		for _, l := range m.more[mv] {
-			more = append(more, reconcile.Link{ObjectID: id, ObligationID: m.obls[l.obl].ID, Route: routeName(l.route)})
+			more = append(more, reconcile.Link{ObjectID: id, ObligationID: m.res.ObligationIDs[l.obl], Route: routeName(l.route)})
 		}
 		slices.SortFunc(more, func(a, b reconcile.Link) int { return strings.Compare(a.ObligationID, b.ObligationID) })
 		m.res.Links = append(m.res.Links, more...)
 	}
-	m.res.Counts.Obligations = len(m.obls)
-	m.res.Counts.ProviderObjects = len(m.objs)
+	m.res.Counts.Obligations = len(m.res.ObligationIDs)
+	m.res.Counts.ProviderObjects = len(ids)
 
 	// Transitions were decided in obligation id order: already sorted.
 	slices.SortFunc(m.res.Findings, compareFindings)

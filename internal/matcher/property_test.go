@@ -504,7 +504,7 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 	}
 	want := reconcile.Counts{Obligations: len(oblIDs), ProviderObjects: len(objIDs)}
 	for _, id := range objIDs {
-		b, ok := res.Buckets[id]
+		b, ok := res.Bucket(id)
 		if !ok {
 			tb.Errorf("object %s has no bucket", id)
 			continue
@@ -585,7 +585,7 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 			}
 		case reconcile.SuspectedDuplicate:
 			for _, id := range f.ProviderIDs {
-				if res.Buckets[id] == BucketSuspected {
+				if b, _ := res.Bucket(id); b == BucketSuspected {
 					inBucket[id] = f.Kind
 				}
 			}
@@ -618,7 +618,7 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 	// An orphan or suspected object's movement is named by a finding of
 	// that kind (which names its succeeded members only).
 	for _, id := range objIDs {
-		switch b := res.Buckets[id]; b {
+		switch b, _ := res.Bucket(id); b {
 		case BucketOrphan, BucketSuspected:
 			var k reconcile.FindingKind
 			for _, p := range or.members(or.mov[id]) {

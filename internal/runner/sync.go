@@ -398,7 +398,7 @@ func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Resu
 		if o.Kind != reconcile.PaymentIntent || st.fresh[o.ID] {
 			continue
 		}
-		switch res.Buckets[o.ID] {
+		switch b, _ := res.Bucket(o.ID); b {
 		case matcher.BucketOrphan, matcher.BucketSuspected, matcher.BucketConflict:
 			ids = append(ids, o.ID)
 		case matcher.BucketPending, matcher.BucketIgnored:

@@ -153,6 +153,12 @@ func sameResult(tb testing.TB, what string, want, got *runner.Outcome) {
 	}
 }
 
+// bucket is the bucket res put the object with id in ("" if none).
+func bucket(res matcher.Result, id string) matcher.Bucket {
+	b, _ := res.Bucket(id)
+	return b
+}
+
 // A second pass over an unchanged history reads at most 1% of what the
 // first read, and concludes what a pass from scratch concludes.
 func TestSecondPassReadsLittle(t *testing.T) {
@@ -239,9 +245,9 @@ func TestPendingRefundSucceedsLater(t *testing.T) {
 	// The mirror keeps the succeeded state: the next pass needs no event.
 	e.clock = t0.Add(2 * time.Hour)
 	third := e.pass(true, runner.Request{DryRun: true})
-	if third.Result.Buckets["re_4821"] != matcher.BucketLinked || third.Sync.Changed != 0 {
+	if bucket(third.Result, "re_4821") != matcher.BucketLinked || third.Sync.Changed != 0 {
 		t.Errorf("third pass: refund in bucket %q, %d changed; want linked from the mirror, none changed",
-			third.Result.Buckets["re_4821"], third.Sync.Changed)
+			bucket(third.Result, "re_4821"), third.Sync.Changed)
 	}
 }
 
@@ -311,7 +317,7 @@ func TestFullAfterIncrementalFindsWhatScratchFinds(t *testing.T) {
 		if day == 2 && (out.Sync.Verified == 0 || out.Sync.Refreshed != 1) {
 			t.Errorf("day 2: verified %d, refreshed %d mirrored intents; want pi_quiet refreshed", out.Sync.Verified, out.Sync.Refreshed)
 		}
-		if b := out.Result.Buckets["pi_quiet"]; day == 2 && b != matcher.BucketLinked {
+		if b := bucket(out.Result, "pi_quiet"); day == 2 && b != matcher.BucketLinked {
 			t.Errorf("day 2: pi_quiet in bucket %q, want linked by its edited metadata", b)
 		}
 	}
@@ -326,8 +332,8 @@ func TestFullAfterIncrementalFindsWhatScratchFinds(t *testing.T) {
 	sameResult(t, "incremental", scratch, incremental)
 	sameResult(t, "--full", scratch, full)
 	for _, id := range []string{"ch_orphan202", "re_10", "pi_late", "pi_quiet"} {
-		if incremental.Result.Buckets[id] != scratch.Result.Buckets[id] {
-			t.Errorf("%s: bucket %q, from scratch %q", id, incremental.Result.Buckets[id], scratch.Result.Buckets[id])
+		if bucket(incremental.Result, id) != bucket(scratch.Result, id) {
+			t.Errorf("%s: bucket %q, from scratch %q", id, bucket(incremental.Result, id), bucket(scratch.Result, id))
 		}
 	}
 
@@ -467,10 +473,10 @@ func TestKeysOutliveStripeEvents(t *testing.T) {
 	w := reconcile.Window{From: t0.Add(-40 * day), To: t0}
 	scratch := e.pass(false, runner.Request{Window: w, DryRun: true})
 	mirrored := e.pass(true, runner.Request{Window: w, DryRun: true})
-	if got := scratch.Result.Buckets["ch_old"]; got != matcher.BucketOrphan {
+	if got := bucket(scratch.Result, "ch_old"); got != matcher.BucketOrphan {
 		t.Errorf("from scratch ch_old is in bucket %q, want orphan (its key event is gone)", got)
 	}
-	if got := mirrored.Result.Buckets["ch_old"]; got != matcher.BucketLinked {
+	if got := bucket(mirrored.Result, "ch_old"); got != matcher.BucketLinked {
 		t.Errorf("with the mirror ch_old is in bucket %q, want linked by its kept key", got)
 	}
 	if want := t0.Add(-36 * day); !mirrored.EventsFrom.Equal(want) || !scratch.EventsFrom.Equal(t0.Add(-sources.EventRetention)) {
