@@ -38,17 +38,11 @@ func (x *index) hash(s string) (uint64, uint64) {
 // add inserts s at pos, unless key already holds an equal string; it
 // returns the position that holds s and whether it was added.
 func (x *index) add(s string, pos int32, key func(int32) string) (int32, bool) {
-	p, tag := x.hash(s)
-	for ; ; p = (p + 1) & x.mask {
-		e := x.slots[p]
-		if e == 0 {
-			x.slots[p] = tag<<32 | uint64(uint32(pos))
-			return pos, true
-		}
-		if e>>32 == tag && key(int32(uint32(e))) == s {
-			return int32(uint32(e)), false
-		}
+	if p := x.find(s, key); p >= 0 {
+		return p, false
 	}
+	x.addNew(s, pos)
+	return pos, true
 }
 
 // addNew inserts s at pos; the caller knows that no equal string is in.
@@ -60,25 +54,9 @@ func (x *index) addNew(s string, pos int32) {
 	x.slots[p] = tag<<32 | uint64(uint32(pos))
 }
 
-// find returns the position of s, or -1. keys[pos] is the string at pos.
-func (x *index) find(s string, keys []string) int32 {
-	if len(x.slots) == 0 {
-		return -1
-	}
-	p, tag := x.hash(s)
-	for ; ; p = (p + 1) & x.mask {
-		e := x.slots[p]
-		if e == 0 {
-			return -1
-		}
-		if e>>32 == tag && keys[uint32(e)] == s {
-			return int32(uint32(e))
-		}
-	}
-}
-
-// findFunc is find for strings that key(pos) fetches.
-func (x *index) findFunc(s string, key func(int32) string) int32 {
+// find returns the position of s, or -1; key(pos) fetches the string at
+// pos.
+func (x *index) find(s string, key func(int32) string) int32 {
 	if len(x.slots) == 0 {
 		return -1
 	}

@@ -220,19 +220,8 @@ func (m *matcher) indexObligations() {
 	n := len(obs)
 	// The sources deliver obligations sorted by id, each once: checking
 	// that costs one pass, sorting a million a good deal more.
-	sorted := true
-	for i := 1; i < n; i++ {
-		if obs[i].ID <= obs[i-1].ID {
-			sorted = false
-			break
-		}
-	}
-	if sorted {
-		m.res.ObligationIDs = make([]string, n)
-		for i := range obs {
-			m.res.ObligationIDs[i] = obs[i].ID
-		}
-	} else {
+	m.res.ObligationIDs = idsIfSorted(n, func(i int) string { return obs[i].ID })
+	if m.res.ObligationIDs == nil {
 		order := sortedByID(n, func(i int32) string { return obs[i].ID })
 		m.oblAt = make([]int32, 0, n)
 		m.res.ObligationIDs = make([]string, 0, n)
@@ -280,6 +269,19 @@ func (m *matcher) indexObligations() {
 	m.suspected = make([]bool, nObl)
 }
 
+// idsIfSorted returns the n ids id(0), id(1), … if they are strictly
+// ascending, as the sources deliver them, and nil otherwise.
+func idsIfSorted(n int, id func(int) string) []string {
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = id(i)
+		if i > 0 && ids[i] <= ids[i-1] {
+			return nil
+		}
+	}
+	return ids
+}
+
 // oblByID returns the number of the obligation with id, or -1. Only
 // metadata names obligations by id, so the index is built on first use.
 func (m *matcher) oblByID(id string) int32 {
@@ -290,7 +292,7 @@ func (m *matcher) oblByID(id string) int32 {
 			m.oblIdx.addNew(s, int32(i))
 		}
 	}
-	return m.oblIdx.find(id, ids)
+	return m.oblIdx.find(id, func(i int32) string { return ids[i] })
 }
 
 // indexObjects dedupes provider objects by id, orders them by id and
@@ -298,19 +300,8 @@ func (m *matcher) oblByID(id string) int32 {
 func (m *matcher) indexObjects() {
 	objs := m.in.Objects
 	n := len(objs)
-	sorted := true
-	for i := 1; i < n; i++ {
-		if objs[i].ID <= objs[i-1].ID {
-			sorted = false
-			break
-		}
-	}
-	if sorted {
-		m.res.ObjectIDs = make([]string, n)
-		for i := range objs {
-			m.res.ObjectIDs[i] = objs[i].ID
-		}
-	} else {
+	m.res.ObjectIDs = idsIfSorted(n, func(i int) string { return objs[i].ID })
+	if m.res.ObjectIDs == nil {
 		order := sortedByID(n, func(i int32) string { return objs[i].ID })
 		dups := false
 		for p := 1; p < n && !dups; p++ {
@@ -456,7 +447,7 @@ func (m *matcher) groupMovements() {
 
 // objByID returns the number of the object with id, or -1.
 func (m *matcher) objByID(id string) int32 {
-	return m.objIdx.findFunc(id, func(k int32) string { return m.obj(k).ID })
+	return m.objIdx.find(id, func(k int32) string { return m.obj(k).ID })
 }
 
 // movID is a movement's id: its intent's for a group, else its object's.
@@ -691,7 +682,7 @@ func (m *matcher) inputOf(k int32) int {
 }
 
 func (m *matcher) linkKey(mv int32, key string, route uint8) {
-	o := m.keyIdx.findFunc(key, func(i int32) string { return m.obl(i).IdempotencyKey })
+	o := m.keyIdx.find(key, func(i int32) string { return m.obl(i).IdempotencyKey })
 	if o < 0 {
 		return
 	}
