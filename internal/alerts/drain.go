@@ -83,6 +83,11 @@ func drain(ctx context.Context, outbox Outbox, now func() time.Time, popts PlanO
 				// goes top-level rather than waiting.
 				thread = roots[m.Parent]
 			}
+			if err := outbox.MarkSending(ctx, m.AlertIDs, now()); err != nil {
+				// Without the intent on record a crash mid-send could post
+				// an unmarked repeat later: send nothing.
+				return st, fmt.Errorf("mark alerts sending: %w", err)
+			}
 			o := send(ctx, m, thread)
 			if o.status == statusSent {
 				root := cmpOr(thread, o.ts)

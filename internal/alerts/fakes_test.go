@@ -3,6 +3,7 @@ package alerts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,10 @@ type fakeOutbox struct {
 	rows   []*fakeRow
 	nextID int64
 	dueErr error
+	// sendingErr fails MarkSending; dieAfterSend fails the next MarkSent
+	// without recording it, as a process killed after Slack accepted.
+	sendingErr   error
+	dieAfterSend bool
 }
 
 type fakeRow struct {
@@ -34,6 +39,7 @@ type fakeRow struct {
 	channel, ts string
 	next        time.Time
 	errs        []string
+	sending     bool // a send's intent recorded and its outcome not yet
 }
 
 func (o *fakeOutbox) add(as ...reconcile.Alert) []int64 {
@@ -75,6 +81,7 @@ func (o *fakeOutbox) Due(ctx context.Context, now time.Time, limit int) ([]recon
 			continue
 		}
 		a := r.alert
+		a.UnknownOutcome = a.UnknownOutcome || r.sending
 		switch a.Event {
 		case reconcile.AlertResolved, reconcile.AlertRepeat:
 			a.ThreadTS = firingTS[a.Finding.Fingerprint]
@@ -89,6 +96,27 @@ func (o *fakeOutbox) Due(ctx context.Context, now time.Time, limit int) ([]recon
 	return out, nil
 }
 
+// MarkSending keeps what the store keeps: an intent left unresolved by an
+// earlier send makes the outcome unknown.
+func (o *fakeOutbox) MarkSending(ctx context.Context, ids []int64, at time.Time) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sendingErr != nil {
+		return o.sendingErr
+	}
+	for _, id := range ids {
+		r := o.row(id)
+		if r == nil {
+			return fmt.Errorf("no alert %d", id)
+		}
+		if r.sending {
+			r.alert.UnknownOutcome = true
+		}
+		r.sending = true
+	}
+	return nil
+}
+
 func (o *fakeOutbox) MarkSent(ctx context.Context, id int64, channel, ts string, at time.Time) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -96,7 +124,12 @@ func (o *fakeOutbox) MarkSent(ctx context.Context, id int64, channel, ts string,
 	if r == nil {
 		return fmt.Errorf("no alert %d", id)
 	}
+	if o.dieAfterSend {
+		o.dieAfterSend = false
+		return errors.New("process killed")
+	}
 	r.sentCount++
+	r.sending = false
 	if !r.sent {
 		r.sent, r.channel, r.ts = true, channel, ts
 	}
@@ -112,6 +145,7 @@ func (o *fakeOutbox) MarkAttempt(ctx context.Context, id int64, next time.Time, 
 	}
 	r.alert.Attempts++
 	r.alert.UnknownOutcome = r.alert.UnknownOutcome || unknown
+	r.sending = false
 	r.next = next
 	r.errs = append(r.errs, errText)
 	return nil

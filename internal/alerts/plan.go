@@ -31,6 +31,11 @@ type Outbox interface {
 	// message; for firing rows, the ts of its run's summary if that was
 	// sent.
 	Due(ctx context.Context, now time.Time, limit int) ([]reconcile.Alert, error)
+	// MarkSending records, before a message goes out, the intent to send
+	// it, so that a process that dies before recording the outcome leaves
+	// its rows' outcome unknown: Due then reports UnknownOutcome and the
+	// next copy says it may be a repeat.
+	MarkSending(ctx context.Context, ids []int64, at time.Time) error
 	// MarkSent records that Slack accepted the message carrying row id, in
 	// channel, under ts (the ts a later reply about this row threads
 	// under: the message's own for a top-level message, its thread's root

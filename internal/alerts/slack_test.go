@@ -266,6 +266,43 @@ func TestDrainUnknownOutcomeResentMarked(t *testing.T) {
 	}
 }
 
+// A process that dies after Slack accepted a message and before it
+// recorded so leaves the send's intent behind: the next drain's copy says
+// it may be a repeat. Without the intent on record nothing is sent.
+func TestDrainKilledAfterSlackAccepted(t *testing.T) {
+	h := newHarness(t)
+	ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+	d := h.deliverer(t, nil)
+	h.outbox.dieAfterSend = true
+	if _, err := h.drain(t, d); err == nil {
+		t.Fatal("Drain with MarkSent failing returned no error")
+	}
+	if r := h.outbox.get(ids[0]); r.sent || !r.sending {
+		t.Fatalf("row sent %t, intent %t; want unsent with its intent recorded", r.sent, r.sending)
+	}
+	if _, err := h.drain(t, d); err != nil {
+		t.Fatalf("second Drain: %v", err)
+	}
+	h.outbox.checkSentOnce(t)
+	posts, _, _ := h.slack.snapshot()
+	if len(posts) != 2 {
+		t.Fatalf("%d posts, want 2 (the unrecorded one and its marked copy)", len(posts))
+	}
+	if strings.Contains(posts[0].flat(), "Possible repeat") || !strings.Contains(posts[1].flat(), "Possible repeat") {
+		t.Errorf("want only the copy marked as a possible repeat:\n%s\n---\n%s", posts[0].Text, posts[1].Text)
+	}
+
+	h2 := newHarness(t)
+	h2.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+	h2.outbox.sendingErr = errors.New("connection reset")
+	if _, err := h2.drain(t, h2.deliverer(t, nil)); err == nil || !strings.Contains(err.Error(), "connection reset") {
+		t.Errorf("Drain with MarkSending failing = %v, want its error", err)
+	}
+	if posts, requests, _ := h2.slack.snapshot(); len(posts) != 0 || requests != 0 {
+		t.Errorf("%d posts, %d requests with no intent on record, want none", len(posts), requests)
+	}
+}
+
 func TestDrainRefusedMessageFallsBackToText(t *testing.T) {
 	h := newHarness(t)
 	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))

@@ -299,6 +299,13 @@ func (s *simStore) Due(ctx context.Context, now time.Time, limit int) ([]reconci
 	return rows, nil
 }
 
+func (s *simStore) MarkSending(ctx context.Context, ids []int64, at time.Time) error {
+	if s.pc.killed.Load() {
+		return errKilled
+	}
+	return s.inner.MarkSending(ctx, ids, at)
+}
+
 func (s *simStore) MarkSent(ctx context.Context, id int64, channel, ts string, at time.Time) error {
 	pc, w := s.pc, s.pc.w
 	if pc.killed.Load() {

@@ -260,14 +260,6 @@ func (w *world) quiesce() error {
 		switch {
 		case !r.sent || l.accepted == 0:
 			w.violate("I3", 0, "outbox row %d (%s %s) was never delivered (sent=%t, accepted %d times)", id, r.event, r.fingerprint, r.sent, l.accepted)
-		case l.unmarked > 0 && l.unmarked <= l.killed && l.accepted-1 <= l.unknown:
-			// K2: a process killed after Slack accepted a message and
-			// before it recorded so leaves no trace of the send; the copy
-			// the next drain posts cannot say it may be a repeat. The
-			// outbox needs an intent recorded before each send (see the
-			// report of issue 7); the alerts and store packages own it.
-			w.known("K2", 0, "outbox row %d (%s) reached Slack %d times; the process was killed after Slack accepted it, and the copy sent after that is not marked as a possible repeat",
-				id, r.event, l.accepted)
 		case l.unmarked > 0:
 			w.violate("I3", 0, "outbox row %d (%s) reached Slack %d times, %d of the extra copies not marked as a possible repeat (%d unknown outcomes, %d of them the process killed after Slack accepted)",
 				id, r.event, l.accepted, l.unmarked, l.unknown, l.killed)

@@ -27,15 +27,16 @@ func TestMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Up: %v", err)
 	}
-	if diff := cmp.Diff([]string{"00001_init.sql", "00002_mirror.sql"}, first.Applied); diff != "" || first.Version != 2 {
-		t.Errorf("Up applied %v to version %d, want 00001_init.sql and 00002_mirror.sql to version 2 %s", first.Applied, first.Version, diff)
+	want := []string{"00001_init.sql", "00002_mirror.sql", "00003_send_intent.sql"}
+	if diff := cmp.Diff(want, first.Applied); diff != "" || first.Version != 3 {
+		t.Errorf("Up applied %v to version %d, want %v to version 3 %s", first.Applied, first.Version, want, diff)
 	}
 	again, err := Up(t.Context(), url)
 	if err != nil {
 		t.Fatalf("Up again: %v", err)
 	}
-	if len(again.Applied) != 0 || again.Version != 2 {
-		t.Errorf("Up again applied %v to version %d, want nothing at version 2", again.Applied, again.Version)
+	if len(again.Applied) != 0 || again.Version != 3 {
+		t.Errorf("Up again applied %v to version %d, want nothing at version 3", again.Applied, again.Version)
 	}
 	if cur, latest, err := SchemaVersion(t.Context(), url); err != nil || cur != latest {
 		t.Errorf("SchemaVersion = %d, %d, %v; want current = latest", cur, latest, err)

@@ -19,12 +19,16 @@ import (
 // ThreadTS is filled for a repeat or resolved alert with the Slack ts of
 // the finding's first sent firing message, and for a firing alert with
 // the ts of its run's summary once that was sent.
+//
+// UnknownOutcome is set for a row whose earlier send may have reached
+// Slack: one that timed out after it went out, or one whose intent
+// (MarkSending) was recorded and whose outcome never was.
 func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]reconcile.Alert, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	rows, err := s.pool.Query(ctx, `SELECT o.id, o.run_id, o.event, o.changed, o.payload, o.created_at,
-		o.attempts, o.outcome_unknown,
+		o.attempts, o.outcome_unknown OR o.sending_since IS NOT NULL,
 		CASE o.event
 		WHEN 'summary' THEN NULL
 		WHEN 'firing' THEN (SELECT s.slack_ts FROM reconcile.outbox s
@@ -85,7 +89,8 @@ func decodePayload(a *reconcile.Alert, payload []byte) error {
 // It returns ErrNotFound for an unknown id and ErrAlreadySent if the row
 // was already recorded as sent (the first record is kept).
 func (s *Store) MarkSent(ctx context.Context, id int64, channel, ts string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE reconcile.outbox SET sent_at = $2, slack_channel = $3, slack_ts = $4
+	tag, err := s.pool.Exec(ctx, `UPDATE reconcile.outbox SET sent_at = $2, slack_channel = $3, slack_ts = $4,
+		sending_since = NULL
 	WHERE id = $1 AND sent_at IS NULL`, id, at, nullString(channel), nullString(ts))
 	if err != nil {
 		return fmt.Errorf("mark alert %d sent: %w", id, err)
@@ -96,6 +101,23 @@ func (s *Store) MarkSent(ctx context.Context, id int64, channel, ts string, at t
 	return s.whyUnchanged(ctx, "mark alert sent", id)
 }
 
+// MarkSending records the intent to send the message carrying rows ids,
+// before the request goes out. Should the process die before MarkSent or
+// MarkAttempt records the outcome, the intent stays, Due reports the rows'
+// outcome as unknown, and their next message says it may be a repeat. An
+// intent left by an earlier send that is still unresolved becomes the
+// sticky outcome_unknown flag here, so that a later failed attempt, which
+// clears the intent, does not forget it.
+func (s *Store) MarkSending(ctx context.Context, ids []int64, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE reconcile.outbox
+	SET outcome_unknown = outcome_unknown OR sending_since IS NOT NULL, sending_since = $2
+	WHERE id = ANY($1) AND sent_at IS NULL`, ids, at)
+	if err != nil {
+		return fmt.Errorf("mark alerts %v sending: %w", ids, err)
+	}
+	return nil
+}
+
 // maxErrorText bounds the error text kept per attempt.
 const maxErrorText = 1000
 
@@ -103,13 +125,15 @@ const maxErrorText = 1000
 // count goes up, the next attempt is due at next, and errText is kept for
 // people. unknown is true when the request may have reached Slack (a
 // timeout after it went out); once set it stays set, so that a resend can
-// say it may be a duplicate. Callers keep secrets out of errText.
+// say it may be a duplicate. The send's intent (MarkSending) is cleared:
+// this attempt's outcome is now recorded. Callers keep secrets out of
+// errText.
 func (s *Store) MarkAttempt(ctx context.Context, id int64, next time.Time, unknown bool, errText string) error {
 	if len(errText) > maxErrorText {
 		errText = errText[:maxErrorText] + "…"
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE reconcile.outbox SET attempts = attempts + 1, next_attempt_at = $2,
-		outcome_unknown = outcome_unknown OR $3, last_error = $4
+		outcome_unknown = outcome_unknown OR $3, last_error = $4, sending_since = NULL
 	WHERE id = $1 AND sent_at IS NULL`, id, next, unknown, nullString(errText))
 	if err != nil {
 		return fmt.Errorf("mark alert %d attempt: %w", id, err)

@@ -146,3 +146,61 @@ func TestOutboxDrain(t *testing.T) {
 		t.Errorf("MarkAttempt(unknown) = %v, want ErrNotFound", err)
 	}
 }
+
+// A send's intent: recorded before the request, cleared by its recorded
+// outcome; one left unresolved makes the rows' outcome unknown, and stays
+// known as unknown after a later attempt fails.
+func TestOutboxSendIntent(t *testing.T) {
+	t.Parallel()
+	now := t0()
+	e := newEnv(t, Options{})
+	dup := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_2")
+	if _, err := e.s.Apply(t.Context(), testRun("run-1", now), resultOf([]reconcile.Finding{dup}, nil), now); err != nil {
+		t.Fatal(err)
+	}
+	unknown := func(id int64) bool {
+		t.Helper()
+		as, err := e.s.Due(t.Context(), now.Add(time.Hour), 10)
+		if err != nil {
+			t.Fatalf("Due: %v", err)
+		}
+		for _, a := range as {
+			if a.ID == id {
+				return a.UnknownOutcome
+			}
+		}
+		t.Fatalf("alert %d not due", id)
+		return false
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if unknown(1) || unknown(2) {
+		t.Fatal("fresh rows have an unknown outcome")
+	}
+	must(e.s.MarkSending(t.Context(), []int64{1, 2}, now))
+	if !unknown(1) || !unknown(2) {
+		t.Error("rows whose send's outcome was never recorded are not reported unknown")
+	}
+	must(e.s.MarkSent(t.Context(), 1, "C1", "100.1", now))
+	must(e.s.MarkAttempt(t.Context(), 2, now, false, "slack: 503"))
+	if unknown(2) {
+		t.Error("a refused attempt's recorded outcome left the row unknown")
+	}
+	// Died mid-send, then the next attempt was refused: the first send
+	// may still have arrived.
+	must(e.s.MarkSending(t.Context(), []int64{2}, now))
+	must(e.s.MarkSending(t.Context(), []int64{2}, now.Add(time.Minute)))
+	must(e.s.MarkAttempt(t.Context(), 2, now, false, "slack: 503"))
+	if !unknown(2) {
+		t.Error("an unresolved earlier send was forgotten by a later refused attempt")
+	}
+	var sending int
+	must(e.pool.QueryRow(t.Context(), `SELECT count(*) FROM reconcile.outbox WHERE sending_since IS NOT NULL`).Scan(&sending))
+	if sending != 0 {
+		t.Errorf("%d rows keep a send's intent after their outcome was recorded", sending)
+	}
+}
