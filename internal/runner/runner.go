@@ -141,7 +141,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	st.phases.start(r.Now)
 	defer func() {
 		out.Phases = st.phases.phases
-		log.Info("pass phases", st.phases.attrs()...)
+		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
+			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
 	}()
 	st.plan, err = r.plan(ctx, req.Window, started, req.Full)
 	st.phases.mark("plan")

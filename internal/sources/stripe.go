@@ -20,7 +20,6 @@ import (
 
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
-	"golang.org/x/time/rate"
 )
 
 // EventRetention is how long Stripe keeps events: key evidence (which
@@ -53,8 +52,10 @@ type StripeOptions struct {
 
 	// Rate is the most requests a second sent, all lists together
 	// (default 25, Stripe's test-mode read limit; live mode allows 100).
-	// math.Inf(1) disables pacing. Burst is how many may go at once after
-	// a pause (default 1).
+	// Each 429 halves the pace, down to Rate/16, and answered requests
+	// raise it back (see pace): the limit is shared with the account's
+	// other clients. math.Inf(1) disables pacing. Burst is how many may go
+	// at once after a pause (default 1).
 	Rate  float64
 	Burst int
 	// Concurrency is how many time slices are read at once, and how many
@@ -107,10 +108,10 @@ type ProgressEvent struct {
 // API, read-only, paced under a request rate, retrying what can be retried,
 // and failing rather than returning a partial listing.
 type Stripe struct {
-	api     *client.API
-	opts    StripeOptions
-	limiter *rate.Limiter
-	log     *slog.Logger
+	api  *client.API
+	opts StripeOptions
+	pace *pace
+	log  *slog.Logger
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -128,14 +129,11 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 		return nil, fmt.Errorf("stripe options: %w", err)
 	}
 	s := &Stripe{
-		opts:    o,
-		limiter: rate.NewLimiter(rate.Limit(o.Rate), o.Burst),
-		log:     o.Logger,
-		rng:     rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)),
-		sleep:   sleepContext,
-	}
-	if math.IsInf(o.Rate, 1) {
-		s.limiter = rate.NewLimiter(rate.Inf, 1)
+		opts:  o,
+		pace:  newPace(o.Rate, o.Burst),
+		log:   o.Logger,
+		rng:   rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)),
+		sleep: sleepContext,
 	}
 	backends := stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 		URL:        stripe.String(o.BaseURL),
@@ -329,7 +327,7 @@ func scrubSecret(msg, key string) string {
 
 // counters are one operation's request statistics, shared by its workers.
 type counters struct {
-	requests, retries, pages, items, outside atomic.Int64
+	requests, retries, limited, pages, items, outside atomic.Int64
 }
 
 // call sends one request through the limiter, retrying 429s, 5xx and
@@ -337,7 +335,7 @@ type counters struct {
 // a context bounded by RequestTimeout.
 func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		if err := s.limiter.Wait(ctx); err != nil {
+		if err := s.pace.lim.Wait(ctx); err != nil {
 			return &RequestError{Message: "waiting for the rate limiter: " + err.Error(), Attempts: attempt - 1, cause: ctxErr(ctx, err)}
 		}
 		c.requests.Add(1)
@@ -345,6 +343,7 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 		err := do(actx)
 		cancel()
 		if err == nil {
+			s.pace.answered()
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -352,6 +351,12 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 		}
 		re := s.translate(err)
 		re.Attempts = attempt
+		if re.Status == http.StatusTooManyRequests {
+			c.limited.Add(1)
+			if now, changed := s.pace.limited(); changed {
+				s.log.InfoContext(ctx, "stripe rate-limited the reader; slowing down", slog.Float64("requests_per_second", now))
+			}
+		}
 		if !re.retry || attempt > s.opts.MaxRetries {
 			return re
 		}

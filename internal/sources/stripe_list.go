@@ -34,10 +34,11 @@ type Listing struct {
 
 // ListStats count what a listing cost and held.
 type ListStats struct {
-	Slices   int // time slices each list was split into
-	Requests int // HTTP requests sent, retries included
-	Retries  int
-	Pages    int // pages read
+	Slices      int // time slices each list was split into
+	Requests    int // HTTP requests sent, retries included
+	Retries     int
+	RateLimited int // 429 answers, each of which slowed the reader
+	Pages       int // pages read
 	// Objects per kind, events read, and key evidence kept.
 	Charges, Refunds, PaymentIntents, Events, Keys int
 	// OutOfRange counts objects the server returned although created
@@ -269,6 +270,7 @@ func (s *Stripe) list(ctx context.Context, p listPlan) (*Listing, []Change, []st
 		l.Stats.Slices = len(evSpans)
 	}
 	l.Stats.Requests, l.Stats.Retries, l.Stats.Pages = int(c.requests.Load()), int(c.retries.Load()), int(c.pages.Load())
+	l.Stats.RateLimited = int(c.limited.Load())
 	if l.Stats.OutOfRange = int(c.outside.Load()); l.Stats.OutOfRange > 0 {
 		s.log.WarnContext(ctx, "stripe listed objects outside the requested creation range; ignored them",
 			slog.Int("objects", l.Stats.OutOfRange))
