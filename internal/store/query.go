@@ -187,6 +187,8 @@ type AlertRecord struct {
 	SentAt         time.Time // zero until Slack accepted it
 	SlackChannel   string
 	SlackTS        string
+	// OutcomeUnknown: a send may have reached Slack without an answer, or
+	// a process died mid-send (its intent is still recorded).
 	OutcomeUnknown bool
 }
 
@@ -227,7 +229,7 @@ func (s *Store) ObligationHistory(ctx context.Context, obligationID string) (His
 		}
 		rows, err = tx.Query(ctx, `SELECT o.id, o.run_id, coalesce(o.fingerprint, ''), o.event, o.changed,
 			o.created_at, o.attempts, o.next_attempt_at, coalesce(o.last_error, ''), o.sent_at,
-			coalesce(o.slack_channel, ''), coalesce(o.slack_ts, ''), o.outcome_unknown
+			coalesce(o.slack_channel, ''), coalesce(o.slack_ts, ''), o.outcome_unknown OR o.sending_since IS NOT NULL
 		FROM reconcile.outbox o JOIN reconcile.findings f ON f.fingerprint = o.fingerprint
 		WHERE f.obligation_id = $1 ORDER BY o.id`, obligationID)
 		if err != nil {
