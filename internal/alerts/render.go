@@ -727,35 +727,3 @@ func blocksText(blocks []slack.Block) int {
 	}
 	return n
 }
-
-// violations lists how a message breaks Slack's limits; none for a message
-// that Plan produced.
-func violations(text string, blocks []slack.Block) []string {
-	var v []string
-	if n := runeLen(text); n > maxText {
-		v = append(v, fmt.Sprintf("text has %d characters, over %d", n, maxText))
-	}
-	if len(blocks) > maxBlocks {
-		v = append(v, fmt.Sprintf("%d blocks, over %d", len(blocks), maxBlocks))
-	}
-	if n := blocksText(blocks); n > maxBlocksText {
-		v = append(v, fmt.Sprintf("blocks hold %d characters, over %d", n, maxBlocksText))
-	}
-	for i, b := range blocks {
-		switch b := b.(type) {
-		case *slack.HeaderBlock:
-			if n := runeLen(b.Text.Text); n > maxHeaderText {
-				v = append(v, fmt.Sprintf("block %d: header of %d characters, over %d", i, n, maxHeaderText))
-			}
-		case *slack.SectionBlock:
-			if n := runeLen(b.Text.Text); n > maxSectionText {
-				v = append(v, fmt.Sprintf("block %d: section of %d characters, over %d", i, n, maxSectionText))
-			}
-		case *slack.ContextBlock:
-			if n := len(b.ContextElements.Elements); n > maxContextElem {
-				v = append(v, fmt.Sprintf("block %d: context of %d elements, over %d", i, n, maxContextElem))
-			}
-		}
-	}
-	return v
-}

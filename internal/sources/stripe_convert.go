@@ -173,18 +173,6 @@ func keyEventKinds() map[string]reconcile.ObjectKind {
 	return m
 }
 
-// keyEvidence reads from one event which idempotency key created which
-// object, if the event says so.
-// kinds is keyEventKinds().
-func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
-	if ev.Request == nil || ev.Data == nil {
-		return reconcile.KeyEvidence{}, false
-	}
-	id, _ := ev.Data.Object["id"].(string)
-	object, _ := ev.Data.Object["object"].(string)
-	return evidence(kinds, ev.ID, string(ev.Type), ev.Created, ev.Request.IdempotencyKey, id, object)
-}
-
 // evidence is the key evidence of one event, if it is of a key-bearing
 // type, carries a request key, and is about an object of the type's kind.
 func evidence(kinds map[string]reconcile.ObjectKind, eventID, typ string, created int64, key, objectID, object string) (reconcile.KeyEvidence, bool) {

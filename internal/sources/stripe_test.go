@@ -843,3 +843,16 @@ func TestBackoffIsBoundedAndSeeded(t *testing.T) {
 		}
 	}
 }
+
+// keyEvidence reads from a decoded stripe.Event which idempotency key
+// created which object, through evidence as the reader's scanner does:
+// the tests state evidence's rules over whole events.
+// kinds is keyEventKinds().
+func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
+	if ev.Request == nil || ev.Data == nil {
+		return reconcile.KeyEvidence{}, false
+	}
+	id, _ := ev.Data.Object["id"].(string)
+	object, _ := ev.Data.Object["object"].(string)
+	return evidence(kinds, ev.ID, string(ev.Type), ev.Created, ev.Request.IdempotencyKey, id, object)
+}

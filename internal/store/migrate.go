@@ -78,36 +78,6 @@ func Up(ctx context.Context, dbURL string) (MigrationReport, error) {
 	return rep, nil
 }
 
-// SchemaVersion returns the version the database's reconcile schema is at
-// (0 when it was never migrated) and the latest version this build knows.
-func SchemaVersion(ctx context.Context, dbURL string) (current, latest int64, err error) {
-	p, db, err := newProvider(dbURL)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer db.Close()
-	return schemaVersion(ctx, p, db)
-}
-
-func schemaVersion(ctx context.Context, p *goose.Provider, db *sql.DB) (current, latest int64, err error) {
-	for _, s := range p.ListSources() {
-		latest = max(latest, s.Version)
-	}
-	// Ask first whether the version table exists: goose would create it.
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, versionTable).Scan(&exists); err != nil {
-		return 0, latest, fmt.Errorf("read schema version: %w", err)
-	}
-	if !exists {
-		return 0, latest, nil
-	}
-	current, err = p.GetDBVersion(ctx)
-	if err != nil {
-		return 0, latest, fmt.Errorf("read schema version: %w", err)
-	}
-	return current, latest, nil
-}
-
 func newProvider(dbURL string) (*goose.Provider, *sql.DB, error) {
 	cfg, err := pgx.ParseConfig(dbURL)
 	if err != nil {

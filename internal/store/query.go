@@ -175,18 +175,18 @@ type TransitionRecord struct {
 
 // AlertRecord is one outbox row and how its delivery went.
 type AlertRecord struct {
-	ID             int64
-	RunID          string
-	Fingerprint    string // empty for a summary
-	Event          reconcile.AlertEvent
-	Changed        bool
-	CreatedAt      time.Time
-	Attempts       int
-	NextAttemptAt  time.Time
-	LastError      string
-	SentAt         time.Time // zero until Slack accepted it
-	SlackChannel   string
-	SlackTS        string
+	ID            int64
+	RunID         string
+	Fingerprint   string // empty for a summary
+	Event         reconcile.AlertEvent
+	Changed       bool
+	CreatedAt     time.Time
+	Attempts      int
+	NextAttemptAt time.Time
+	LastError     string
+	SentAt        time.Time // zero until Slack accepted it
+	SlackChannel  string
+	SlackTS       string
 	// OutcomeUnknown: a send may have reached Slack without an answer, or
 	// a process died mid-send (its intent is still recorded).
 	OutcomeUnknown bool
