@@ -12,7 +12,7 @@
 // it builds the test binaries with `go test -c` and reads the standard
 // benchmark output. From the module root:
 //
-//	go run ./cmd/reconcile-bench            # the whole table (about 15 minutes on 2 cores)
+//	go run ./cmd/reconcile-bench            # the whole table (3 to 15 minutes on 2 cores, by load)
 //	go run ./cmd/reconcile-bench -only a,c  # some sections
 //	go run ./cmd/reconcile-bench -e2e 100k  # a smaller end-to-end history
 package main
