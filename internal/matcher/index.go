@@ -1,9 +1,6 @@
 package matcher
 
-import (
-	"hash/maphash"
-	"math/bits"
-)
+import "math/bits"
 
 // index maps distinct strings to the int32 positions of their owners. It
 // is an open-addressing table of uint64 slots holding 32 bits of the
@@ -14,24 +11,23 @@ import (
 // of the memory, and most probes touch one cache line: the hash bits
 // reject other strings without reading them.
 //
-// The seed is random, like a Go map's: it decides only where entries sit,
-// never what a lookup finds.
+// The hash is fixed (no random seed, as the matcher takes no randomness):
+// it decides only where entries sit, never what a lookup finds.
 type index struct {
-	seed  maphash.Seed
 	slots []uint64
 	mask  uint64
 }
 
 // newIndex sizes an index for n strings at a load of at most one half,
 // where linear probing stays short.
-func newIndex(seed maphash.Seed, n int) index {
+func newIndex(n int) index {
 	size := 1 << max(4, bits.Len(uint(2*n)))
-	return index{seed: seed, slots: make([]uint64, size), mask: uint64(size - 1)}
+	return index{slots: make([]uint64, size), mask: uint64(size - 1)}
 }
 
 // hash returns s's first slot and its tag (the hash's high half, never 0).
 func (x *index) hash(s string) (uint64, uint64) {
-	h := maphash.String(x.seed, s)
+	h := hashString(s)
 	return h & x.mask, h>>32 | 1
 }
 
@@ -70,4 +66,27 @@ func (x *index) find(s string, key func(int32) string) int32 {
 			return int32(uint32(e))
 		}
 	}
+}
+
+// hashString mixes s eight bytes at a time and finishes with MurmurHash3's
+// 64-bit finaliser, so that both the low bits (the slot) and the high bits
+// (the tag) depend on every byte.
+func hashString(s string) uint64 {
+	h := uint64(len(s)) * 0x9e3779b97f4a7c15
+	for ; len(s) >= 8; s = s[8:] {
+		v := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		h = bits.RotateLeft64(h^v*0xff51afd7ed558ccd, 31) * 0x9e3779b97f4a7c15
+	}
+	var v uint64
+	for i := len(s) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(s[i])
+	}
+	h ^= v * 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }

@@ -3,7 +3,6 @@ package matcher
 import (
 	"cmp"
 	"encoding/binary"
-	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -128,7 +127,6 @@ type matcher struct {
 	in   *Input
 	opts Options
 	now  time.Time
-	seed maphash.Seed
 
 	// oblAt maps an obligation's number to its input position; nil when
 	// the input was sorted by id without duplicates, as the sources
@@ -170,7 +168,7 @@ type matcher struct {
 // arguments: the result does not depend on the order of any input slice,
 // and duplicated input records (the same id twice) count once.
 func Match(in Input, now time.Time, opts Options) Result {
-	m := &matcher{in: &in, opts: opts, now: now, seed: maphash.MakeSeed()}
+	m := &matcher{in: &in, opts: opts, now: now}
 	m.indexObligations()
 	m.indexObjects()
 	m.groupMovements()
@@ -251,7 +249,7 @@ func (m *matcher) indexObligations() {
 			keys++
 		}
 	}
-	m.keyIdx = newIndex(m.seed, keys)
+	m.keyIdx = newIndex(keys)
 	keyOf := func(i int32) string { return m.obl(i).IdempotencyKey }
 	for i := range int32(nObl) {
 		k := m.obl(i).IdempotencyKey
@@ -287,7 +285,7 @@ func idsIfSorted(n int, id func(int) string) []string {
 func (m *matcher) oblByID(id string) int32 {
 	ids := m.res.ObligationIDs
 	if m.oblIdx.slots == nil {
-		m.oblIdx = newIndex(m.seed, len(ids))
+		m.oblIdx = newIndex(len(ids))
 		for i, s := range ids {
 			m.oblIdx.addNew(s, int32(i))
 		}
@@ -321,7 +319,7 @@ func (m *matcher) indexObjects() {
 	// Inserted in input order: the ids' bytes are read in the order they
 	// were allocated.
 	nObj := m.nObjs()
-	m.objIdx = newIndex(m.seed, int(nObj))
+	m.objIdx = newIndex(int(nObj))
 	for k := range nObj {
 		m.objIdx.addNew(m.obj(k).ID, k)
 	}

@@ -24,6 +24,8 @@ var oblBenchStart = time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
 // BenchmarkReadObligations reads a table of a million obligations (1 in
 // 1,000 EXECUTING, the rest PAID; a third refunds naming their charge):
 //   - all: a window covering the whole table, a million rows returned;
+//   - all_named_1M: the same with every row's id, key and provider id
+//     named too, as a pass over the whole window names them;
 //   - window_3d_named_300k: a three-day window plus 100k ids, 100k keys and
 //     100k provider ids named (a quarter of them absent), as a busy night's
 //     listing names them;
@@ -60,6 +62,14 @@ func BenchmarkReadObligations(b *testing.B) {
 		named.Keys = append(named.Keys, "key:"+oblBenchID(g+1))
 		named.ProviderIDs = append(named.ProviderIDs, fmt.Sprintf("py_%d", g+2))
 	}
+	// What a pass over the whole table names: every obligation's id, key
+	// and provider id, as a listing of the whole window finds them.
+	var everything sources.Named
+	for g := range oblBenchRows {
+		everything.IDs = append(everything.IDs, oblBenchID(g))
+		everything.Keys = append(everything.Keys, "key:"+oblBenchID(g))
+		everything.ProviderIDs = append(everything.ProviderIDs, fmt.Sprintf("py_%d", g))
+	}
 	all := reconcile.Window{From: oblBenchStart, To: oblBenchStart.Add(oblBenchRows * 10 * time.Second)}
 	threeDays := reconcile.Window{From: oblBenchStart.AddDate(0, 0, 50), To: oblBenchStart.AddDate(0, 0, 53)}
 
@@ -81,6 +91,7 @@ func BenchmarkReadObligations(b *testing.B) {
 		named sources.Named
 	}{
 		{"all", pool, all, sources.Named{}},
+		{"all_named_1M", pool, all, everything},
 		{"window_3d_named_300k", pool, threeDays, named},
 		{"named_300k_generic_plan", generic, threeDays, named},
 	} {
