@@ -181,6 +181,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		out.Sync = st.plan.report
 	}
 	out.Input, out.Result = in, res
+	warnOlderThanWindow(log, in, res, r.Matcher.ClockSkew)
 	run.Counts = res.Counts
 	run.Finished = r.Now().UTC()
 
@@ -380,6 +381,40 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 		*s = slices.Compact(*s)
 	}
 	return n
+}
+
+// warnOlderThanWindow says when a PAID decision rests on a window that
+// began after the obligation was created: a retry that moved money before
+// the window is invisible to the pass, so "exactly one" holds only for
+// what it read. The decision stands (DESIGN.md §4); the log says how far
+// back to look.
+func warnOlderThanWindow(log *slog.Logger, in matcher.Input, res matcher.Result, skew time.Duration) {
+	created := make(map[string]time.Time, len(res.Transitions))
+	for _, t := range res.Transitions {
+		created[t.ObligationID] = time.Time{}
+	}
+	if len(created) == 0 {
+		return
+	}
+	for _, o := range in.Obligations {
+		if _, ok := created[o.ID]; ok {
+			created[o.ID] = o.CreatedAt
+		}
+	}
+	var older []string
+	oldest := in.Listed.From
+	for _, t := range res.Transitions {
+		if c := created[t.ObligationID]; c.Add(-skew).Before(in.Listed.From) {
+			older = append(older, t.ObligationID)
+			if c.Before(oldest) {
+				oldest = c
+			}
+		}
+	}
+	if len(older) > 0 {
+		log.Warn("obligations marked PAID were created before the window began: a payout before it would be unseen; widen --since to check",
+			"count", len(older), "first", older[0], "oldest_created", oldest.UTC(), "window_from", in.Listed.From.UTC())
+	}
 }
 
 // NewRunID returns a sortable, unique run id: run_20261130T020000Z_1a2b3c4d.
