@@ -103,11 +103,9 @@ func (w *world) seedWorld() error {
 		x := &object{ID: w.led.newObjectID(reconcile.Charge), Kind: reconcile.Charge, Status: reconcile.Succeeded,
 			Money:    reconcile.Money{Amount: c.min + w.rng.Int64N(c.max-c.min), Currency: c.code},
 			Customer: fmt.Sprintf("cus_old%02d", w.rng.IntN(20)), Meta: map[string]string{"note": "imported"}}
-		if err := w.stripe.Add(withCreated(x, epoch.Add(-time.Duration(1+w.rng.IntN(7200))*time.Second)), ""); err != nil {
+		if err := w.createAt(x, epoch.Add(-time.Duration(1+w.rng.IntN(7200))*time.Second)); err != nil {
 			return err
 		}
-		w.led.objs[x.ID] = x
-		w.led.objIDs = append(w.led.objIDs, x.ID)
 	}
 	for range n {
 		at := epoch.Add(-time.Duration(1+w.rng.IntN(7200)) * time.Second)
@@ -115,11 +113,9 @@ func (w *world) seedWorld() error {
 		o.State = reconcile.Paid
 		x := &object{ID: w.led.newObjectID(reconcile.Charge), Kind: reconcile.Charge, Money: o.Money,
 			Status: reconcile.Succeeded, For: o.ID, Key: o.Key, Meta: w.metadata(o, o.Key), Customer: o.Customer}
-		if err := w.stripe.Add(withCreated(x, at), x.Key); err != nil {
+		if err := w.createAt(x, at); err != nil {
 			return err
 		}
-		w.led.objs[x.ID] = x
-		w.led.objIDs = append(w.led.objIDs, x.ID)
 		o.ProviderID, o.Paid, o.Updated = x.ID, at, at
 		if err := w.insert(w.ctx, o); err != nil {
 			return err
@@ -139,11 +135,9 @@ func (w *world) seedWorld() error {
 		case reconcile.FailedState:
 			x := &object{ID: w.led.newObjectID(reconcile.Charge), Kind: reconcile.Charge, Money: o.Money,
 				Status: reconcile.Failed, For: o.ID, Key: o.Key, Meta: w.metadata(o, o.Key), Customer: o.Customer}
-			if err := w.stripe.Add(withCreated(x, at), x.Key); err != nil {
+			if err := w.createAt(x, at); err != nil {
 				return err
 			}
-			w.led.objs[x.ID] = x
-			w.led.objIDs = append(w.led.objIDs, x.ID)
 			o.ProviderID = x.ID
 		}
 		if err := w.insert(w.ctx, o); err != nil {
@@ -153,11 +147,6 @@ func (w *world) seedWorld() error {
 	}
 	w.tracef("seed: %d paid charges", n)
 	return nil
-}
-
-func withCreated(x *object, at time.Time) reconcile.ProviderObject {
-	x.Created = at
-	return x.provider()
 }
 
 var currencies = []struct {
@@ -291,13 +280,7 @@ func (w *world) execute() error {
 // worker died, and calls again: with the same key (Stripe replays the first
 // answer for 24 hours) or, wrongly, with a fresh one.
 func (w *world) retry() error {
-	now := w.clock.Now()
-	var cands []*obligation
-	for _, o := range w.led.byState(reconcile.ConfirmationUnknown, reconcile.Executing) {
-		if o.State == reconcile.ConfirmationUnknown || !o.LeaseExp.After(now) {
-			cands = append(cands, o)
-		}
-	}
+	cands := w.stuck()
 	if len(cands) == 0 {
 		return w.execute()
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"reconcile"
 	"reconcile/internal/alerts"
@@ -93,7 +96,7 @@ func (w *world) checkPass(pc *passCtl) error {
 		if pc.killedAt != "" {
 			why = "killed after " + pc.killedAt
 		}
-		w.tracef("pass %d %s: %v", n, why, short(cmpErr(pc.applyErr, pc.runErr)))
+		w.tracef("pass %d %s: %v", n, why, short(cmp.Or(pc.applyErr, pc.runErr)))
 	default:
 		w.checkModel(pc, pc.result)
 		w.checkTransitions(pc, newTr, after)
@@ -120,13 +123,6 @@ func (w *world) checkPass(pc *passCtl) error {
 	return nil
 }
 
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
 func short(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -150,7 +146,7 @@ func (w *world) checkUnchanged(pc *passCtl, before, after dbState, what string) 
 	}
 	for fp, f := range after.findings {
 		b, ok := before.findings[fp]
-		if !ok || b.status != f.status || b.hash != f.hash || b.lastSeenRun != f.lastSeenRun {
+		if !ok || !b.sameBut(f) {
 			w.violate("I7", n, "%s changed finding %s (%s %s): %s → %s", what, fp, f.kind, f.obligationID, b.status, f.status)
 		}
 	}
@@ -485,8 +481,8 @@ func (w *world) interleave(pc *passCtl, ts []reconcile.Transition) error {
 }
 
 // checkSecrets looks for the canaries everywhere a person or a log
-// collector could read (I8).
-func (w *world) checkSecrets() {
+// collector could read (I8). An error means it could not look.
+func (w *world) checkSecrets() error {
 	type place struct{ name, text string }
 	places := []place{{"logs", w.logs.String()}}
 	for _, m := range w.slack.Messages() {
@@ -500,14 +496,15 @@ func (w *world) checkSecrets() {
 	// which may hold anything; the commands redact them on output.)
 	rows, err := w.env.Pool.Query(w.ctx, `SELECT coalesce(last_error, '') FROM reconcile.outbox
 		UNION ALL SELECT coalesce(error, '') FROM reconcile.runs`)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			if rows.Scan(&s) == nil {
-				places = append(places, place{"stored error", s})
-			}
-		}
-		rows.Close()
+	if err != nil {
+		return fmt.Errorf("read stored error texts: %w", err)
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read stored error texts: %w", err)
+	}
+	for _, s := range stored {
+		places = append(places, place{"stored error", s})
 	}
 	for _, p := range places {
 		for _, c := range canaries() {
@@ -517,4 +514,5 @@ func (w *world) checkSecrets() {
 			}
 		}
 	}
+	return nil
 }

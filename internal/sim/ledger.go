@@ -153,8 +153,11 @@ func (w *world) save(ctx context.Context, o *obligation) error {
 
 // create makes the provider create an object, as a request carrying key
 // would, at the current virtual time.
-func (w *world) create(o *object) error {
-	o.Created = w.clock.Now()
+func (w *world) create(o *object) error { return w.createAt(o, w.clock.Now()) }
+
+// createAt puts o at the provider as created at at, with its key.
+func (w *world) createAt(o *object, at time.Time) error {
+	o.Created = at
 	if err := w.stripe.Add(o.provider(), o.Key); err != nil {
 		return err
 	}

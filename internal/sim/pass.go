@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
 	"reconcile/internal/alerts"
@@ -74,7 +77,7 @@ func (p passPlan) String() string {
 		parts = append(parts, "lookupfail")
 	}
 	if len(p.stripeTimeout) > 0 {
-		parts = append(parts, fmt.Sprintf("stripetimeout=%v", sortedKeys(p.stripeTimeout)))
+		parts = append(parts, fmt.Sprintf("stripetimeout=%v", slices.Sorted(maps.Keys(p.stripeTimeout))))
 	}
 	s := p.slack
 	if s.RateLimit > 0 {
@@ -90,10 +93,10 @@ func (p passPlan) String() string {
 		parts = append(parts, "slackbadauth")
 	}
 	if len(p.loseResponse) > 0 {
-		parts = append(parts, fmt.Sprintf("loseresp=%v", sortedKeys(p.loseResponse)))
+		parts = append(parts, fmt.Sprintf("loseresp=%v", slices.Sorted(maps.Keys(p.loseResponse))))
 	}
 	if len(p.loseRequest) > 0 {
-		parts = append(parts, fmt.Sprintf("losereq=%v", sortedKeys(p.loseRequest)))
+		parts = append(parts, fmt.Sprintf("losereq=%v", slices.Sorted(maps.Keys(p.loseRequest))))
 	}
 	if p.killAfterPage > 0 {
 		parts = append(parts, fmt.Sprintf("kill@page%d", p.killAfterPage))
@@ -108,15 +111,6 @@ func (p passPlan) String() string {
 		parts = append(parts, "interleave")
 	}
 	return strings.Join(parts, " ")
-}
-
-func sortedKeys(m map[int]bool) []int {
-	var ks []int
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // passCtl is one pass: its plan, its kill switch, and what the wrappers
@@ -149,8 +143,6 @@ type passCtl struct {
 	applyErr    error
 	interleaved string // the obligation a worker changed mid-pass
 	fired       map[string]bool
-	stripeStats stripetest.Stats
-	lookedUp    int
 	runErr      error
 	outcome     *runner.Outcome
 	checked     bool
@@ -396,7 +388,6 @@ func (p *simProvider) read(list func() error) error {
 	if st.Dropped > 0 {
 		pc.fired["stripe_drop"] = true
 	}
-	pc.stripeStats = st
 	if pc.killed.Load() {
 		return errKilled
 	}
@@ -419,7 +410,6 @@ func (p *simProvider) Retrieve(ctx context.Context, ids []string) ([]reconcile.P
 	objs, ls := p.inner.Retrieve(ctx, ids)
 	w.stripe.SetFaults(stripetest.Faults{})
 	w.mu.Lock()
-	pc.lookedUp += len(ids)
 	for _, l := range ls {
 		if l.Result == reconcile.LookupFailed {
 			pc.failed[l.ID] = true
@@ -640,19 +630,29 @@ func (p *pairProvider) hold(ctx context.Context) error {
 // awaitLockWaiter returns once some session waits for an advisory lock in
 // the database: the other pass of a pair, blocked on the run lock.
 func (w *world) awaitLockWaiter(ctx context.Context) error {
-	for range 30000 { // a minute, on a loaded machine
-		var waiting bool
-		err := w.env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
-			WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting)
-		if err != nil {
-			return err
+	ok, err := pollUntil(ctx, w.env.Pool, `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`)
+	if err == nil && !ok {
+		err = errors.New("sim: the second pass never waited for the run lock")
+	}
+	return err
+}
+
+// pollUntil runs query, which returns one boolean, every millisecond or
+// two until it returns true, for about a minute (a loaded machine is
+// slow); false if it never did.
+func pollUntil(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) (bool, error) {
+	for range 30000 {
+		var ok bool
+		if err := pool.QueryRow(ctx, query, args...).Scan(&ok); err != nil {
+			return false, err
 		}
-		if waiting {
-			return nil
+		if ok {
+			return true, nil
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return errors.New("sim: the second pass never waited for the run lock")
+	return false, nil
 }
 
 // stripeTransport carries the Stripe reader's requests to stripetest and

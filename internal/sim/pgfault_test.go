@@ -81,22 +81,17 @@ func TestKilledDatabaseSessions(t *testing.T) {
 		done <- result{pc, err}
 	}()
 	killed := 0
-	for range 30000 {
-		var waiting bool
-		err := env.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock')`, runnerApp).Scan(&waiting)
+	waiting, err := pollUntil(ctx, env.Pool, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock')`, runnerApp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waiting {
+		err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name IN ($1, 'reconcile run lock')) AS t`, runnerApp).Scan(&killed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
-			err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name IN ($1, 'reconcile run lock')) AS t`, runnerApp).Scan(&killed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -277,18 +272,14 @@ func TestLockLostMidPass(t *testing.T) {
 	}
 	waiting := func(n int) {
 		t.Helper()
-		for range 30000 {
-			var got int
-			if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, runnerApp).Scan(&got); err != nil {
-				t.Fatal(err)
-			}
-			if got >= n {
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
+		ok, err := pollUntil(ctx, env.Pool, `SELECT count(*) >= $2 FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, runnerApp, n)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Fatalf("fewer than %d of the reconciler's sessions ever waited for a lock", n)
+		if !ok {
+			t.Fatalf("fewer than %d of the reconciler's sessions ever waited for a lock", n)
+		}
 	}
 	start := func(pc *passCtl) chan error {
 		r, err := w.newRunner(pc)

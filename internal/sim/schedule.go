@@ -34,7 +34,7 @@ func (w *world) reconcile() error {
 	case 2:
 		plan := w.drawPlan(false)
 		plan.dryRun = true
-		plan.killAfterPage, plan.killAfterApply, plan.killAfterSend, plan.interleave = 0, false, 0, false
+		plan.interleave = false
 		_, err := w.runPass(plan)
 		return err
 	case 3, 4:
@@ -42,7 +42,6 @@ func (w *world) reconcile() error {
 		plans := []passPlan{w.drawPlan(wait), w.drawPlan(false)}
 		plans[1].window = plans[0].window
 		plans[0].interleave, plans[1].interleave = false, false
-		plans[1].killAfterPage, plans[1].killAfterApply, plans[1].killAfterSend = 0, false, 0
 		return w.runPair(plans, wait)
 	case 5: // killed at a step boundary, then restarted
 		plan := w.drawPlan(true)
@@ -89,8 +88,7 @@ func (w *world) reconcile() error {
 // drawPlan draws a pass's window and faults; kill says to draw a kill at
 // a step boundary too.
 func (w *world) drawPlan(kill bool) passPlan {
-	now := w.clock.Now()
-	p := passPlan{window: reconcile.Window{From: now.Add(-lookback), To: now}}
+	p := w.quiet()
 	if w.chance(0.5) {
 		f := stripetest.Faults{Seed: w.rng.Uint64()}
 		for range 1 + w.rng.IntN(2) {

@@ -113,10 +113,13 @@ const runnerApp = "sim reconciler"
 
 // NewEnv opens the pools of an Env on dbURL, an already migrated database.
 func NewEnv(ctx context.Context, dbURL string) (*Env, error) {
-	open := func(u, app string) (*pgxpool.Pool, error) {
-		cfg, err := pgxpool.ParseConfig(u)
+	open := func(app, password string) (*pgxpool.Pool, error) {
+		cfg, err := pgxpool.ParseConfig(dbURL)
 		if err != nil {
 			return nil, fmt.Errorf("parse database url: %w", err)
+		}
+		if cfg.ConnConfig.Password == "" {
+			cfg.ConnConfig.Password = password
 		}
 		cfg.MaxConns = 3
 		// A history tests no durability: commits need not wait for the disk.
@@ -125,11 +128,11 @@ func NewEnv(ctx context.Context, dbURL string) (*Env, error) {
 		cfg.ConnConfig.RuntimeParams["application_name"] = app
 		return pgxpool.NewWithConfig(ctx, cfg)
 	}
-	p, err := open(dbURL, "sim oracle")
+	p, err := open("sim oracle", "")
 	if err != nil {
 		return nil, err
 	}
-	r, err := open(withPassword(dbURL, canaryDBPass), runnerApp)
+	r, err := open(runnerApp, canaryDBPass)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -230,7 +233,9 @@ func Run(ctx context.Context, env *Env, opts Options) (*Report, error) {
 	if err := w.history(); err != nil {
 		return nil, err
 	}
-	w.checkSecrets()
+	if err := w.checkSecrets(); err != nil {
+		return nil, err
+	}
 	sum := sha256.New()
 	for _, l := range w.rep.Trace {
 		io.WriteString(sum, l)
@@ -292,7 +297,7 @@ func (w *world) setUp() error {
 	w.slackURL = u
 	w.closers = append(w.closers, stop)
 
-	w.log = slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: redactAttr}))
+	w.log = slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: alerts.RedactAttr}))
 	w.pool = w.env.runner
 	w.store, err = store.New(w.pool, store.Options{Logger: w.log})
 	if err != nil {
@@ -332,36 +337,6 @@ func (w *world) violate(inv string, pass int, format string, args ...any) {
 	v := Violation{Invariant: inv, Pass: pass, Detail: fmt.Sprintf(format, args...)}
 	w.rep.Violations = append(w.rep.Violations, v)
 	w.tracef("VIOLATION %s", v)
-}
-
-// redactAttr is cmd/reconcile's log redactor: every string value, the
-// message included, passes through alerts.Redact before it is written.
-func redactAttr(_ []string, a slog.Attr) slog.Attr {
-	switch a.Value.Kind() {
-	case slog.KindString:
-		return slog.String(a.Key, alerts.Redact(a.Value.String()))
-	case slog.KindAny:
-		if err, ok := a.Value.Any().(error); ok {
-			return slog.String(a.Key, alerts.Redact(err.Error()))
-		}
-		if s, ok := a.Value.Any().(fmt.Stringer); ok {
-			return slog.String(a.Key, alerts.Redact(s.String()))
-		}
-	}
-	return a
-}
-
-// withPassword puts a password into a postgres:// URL.
-func withPassword(dbURL, pw string) string {
-	rest, ok := strings.CutPrefix(dbURL, "postgres://")
-	if !ok {
-		return dbURL
-	}
-	user, host, ok := strings.Cut(rest, "@")
-	if !ok || strings.Contains(user, ":") {
-		return dbURL
-	}
-	return "postgres://" + user + ":" + pw + "@" + host
 }
 
 // lockedBuffer is a bytes.Buffer safe for the loggers of concurrent passes.

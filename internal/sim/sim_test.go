@@ -143,6 +143,23 @@ func TestSim(t *testing.T) {
 		n, steps, passes, time.Since(start).Round(time.Millisecond), len(failed), byInv, known, limited)
 	t.Logf("pass statistics: %v", stats)
 	t.Logf("coverage (passes in which the fault fired with an obligation of the state in scope; least cell %d):\n%s", cov.Min(), cov)
+	// A simulation whose faults stopped firing would pass every seed and
+	// prove nothing: each fault must fire in a default run, and at 10,000
+	// seeds every cell of the table must reach 100 (issue 7).
+	if n >= defaultSeeds {
+		for _, f := range FaultKinds {
+			fired := 0
+			for _, c := range cov[f] {
+				fired += c
+			}
+			if fired == 0 {
+				t.Errorf("fault %s never fired in %d seeds", f, n)
+			}
+		}
+	}
+	if least := cov.Min(); n >= 10_000 && least < 100 {
+		t.Errorf("least coverage cell %d at %d seeds, want at least 100", least, n)
+	}
 	slices.SortFunc(failed, func(a, b *Report) int { return int(a.Seed) - int(b.Seed) })
 	for i, rep := range failed {
 		if i == 20 {

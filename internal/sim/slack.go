@@ -36,7 +36,6 @@ type observer struct {
 }
 
 type rowLog struct {
-	event    reconcile.AlertEvent
 	accepted int
 	// unmarked counts copies accepted after the first that did not say
 	// they may be a repeat.
@@ -68,9 +67,6 @@ func (o *observer) row(id int64) *rowLog {
 func (o *observer) due(pc *passCtl, rows []reconcile.Alert, now time.Time) {
 	o.w.mu.Lock()
 	defer o.w.mu.Unlock()
-	for _, r := range rows {
-		o.row(r.ID).event = r.Event
-	}
 	msgs := alerts.Plan(rows, now, o.popts)
 	o.plan = append(o.plan, msgs...)
 	o.planOf[pc.n] = append(o.planOf[pc.n], msgs...)

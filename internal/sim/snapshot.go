@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,7 @@ type oblRow struct {
 	leaseExp, updated, paid       time.Time
 }
 
+// findingRow is a stored finding.
 type findingRow struct {
 	kind, obligationID, status, hash, detail, lastSeenRun string
 	providerIDs                                           []string
@@ -33,23 +35,23 @@ type findingRow struct {
 }
 
 type outboxRow struct {
-	id                          int64
-	runID, fingerprint, event   string
-	changed, unknown            bool
-	payload, lastError, slackTS string
-	sent                        bool
-	sentAt                      time.Time
-	attempts                    int
+	id                 int64
+	fingerprint, event string
+	changed, unknown   bool
+	payload            string
+	sent               bool
+	sentAt             time.Time
+	attempts           int
 }
 
 type transitionRow struct {
-	id                            int64
-	obligationID, from, to, runID string
-	providerID                    string
-	at                            time.Time
+	id                     int64
+	obligationID, from, to string
+	providerID             string
+	at                     time.Time
 }
 
-type runRow struct{ status, err string }
+type runRow struct{ status string }
 
 func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	s := dbState{obligations: map[string]oblRow{}, findings: map[string]findingRow{},
@@ -60,11 +62,11 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 		lease_expires_at, updated_at, paid_at FROM obligations`)
 	b.Queue(`SELECT fingerprint, kind, coalesce(obligation_id, ''), provider_ids, status, content_hash,
 		detail, last_seen_run, last_seen_at, last_alerted_at, acknowledged_at FROM reconcile.findings`)
-	b.Queue(`SELECT id, run_id, coalesce(fingerprint, ''), event, changed, outcome_unknown, payload::text,
-		coalesce(last_error, ''), coalesce(slack_ts, ''), sent_at, attempts FROM reconcile.outbox`)
-	b.Queue(`SELECT id, obligation_id, from_state, to_state, coalesce(provider_id, ''), run_id, at
+	b.Queue(`SELECT id, coalesce(fingerprint, ''), event, changed, outcome_unknown, payload::text,
+		sent_at, attempts FROM reconcile.outbox`)
+	b.Queue(`SELECT id, obligation_id, from_state, to_state, coalesce(provider_id, ''), at
 		FROM reconcile.transitions ORDER BY id`)
-	b.Queue(`SELECT id, status, coalesce(error, '') FROM reconcile.runs`)
+	b.Queue(`SELECT id, status FROM reconcile.runs`)
 	b.Queue(`SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t.id)), '') || '/' ||
 		coalesce((SELECT md5(string_agg(c::text, ',' ORDER BY c.name)) FROM reconcile.sync_cursors c), '') ||
 		coalesce((SELECT md5(string_agg(k::text, ',' ORDER BY k.object_id, k.key)) FROM reconcile.provider_keys k), '')
@@ -116,8 +118,8 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 		r      outboxRow
 		sentAt *time.Time
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.runID, &r.fingerprint, &r.event, &r.changed, &r.unknown, &r.payload,
-		&r.lastError, &r.slackTS, &sentAt, &r.attempts}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.fingerprint, &r.event, &r.changed, &r.unknown, &r.payload,
+		&sentAt, &r.attempts}, func() error {
 		r.sentAt = deref(sentAt)
 		r.sent = sentAt != nil
 		s.outbox[r.id] = r
@@ -132,7 +134,7 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 		return s, fmt.Errorf("snapshot transitions: %w", err)
 	}
 	var t transitionRow
-	if _, err := pgx.ForEachRow(rows, []any{&t.id, &t.obligationID, &t.from, &t.to, &t.providerID, &t.runID, &t.at}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&t.id, &t.obligationID, &t.from, &t.to, &t.providerID, &t.at}, func() error {
 		t.at = t.at.UTC()
 		s.transitions = append(s.transitions, t)
 		return nil
@@ -145,7 +147,7 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 		return s, fmt.Errorf("snapshot runs: %w", err)
 	}
 	var run runRow
-	if _, err := pgx.ForEachRow(rows, []any{&id, &run.status, &run.err}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &run.status}, func() error {
 		s.runs[id] = run
 		return nil
 	}); err != nil {
@@ -162,4 +164,12 @@ func deref(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
+}
+
+// sameBut tells whether a finding is as it was, delivery bookkeeping
+// (lastAlerted) aside.
+func (f findingRow) sameBut(o findingRow) bool {
+	return f.kind == o.kind && f.obligationID == o.obligationID && f.status == o.status && f.hash == o.hash &&
+		f.detail == o.detail && f.lastSeenRun == o.lastSeenRun && f.lastSeen.Equal(o.lastSeen) &&
+		f.acked.Equal(o.acked) && slices.Equal(f.providerIDs, o.providerIDs)
 }

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -123,6 +124,22 @@ type Stats struct {
 	// first hundred ("POST /v1/refunds").
 	Writes        int
 	WriteRequests []string
+}
+
+// Reads counts what the server was asked to hand out: list entries
+// delivered (objects and events) and requests for one object by id
+// (/v1/charges/ch_…).
+func (st Stats) Reads() int {
+	n := 0
+	for _, v := range st.Objects {
+		n += v
+	}
+	for path, v := range st.Paths {
+		if strings.Count(path, "/") == 3 {
+			n += v
+		}
+	}
+	return n
 }
 
 func newStats() Stats {
