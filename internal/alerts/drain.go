@@ -100,14 +100,15 @@ func drain(ctx context.Context, outbox Outbox, now func() time.Time, popts PlanO
 				log.Debug("slack message sent", "kind", string(m.Kind), "alerts", len(m.AlertIDs), "in_thread", thread != "")
 				continue
 			}
-			if o.status != statusFatal {
-				next := o.retryAt
-				if next.IsZero() {
-					next = now()
-				}
-				if err := markAttempt(ctx, outbox, m.AlertIDs, next, o.status == statusUnknown, o.errText); err != nil {
-					return st, err
-				}
+			// Every outcome but a send is recorded, a refusal that no retry
+			// can fix included: that clears the send's intent, so the copy
+			// sent once the settings are fixed is not called a repeat.
+			next := o.retryAt
+			if next.IsZero() {
+				next = now()
+			}
+			if err := markAttempt(ctx, outbox, m.AlertIDs, next, o.status == statusUnknown, o.errText); err != nil {
+				return st, err
 			}
 			switch o.status {
 			case statusSkipped:

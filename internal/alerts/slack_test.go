@@ -200,8 +200,9 @@ func TestDrainPermanentErrors(t *testing.T) {
 				t.Errorf("%d requests, want 1: no retry can fix this", requests)
 			}
 			for _, id := range ids {
-				if r := h.outbox.get(id); r.sent || r.alert.Attempts != 0 {
-					t.Errorf("row %d sent %t attempts %d, want unsent and untouched for when it is fixed", id, r.sent, r.alert.Attempts)
+				if r := h.outbox.get(id); r.sent || r.sending || r.alert.UnknownOutcome {
+					t.Errorf("row %d sent %t, intent left %t, unknown %t; want unsent, its refusal recorded, for when it is fixed",
+						id, r.sent, r.sending, r.alert.UnknownOutcome)
 				}
 			}
 			if st.Sent != 0 {
@@ -218,6 +219,12 @@ func TestDrainPermanentErrors(t *testing.T) {
 				t.Fatalf("Drain after the fix: %v", err)
 			}
 			h.outbox.checkSentOnce(t)
+			posts, _, _ := h.slack.snapshot()
+			for _, p := range posts {
+				if strings.Contains(p.flat(), "Possible repeat") {
+					t.Errorf("a message Slack refused was sent after the fix as a possible repeat:\n%s", p.Text)
+				}
+			}
 		})
 	}
 }
