@@ -287,15 +287,11 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
 	objects := listing.Objects
-	have := make(map[string]bool, len(objects))
-	for _, o := range objects {
-		have[o.ID] = true
-	}
+	// named.ProviderIDs holds every listed object's id, sorted.
 	var missing []string
 	for _, o := range obs {
 		for _, id := range []string{o.ProviderID, o.TargetID} {
-			if id != "" && !have[id] {
-				have[id] = true
+			if _, listed := slices.BinarySearch(named.ProviderIDs, id); id != "" && !listed {
 				missing = append(missing, id)
 			}
 		}
@@ -303,6 +299,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 	var lookups []reconcile.Lookup
 	if len(missing) > 0 {
 		slices.Sort(missing)
+		missing = slices.Compact(missing)
 		var found []reconcile.ProviderObject
 		asked := len(missing)
 		if p.report.Mode == SyncIncremental {
@@ -328,7 +325,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 				}
 			}
 		}
-		objects = append(slices.Clip(objects), found...)
+		objects = append(objects, found...)
 		log.Info("looked up objects named outside the window", "ids", asked, "found", len(found),
 			"from_mirror", asked-len(missing), "failed", failed)
 	}

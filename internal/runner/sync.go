@@ -394,18 +394,21 @@ func (r *Runner) namedFromMirror(ctx context.Context, ids []string, st *readStat
 func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Result, now time.Time, st *readState) (bool, error) {
 	pwe := slices.ContainsFunc(res.Findings, func(f reconcile.Finding) bool { return f.Kind == reconcile.PaidWithoutEvidence })
 	var ids []string
-	for _, o := range in.Objects {
+	var at []int // their places in in.Objects
+	for i, o := range in.Objects {
 		if o.Kind != reconcile.PaymentIntent || st.fresh[o.ID] {
 			continue
 		}
 		switch b, _ := res.Bucket(o.ID); b {
 		case matcher.BucketOrphan, matcher.BucketSuspected, matcher.BucketConflict:
-			ids = append(ids, o.ID)
 		case matcher.BucketPending, matcher.BucketIgnored:
-			if pwe {
-				ids = append(ids, o.ID)
+			if !pwe {
+				continue
 			}
+		default:
+			continue
 		}
+		ids, at = append(ids, o.ID), append(at, i)
 	}
 	if len(ids) == 0 {
 		return false, nil
@@ -426,21 +429,19 @@ func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Resu
 	for _, o := range found {
 		fresh[o.ID] = o
 	}
-	changed := len(gone) > 0
-	objs := in.Objects[:0:0]
-	for _, o := range in.Objects {
-		if gone[o.ID] {
-			continue
-		}
-		if f, ok := fresh[o.ID]; ok && !sources.SameObject(f, o) {
-			o = f
+	// in.Objects is the pass's own (the mirror's read, not a view saved
+	// for the mirror): refresh in place, and copy only to drop.
+	changed := false
+	for _, i := range at {
+		if f, ok := fresh[in.Objects[i].ID]; ok && !sources.SameObject(f, in.Objects[i]) {
+			in.Objects[i] = f
 			changed = true
 			p.Refreshed++
 		}
-		objs = append(objs, o)
 	}
-	if changed {
-		in.Objects = objs
+	if len(gone) > 0 {
+		in.Objects = slices.DeleteFunc(in.Objects, func(o reconcile.ProviderObject) bool { return gone[o.ID] })
+		changed = true
 	}
 	return changed, nil
 }
