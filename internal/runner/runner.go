@@ -196,6 +196,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	applied, err := r.Store.Apply(ctx, run, res, now)
 	st.phases.mark("apply")
 	if err != nil {
+		// Nothing of the pass was applied; the run row says why, as for
+		// a read that failed.
+		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
+		r.recordFailed(ctx, log, run, err)
 		return nil, fmt.Errorf("apply: %w", err)
 	}
 	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions

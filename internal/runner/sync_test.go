@@ -2,8 +2,10 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -468,5 +470,34 @@ func TestKeysOutliveStripeEvents(t *testing.T) {
 	if want := t0.Add(-36 * day); !mirrored.EventsFrom.Equal(want) || !scratch.EventsFrom.Equal(t0.Add(-sources.EventRetention)) {
 		t.Errorf("key evidence from %s with the mirror, %s from scratch; want %s and %s", mirrored.EventsFrom, scratch.EventsFrom,
 			want, t0.Add(-sources.EventRetention))
+	}
+}
+
+// failingApply is the store with Apply refused, as a serialization race
+// that outlasted its retries would refuse it.
+type failingApply struct{ *store.Store }
+
+func (failingApply) Apply(context.Context, reconcile.Run, matcher.Result, time.Time) (store.Applied, error) {
+	return store.Applied{}, errors.New("could not serialize access")
+}
+
+// A pass whose apply fails leaves a failed run row saying why, as a pass
+// whose read fails does.
+func TestApplyFailureRecordsTheRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.runner(false)
+	r.Store = failingApply{e.store}
+	_, err := r.Run(context.Background(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
+		Trigger: reconcile.TriggerManual})
+	if err == nil || !strings.Contains(err.Error(), "could not serialize") {
+		t.Fatalf("Run = %v, want the apply's error", err)
+	}
+	var status, cause string
+	if err := e.pool.QueryRow(context.Background(), `SELECT status, error FROM reconcile.runs`).Scan(&status, &cause); err != nil {
+		t.Fatalf("the failed run left no row: %v", err)
+	}
+	if status != "failed" || !strings.Contains(cause, "could not serialize") {
+		t.Errorf("run row %s %q, want failed with the apply's error", status, cause)
 	}
 }
