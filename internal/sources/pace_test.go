@@ -10,23 +10,37 @@ import (
 	"reconcile/internal/stripetest"
 )
 
-// Each 429 halves the pace down to a sixteenth; answers raise it by a
-// fiftieth of the configured rate, never above it.
+// A 429 halves the pace, once per overload, down to a sixteenth; answers
+// raise it by a fiftieth of the configured rate per second's worth of
+// answers, never above it.
 func TestPaceHalvesAndRecovers(t *testing.T) {
 	p := newPace(25, 1)
+	at := time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
 	for _, want := range []float64{12.5, 6.25, 3.125, 1.5625} {
-		if got, changed := p.limited(); got != want || !changed || p.lim.Limit() != rate.Limit(want) {
+		at = at.Add(time.Second)
+		if got, changed := p.limited(at, at); got != want || !changed || p.lim.Limit() != rate.Limit(want) {
 			t.Fatalf("after a 429: pace %v (changed %t), limiter %v; want %v", got, changed, p.lim.Limit(), want)
 		}
 	}
-	if got, changed := p.limited(); got != 25.0/16 || changed {
+	if got, changed := p.limited(at.Add(time.Second), at.Add(time.Second)); got != 25.0/16 || changed {
 		t.Errorf("at the floor: pace %v, changed %t; want it to stay at %v", got, changed, 25.0/16)
 	}
-	p.answered()
-	if want := 25.0/16 + 0.5; p.cur != want || p.lim.Limit() != rate.Limit(want) {
-		t.Errorf("after one answer: pace %v, limiter %v; want %v", p.cur, p.lim.Limit(), want)
+
+	q := newPace(25, 1)
+	q.limited(at, at)
+	if got, changed := q.limited(at.Add(-time.Millisecond), at.Add(time.Millisecond)); got != 12.5 || changed {
+		t.Errorf("a 429 to a request sent before the cut: pace %v, changed %t; want 12.5, unchanged", got, changed)
 	}
-	for range 100 {
+
+	// At the floor, a second's worth of answers (about 1.6) adds about
+	// 25/50 = 0.5.
+	for range 2 {
+		p.answered()
+	}
+	if p.cur < 25.0/16+0.5 || p.cur > 25.0/16+0.7 {
+		t.Errorf("after a second's answers at the floor: pace %v, want about %v", p.cur, 25.0/16+0.5)
+	}
+	for range 10_000 {
 		p.answered()
 	}
 	if p.cur != 25 || p.lim.Limit() != 25 {
@@ -34,7 +48,7 @@ func TestPaceHalvesAndRecovers(t *testing.T) {
 	}
 
 	unlimited := newPace(math.Inf(1), 1)
-	if _, changed := unlimited.limited(); changed || unlimited.lim.Limit() != rate.Inf {
+	if _, changed := unlimited.limited(at, at); changed || unlimited.lim.Limit() != rate.Inf {
 		t.Errorf("an unlimited pace changed after a 429 (limiter %v)", unlimited.lim.Limit())
 	}
 }

@@ -340,6 +340,7 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 		}
 		c.requests.Add(1)
 		actx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		sent := time.Now()
 		err := do(actx)
 		cancel()
 		if err == nil {
@@ -353,7 +354,7 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 		re.Attempts = attempt
 		if re.Status == http.StatusTooManyRequests {
 			c.limited.Add(1)
-			if now, changed := s.pace.limited(); changed {
+			if now, changed := s.pace.limited(sent, time.Now()); changed {
 				s.log.InfoContext(ctx, "stripe rate-limited the reader; slowing down", slog.Float64("requests_per_second", now))
 			}
 		}

@@ -233,7 +233,8 @@ func (s *Stripe) listEvents(params *stripe.EventListParams) *stripe.Iter {
 	})
 }
 
-// lightKeyEvidence is keyEvidence for a lightEvent.
+// lightKeyEvidence is the key evidence of a lightEvent: which idempotency
+// key created which object, if the event says so.
 func lightKeyEvidence(ev *lightEvent, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
 	if ev.Request == nil || ev.Data == nil {
 		return reconcile.KeyEvidence{}, false
@@ -242,7 +243,7 @@ func lightKeyEvidence(ev *lightEvent, kinds map[string]reconcile.ObjectKind) (re
 	return evidence(kinds, ev.ID, ev.Type, ev.Created, ev.Request.IdempotencyKey, h.ID, h.Object)
 }
 
-// lightChange is changeOf for a lightEvent: the object it is about,
+// lightChange is the change a lightEvent tells: the object it is about,
 // unless it was created in [from, to) (Unix seconds), where the listing
 // has it as it is now.
 func lightChange(ev *lightEvent, from, to int64) (change, bool) {
