@@ -149,6 +149,10 @@ func demoDatabase(ctx context.Context, databaseURL string) (string, func(), erro
 	}
 	var lastErr error
 	for _, admin := range candidates {
+		u, err := url.Parse(admin)
+		if err != nil || u.Scheme == "" {
+			return "", nil, errors.New("DATABASE_URL: the demo needs a postgres:// URL to derive a throwaway database from")
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		conn, err := pgx.Connect(cctx, admin)
 		cancel()
@@ -165,10 +169,6 @@ func demoDatabase(ctx context.Context, databaseURL string) (string, func(), erro
 			lastErr = err
 			continue
 		}
-		u, err := url.Parse(admin)
-		if err != nil {
-			return "", nil, errors.New("DATABASE_URL: not a URL the demo can derive a throwaway database from")
-		}
 		u.Path = "/" + name
 		drop := func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -180,6 +180,6 @@ func demoDatabase(ctx context.Context, databaseURL string) (string, func(), erro
 		}
 		return u.String(), drop, nil
 	}
-	_ = lastErr
-	return "", nil, errors.New("demo: no PostgreSQL to create a throwaway database on: set DATABASE_URL, or install and start PostgreSQL on localhost:5432 (Debian: apt-get install postgresql)")
+	return "", nil, fmt.Errorf("demo: no PostgreSQL to create a throwaway database on (%s): set DATABASE_URL to a server where you may create databases, or install and start PostgreSQL on localhost:5432 (Debian: apt-get install postgresql)",
+		alerts.Redact(lastErr.Error()))
 }

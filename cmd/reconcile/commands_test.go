@@ -289,3 +289,25 @@ func TestDemo(t *testing.T) {
 		t.Logf("demo output:\n%s", out)
 	}
 }
+
+// A demo that cannot create its database says why, in one line without
+// the password, and exits 1.
+func TestDemoWithoutDatabase(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"demo"}, func(k string) string {
+		if k == "DATABASE_URL" {
+			return "postgres://demo:SECRETpw@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2"
+		}
+		return ""
+	}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("demo with no database succeeded")
+	}
+	var line bytes.Buffer
+	code := exitCode(err, &line)
+	msg := line.String()
+	if !strings.Contains(msg, "no PostgreSQL") || !strings.Contains(msg, "127.0.0.1") || strings.Contains(msg, "SECRETpw") ||
+		strings.Count(msg, "\n") != 1 || code != 1 {
+		t.Errorf("demo error %q (exit %d): want one line naming the server's failure, without the password, exit 1", msg, code)
+	}
+}
