@@ -128,11 +128,7 @@ func writeText(w io.Writer, out *runner.Outcome) {
 			if f.Severity != s {
 				continue
 			}
-			subject := f.ObligationID
-			if subject == "" {
-				subject = strings.Join(f.ProviderIDs, ", ")
-			}
-			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, alerts.Redact(subject), f.AtRisk)
+			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, alerts.Redact(subjectOf(f.ObligationID, f.ProviderIDs)), f.AtRisk)
 			fmt.Fprintf(w, "      %s\n", alerts.Redact(f.Detail))
 			trace := ""
 			if f.ObligationID != "" {
