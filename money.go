@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -77,4 +79,21 @@ func formatMinor(amount int64, exp int, group bool) string {
 		s = "-" + s
 	}
 	return s
+}
+
+// SumByCurrency totals ms per currency, sorted by currency; zero amounts
+// and money without a currency are left out.
+func SumByCurrency(ms []Money) []Money {
+	totals := map[string]int64{}
+	for _, m := range ms {
+		if m.Currency == "" || m.Amount == 0 {
+			continue
+		}
+		totals[m.Currency] += m.Amount
+	}
+	var out []Money
+	for _, c := range slices.Sorted(maps.Keys(totals)) {
+		out = append(out, Money{Amount: totals[c], Currency: c})
+	}
+	return out
 }

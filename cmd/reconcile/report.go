@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -147,18 +146,16 @@ func writeText(w io.Writer, out *runner.Outcome) {
 
 // atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".
 func atRiskLine(fs []reconcile.Finding) string {
-	sum := map[string]int64{}
-	for _, f := range fs {
-		sum[f.AtRisk.Currency] += f.AtRisk.Amount
+	ms := make([]reconcile.Money, len(fs))
+	for i, f := range fs {
+		ms[i] = f.AtRisk
 	}
-	cur := make([]string, 0, len(sum))
-	for c := range sum {
-		cur = append(cur, c)
+	var parts []string
+	for _, m := range reconcile.SumByCurrency(ms) {
+		parts = append(parts, m.String())
 	}
-	slices.Sort(cur)
-	parts := make([]string, 0, len(cur))
-	for _, c := range cur {
-		parts = append(parts, reconcile.Money{Amount: sum[c], Currency: c}.String())
+	if len(parts) == 0 {
+		return "none"
 	}
 	return strings.Join(parts, ", ")
 }

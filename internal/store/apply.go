@@ -638,7 +638,7 @@ func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan) (re
 	if len(p.resolvedKinds) > 0 {
 		sum.Resolved = p.resolvedKinds
 	}
-	sum.AtRisk = sumByCurrency(p.atRisk)
+	sum.AtRisk = reconcile.SumByCurrency(p.atRisk)
 	rows, err := tx.Query(ctx, `SELECT kind, count(*) FROM reconcile.findings WHERE status = 'open' GROUP BY kind`)
 	if err != nil {
 		return sum, fmt.Errorf("count open findings: %w", err)
@@ -658,23 +658,6 @@ func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan) (re
 		sum.Open = open
 	}
 	return sum, nil
-}
-
-// sumByCurrency adds money up per currency, sorted by currency; amounts of
-// zero and money without a currency say nothing and are left out.
-func sumByCurrency(ms []reconcile.Money) []reconcile.Money {
-	totals := map[string]int64{}
-	for _, m := range ms {
-		if m.Currency == "" || m.Amount == 0 {
-			continue
-		}
-		totals[m.Currency] += m.Amount
-	}
-	var out []reconcile.Money
-	for _, c := range slices.Sorted(maps.Keys(totals)) {
-		out = append(out, reconcile.Money{Amount: totals[c], Currency: c})
-	}
-	return out
 }
 
 func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID string, now time.Time) error {
