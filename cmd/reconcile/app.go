@@ -128,6 +128,7 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 		Now:         time.Now,
 		Logger:      d.log,
 		Mirror:      store.NewMirror(d.pool),
+		MaxLookback: cfg.MaxLookback,
 	}
 	deliverer, err := newDeliverer(cfg, d.log)
 	if err != nil {

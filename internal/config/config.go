@@ -23,6 +23,9 @@ import (
 type Config struct {
 	// Lookback is the window of a run without --since/--from/--to.
 	Lookback time.Duration `yaml:"lookback"`
+	// MaxLookback bounds how far back a run reads the provider's records
+	// for the obligations it decides on, whatever its window.
+	MaxLookback time.Duration `yaml:"max_lookback"`
 	// Schedule is the cron spec of `reconcile schedule` (UTC unless it
 	// starts with CRON_TZ=).
 	Schedule    string                    `yaml:"schedule"`
@@ -94,8 +97,9 @@ type Env struct {
 // the same values.
 func Default() Config {
 	return Config{
-		Lookback: 72 * time.Hour,
-		Schedule: "0 2 * * *",
+		Lookback:    72 * time.Hour,
+		MaxLookback: 90 * 24 * time.Hour,
+		Schedule:    "0 2 * * *",
 		Stripe: StripeConfig{
 			Rate:           25,
 			Concurrency:    4,
@@ -280,6 +284,7 @@ func (c Config) Validate() error {
 		d    time.Duration
 	}{
 		{"lookback", c.Lookback},
+		{"max_lookback", c.MaxLookback},
 		{"stripe.request_timeout", c.Stripe.RequestTimeout},
 		{"matcher.duplicate_window", c.Matcher.DuplicateWindow},
 		{"alerts.repeat_interval", c.Alerts.RepeatInterval},
@@ -302,6 +307,9 @@ func (c Config) Validate() error {
 		if p.d < 0 {
 			return fmt.Errorf("%s: must not be negative (got %s)", p.name, p.d)
 		}
+	}
+	if c.MaxLookback < c.Lookback {
+		return fmt.Errorf("max_lookback: must be at least lookback (%s), got %s", c.Lookback, c.MaxLookback)
 	}
 	if !(c.Stripe.Rate > 0) || c.Stripe.Rate > 10000 {
 		return fmt.Errorf("stripe.rate: must be a number of requests per second above 0 and at most 10000 (got %v)", c.Stripe.Rate)

@@ -15,7 +15,14 @@ import (
 func (m *matcher) evaluateObligations() {
 	var succ, failed, stale, conflicts []int32 // scratch, reused
 	for i := range m.nObls() {
+		if !m.decides(i) {
+			continue
+		}
 		o := m.obl(i)
+		read := m.recordsRead(o)
+		if !read {
+			m.partial = append(m.partial, o.ID)
+		}
 		movs := m.oblMovs[m.oblStart[i]:m.oblStart[i+1]]
 		succ, failed, stale, conflicts = succ[:0], failed[:0], stale[:0], conflicts[:0]
 		live := 0
@@ -61,6 +68,8 @@ func (m *matcher) evaluateObligations() {
 		// final (or past its grace) and no conflict clouds the evidence.
 		settled := len(conflicts) == 0 && live == 0
 		leaseLive := o.LeaseLive(m.now)
+		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
+		proven := canMark && !blocked && settled && len(succ) == 1 && m.moneyEq(succ[0], o.Money)
 		switch o.State {
 		case reconcile.Paid:
 			if settled && len(succ) == 0 {
@@ -79,16 +88,30 @@ func (m *matcher) evaluateObligations() {
 				blocked = true
 			}
 		case reconcile.Executing:
-			if !leaseLive && settled && len(succ) == 0 {
+			switch {
+			case proven && !read:
+				m.unconfirmedFinding(reconcile.StaleLease, o, succ[0])
+			case !leaseLive && settled && len(succ) == 0:
 				m.staleLeaseFinding(o, failed, stale)
 			}
 		case reconcile.ConfirmationUnknown:
-			if settled && len(succ) == 0 {
+			switch {
+			case proven && !read:
+				m.unconfirmedFinding(reconcile.UnresolvedUnknown, o, succ[0])
+			case settled && len(succ) == 0:
 				m.unknownFinding(o, failed, stale)
 			}
+		default:
+			// A state the configuration does not map: never transitioned,
+			// and money moved for it is a disagreement (docs/design.md,
+			// "Findings").
+			if !o.State.Known() && len(succ) > 0 {
+				m.movedFinding(o, succ)
+			}
 		}
-		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
-		if canMark && !blocked && settled && len(succ) == 1 && m.moneyEq(succ[0], o.Money) {
+		// PAID only where every record that could show a second payment
+		// was read: the evidence is whole (docs/design.md, "Coverage").
+		if proven && read {
 			m.res.Transitions = append(m.res.Transitions, reconcile.Transition{
 				ObligationID:       o.ID,
 				From:               o.State,
@@ -127,8 +150,8 @@ func (m *matcher) classifyUnlinked() {
 			v.bucket = bConflict
 		case v.link.obl >= 0:
 			v.bucket = bLinked
-		case v.status == mSucceeded && m.listed(mv):
-			v.bucket = bOrphan
+		case v.status == mSucceeded && m.within(mv, m.in.Listed):
+			v.bucket = bOrphan // until a twin is found; see below
 			suspects = append(suspects, mv)
 		case v.status == mPendingLive:
 			v.bucket = bPending
@@ -183,23 +206,32 @@ func (m *matcher) classifyUnlinked() {
 		if targets[k] != "" {
 			twin = m.nearestTwin(s, twins[skey{m.movs[s].class, targets[k], m.money(s)}])
 		}
-		if twin < 0 {
+		// An object of the subject is the run's to explain: a suspected
+		// duplicate or an orphan. One read only as evidence outside it
+		// matters only as the repeat of a movement of an obligation the
+		// run decides on; the obligations that could claim it otherwise
+		// were not all read (docs/design.md, "Coverage").
+		inSubject := m.within(s, m.subject)
+		switch {
+		case twin >= 0 && (inSubject || m.decides(m.movs[twin].link.obl)):
+			m.movs[s].bucket = bSuspected
+			m.suspected[m.movs[twin].link.obl] = true
+			m.suspectFinding(s, twin, targets[k])
+		case inSubject:
 			m.orphanFinding(s, targets[k])
-			continue
+		default:
+			m.movs[s].bucket = bIgnored
 		}
-		m.movs[s].bucket = bSuspected
-		m.suspected[m.movs[twin].link.obl] = true
-		m.suspectFinding(s, twin, targets[k])
 	}
 }
 
-// listed reports whether some member of movement mv was created inside
-// the listed window. Objects outside it were retrieved by id as evidence
-// for the obligations that name them; the obligations that could claim
+// within reports whether some member of movement mv was created inside w.
+// Objects outside the listed window were retrieved by id as evidence for
+// the obligations that name them, and the obligations that could claim
 // them were never read, so unlinked they are no orphans.
-func (m *matcher) listed(mv int32) bool {
+func (m *matcher) within(mv int32, w reconcile.Window) bool {
 	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
-		if m.in.Listed.Contains(m.obj(j).Created) {
+		if w.Contains(m.obj(j).Created) {
 			return true
 		}
 	}
@@ -223,7 +255,7 @@ func (m *matcher) nearestTwin(s int32, list []int32) int32 {
 		if d > bestD {
 			return false
 		}
-		oc, ob := m.res.ObligationIDs[m.movs[c].link.obl], m.res.ObligationIDs[m.movs[best].link.obl]
+		oc, ob := m.oblIDs[m.movs[c].link.obl], m.oblIDs[m.movs[best].link.obl]
 		if oc != ob {
 			return oc < ob
 		}
@@ -337,7 +369,7 @@ func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []
 }
 
 func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
-	obls := []string{m.res.ObligationIDs[m.movs[mv].link.obl]}
+	obls := []string{m.oblIDs[m.movs[mv].link.obl]}
 	for _, l := range m.more[mv] {
 		obls = append(obls, m.obl(l.obl).ID)
 	}
@@ -470,8 +502,12 @@ func (m *matcher) paidFailedFinding(o *reconcile.Obligation, failed []int32) {
 	if len(failed) > 1 {
 		rec = "records of it (" + m.movIDs(failed) + ") all failed or were canceled"
 	}
+	outcome := ": no money moved."
+	if gap := m.unread(o); gap != "" {
+		outcome = ", and nothing else read belongs to it; " + gap + "."
+	}
 	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
-		fmt.Sprintf("%s %s of %s is marked paid, but the provider's %s: no money moved.", noun, o.ID, o.Money, rec))
+		fmt.Sprintf("%s %s of %s is marked paid, but the provider's %s%s", noun, o.ID, o.Money, rec, outcome))
 }
 
 // paidStaleFinding: PAID, but its provider record is still pending long
@@ -482,9 +518,13 @@ func (m *matcher) paidStaleFinding(o *reconcile.Obligation, stale []int32) {
 		ids = m.ids(ids, mv, "")
 	}
 	noun, _, _ := oblWords(o.Kind)
+	outcome := ": no money has moved yet."
+	if gap := m.unread(o); gap != "" {
+		outcome = ", and nothing else read belongs to it; " + gap + "."
+	}
 	m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
-		fmt.Sprintf("%s %s of %s is marked paid, but the provider's record of it (%s) is still pending after %s: no money has moved yet.",
-			noun, o.ID, o.Money, m.movIDs(stale), human(m.now.Sub(m.created(stale[0])))))
+		fmt.Sprintf("%s %s of %s is marked paid, but the provider's record of it (%s) is still pending after %s%s",
+			noun, o.ID, o.Money, m.movIDs(stale), human(m.now.Sub(m.created(stale[0]))), outcome))
 }
 
 // absenceFinding: PAID and nothing links to it. Absence is claimed only on
@@ -574,8 +614,10 @@ func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
 		state = "is approved and waiting to be executed"
 	case reconcile.PendingApproval:
 		state = "is still awaiting approval"
-	default:
+	case reconcile.RequiresReview:
 		state = "is held for review"
+	default:
+		state = fmt.Sprintf("is in state %q, which the reconciler's configuration does not map (so it is never marked paid)", o.RawState)
 	}
 	moved := fmt.Sprintf("%s for it (%s)", m.money(succ[0]), m.movID(succ[0]))
 	if len(succ) > 1 {
@@ -617,22 +659,84 @@ func (m *matcher) unknownFinding(o *reconcile.Obligation, failed, stale []int32)
 }
 
 // noSuccess says what the provider shows for an obligation without a
-// succeeded movement; only failed ones are named as such (DESIGN.md §3).
+// succeeded movement; only failed ones are named as such (docs/design.md,
+// "Findings"). Where the run did not read all of the obligation's records
+// it says what it read and what it did not, never "nothing".
 func (m *matcher) noSuccess(o *reconcile.Obligation, failed, stale []int32) string {
 	_, verb, _ := oblWords(o.Kind)
+	gap := m.unread(o)
 	switch {
-	case len(failed) == 1 && len(stale) == 0:
+	case len(failed) > 0 && len(stale) == 0:
 		what := "failed"
-		if m.obj(m.movs[failed[0]].rep).Status == reconcile.Canceled {
+		if len(failed) == 1 && m.obj(m.movs[failed[0]].rep).Status == reconcile.Canceled {
 			what = "was canceled"
 		}
-		return fmt.Sprintf("the provider's only record of it (%s) %s, so no money moved", m.movIDs(failed), what)
-	case len(failed) > 0 && len(stale) == 0:
-		return fmt.Sprintf("the provider's only records of it (%s) failed or were canceled, so no money moved", m.movIDs(failed))
+		recs := "only record of it (" + m.movIDs(failed) + ")"
+		if len(failed) > 1 {
+			recs, what = "only records of it ("+m.movIDs(failed)+")", "failed or were canceled"
+		}
+		if gap != "" {
+			return fmt.Sprintf("the %s among the provider's records read %s; %s", recs, what, gap)
+		}
+		return fmt.Sprintf("the provider's %s %s, so no money moved", recs, what)
 	case len(stale) > 0:
-		return fmt.Sprintf("the provider's record of it (%s) is still pending after %s", m.movIDs(stale), human(m.now.Sub(m.created(stale[0]))))
+		s := fmt.Sprintf("the provider's record of it (%s) is still pending after %s", m.movIDs(stale), human(m.now.Sub(m.created(stale[0]))))
+		if gap != "" {
+			s += "; and " + gap
+		}
+		return s
+	}
+	if gap != "" {
+		return fmt.Sprintf("nothing %s for it is among the provider's records read; %s", verb, gap)
 	}
 	return "the provider shows nothing " + verb + " for it"
+}
+
+// recordsRead reports whether the run read every provider record that can
+// bear on a decision about o: the listings and the key evidence reach back
+// to Options.RecordsFrom of its creation and the listings on to now
+// (docs/design.md, "Coverage").
+func (m *matcher) recordsRead(o *reconcile.Obligation) bool {
+	return m.unread(o) == ""
+}
+
+// unread says, as a clause of a finding's detail, what the run did not
+// read of the records a decision about o rests on, and how to read it;
+// "" when it read them all.
+func (m *matcher) unread(o *reconcile.Obligation) string {
+	from := m.opts.RecordsFrom(o.CreatedAt)
+	l, ev := m.in.Listed, m.in.EventsFrom
+	switch {
+	case !l.Valid():
+		return "no listing of the provider's records was read"
+	case l.To.Before(m.now):
+		return fmt.Sprintf("the provider's records created after %s were not read", stamp(l.To))
+	case l.From.After(from):
+		// Whole days, rounded up: what max_lookback must reach.
+		hours := int64((m.now.Sub(from) + 24*time.Hour - 1) / (24 * time.Hour) * 24)
+		return fmt.Sprintf("the provider's records before %s were not read (it was created %s; "+
+			"a max_lookback of at least %dh reads back that far)", stamp(l.From), stamp(o.CreatedAt), hours)
+	case ev.IsZero():
+		return "no provider events were read, and only they tell which idempotency key made each record"
+	case ev.After(from):
+		return fmt.Sprintf("the provider's events before %s, which tell which idempotency key made each record, "+
+			"were not read (Stripe keeps events 30 days; only what the reconciler's mirror kept is older)", stamp(ev))
+	}
+	return ""
+}
+
+// unconfirmedFinding: exactly one succeeded movement of the right money
+// reaches an obligation that may be marked PAID, but the run did not read
+// every record that could show a second one, so it is not marked.
+func (m *matcher) unconfirmedFinding(kind reconcile.FindingKind, o *reconcile.Obligation, mv int32) {
+	noun, verb, _ := oblWords(o.Kind)
+	state := "is waiting for confirmation"
+	if kind == reconcile.StaleLease {
+		state = "is still marked in progress, though its worker's time ran out"
+	}
+	m.add(kind, o.ID, "", m.ids(nil, mv, ""), o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s %s. The provider %s %s for it (%s), but it was not marked paid: %s, so a second payment "+
+			"there could not be ruled out.", noun, o.ID, o.Money, state, verb, m.money(mv), m.movID(mv), m.unread(o)))
 }
 
 func (m *matcher) orphanFinding(s int32, target string) {

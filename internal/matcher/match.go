@@ -158,6 +158,18 @@ type matcher struct {
 	oblStart []int32
 	oblMovs  []int32
 
+	// oblIDs are the obligations' ids by number.
+	oblIDs []string
+	// context is, per obligation, whether it was read only to link
+	// (Input.Context); nil when none was.
+	context []bool
+	// subject is the window the run is about: Input.Subject, or Listed.
+	subject reconcile.Window
+
+	// partial lists, in id order, the obligations decided on whose records
+	// the run did not all read.
+	partial []string
+
 	res       Result
 	suspected []bool // per obligation: an unlinked movement repeats one of its movements
 }
@@ -168,7 +180,10 @@ type matcher struct {
 // arguments: the result does not depend on the order of any input slice,
 // and duplicated input records (the same id twice) count once.
 func Match(in Input, now time.Time, opts Options) Result {
-	m := &matcher{in: &in, opts: opts, now: now}
+	m := &matcher{in: &in, opts: opts, now: now, subject: in.Subject}
+	if m.subject == (reconcile.Window{}) {
+		m.subject = in.Listed
+	}
 	m.indexObligations()
 	m.indexObjects()
 	m.groupMovements()
@@ -209,7 +224,7 @@ func (m *matcher) objOf(j int) int32 {
 
 func (m *matcher) nObjs() int32 { return int32(len(m.res.ObjectIDs)) }
 
-func (m *matcher) nObls() int32 { return int32(len(m.res.ObligationIDs)) }
+func (m *matcher) nObls() int32 { return int32(len(m.oblIDs)) }
 
 // indexObligations dedupes obligations by id, numbers them in id order and
 // indexes them by idempotency key.
@@ -218,11 +233,11 @@ func (m *matcher) indexObligations() {
 	n := len(obs)
 	// The sources deliver obligations sorted by id, each once: checking
 	// that costs one pass, sorting a million a good deal more.
-	m.res.ObligationIDs = idsIfSorted(n, func(i int) string { return obs[i].ID })
-	if m.res.ObligationIDs == nil {
+	m.oblIDs = idsIfSorted(n, func(i int) string { return obs[i].ID })
+	if m.oblIDs == nil {
 		order := sortedByID(n, func(i int32) string { return obs[i].ID })
 		m.oblAt = make([]int32, 0, n)
-		m.res.ObligationIDs = make([]string, 0, n)
+		m.oblIDs = make([]string, 0, n)
 		for p := 0; p < n; {
 			// A run of copies of one id: keep the greatest under a total
 			// order, so that which copy wins does not depend on input
@@ -235,11 +250,11 @@ func (m *matcher) indexObligations() {
 				}
 			}
 			m.oblAt = append(m.oblAt, best)
-			m.res.ObligationIDs = append(m.res.ObligationIDs, obs[best].ID)
+			m.oblIDs = append(m.oblIDs, obs[best].ID)
 			p = q
 		}
 	}
-	nObl := len(m.res.ObligationIDs)
+	nObl := len(m.oblIDs)
 	m.oblCls = make([]class, nObl)
 	keys := 0
 	for i := range int32(nObl) {
@@ -265,7 +280,18 @@ func (m *matcher) indexObligations() {
 		}
 	}
 	m.suspected = make([]bool, nObl)
+	if len(m.in.Context) > 0 {
+		ctx := slices.Sorted(slices.Values(m.in.Context))
+		m.context = make([]bool, nObl)
+		for i, id := range m.oblIDs {
+			_, m.context[i] = slices.BinarySearch(ctx, id)
+		}
+	}
 }
+
+// decides reports whether the run decides on obligation i: it was not
+// read only to link.
+func (m *matcher) decides(i int32) bool { return m.context == nil || !m.context[i] }
 
 // idsIfSorted returns the n ids id(0), id(1), … if they are strictly
 // ascending, as the sources deliver them, and nil otherwise.
@@ -283,7 +309,7 @@ func idsIfSorted(n int, id func(int) string) []string {
 // oblByID returns the number of the obligation with id, or -1. Only
 // metadata names obligations by id, so the index is built on first use.
 func (m *matcher) oblByID(id string) int32 {
-	ids := m.res.ObligationIDs
+	ids := m.oblIDs
 	if m.oblIdx.slots == nil {
 		m.oblIdx = newIndex(len(ids))
 		for i, s := range ids {
@@ -789,18 +815,19 @@ func (m *matcher) emit() {
 		if v.link.obl < 0 {
 			continue
 		}
-		first := reconcile.Link{ObjectID: id, ObligationID: m.res.ObligationIDs[v.link.obl], Route: routeName(v.link.route)}
+		first := reconcile.Link{ObjectID: id, ObligationID: m.oblIDs[v.link.obl], Route: routeName(v.link.route)}
 		if !v.conflict {
 			m.res.Links = append(m.res.Links, first)
 			continue
 		}
 		more = append(more[:0], first)
 		for _, l := range m.more[mv] {
-			more = append(more, reconcile.Link{ObjectID: id, ObligationID: m.res.ObligationIDs[l.obl], Route: routeName(l.route)})
+			more = append(more, reconcile.Link{ObjectID: id, ObligationID: m.oblIDs[l.obl], Route: routeName(l.route)})
 		}
 		slices.SortFunc(more, func(a, b reconcile.Link) int { return strings.Compare(a.ObligationID, b.ObligationID) })
 		m.res.Links = append(m.res.Links, more...)
 	}
+	m.settle()
 	m.res.Counts.Obligations = len(m.res.ObligationIDs)
 	m.res.Counts.ProviderObjects = len(ids)
 
@@ -811,6 +838,60 @@ func (m *matcher) emit() {
 	}
 	if m.res.Transitions == nil {
 		m.res.Transitions = []reconcile.Transition{}
+	}
+}
+
+// settle fills the result's lists of what the run decided on and settled:
+// obligations not read only to link, those of them whose records were all
+// read, and the objects created in the subject or outside the listing (a
+// retrieval by id). They share the id slices where nothing is left out.
+func (m *matcher) settle() {
+	decided := m.oblIDs
+	if m.context != nil {
+		decided = make([]string, 0, len(m.oblIDs))
+		for i, id := range m.oblIDs {
+			if !m.context[i] {
+				decided = append(decided, id)
+			}
+		}
+	}
+	m.res.ObligationIDs = decided
+	m.res.Settled.Obligations = decided
+	if len(m.partial) > 0 {
+		m.res.Settled.Obligations = make([]string, 0, len(decided)-len(m.partial))
+		for _, id := range decided {
+			if _, partial := slices.BinarySearch(m.partial, id); !partial {
+				m.res.Settled.Obligations = append(m.res.Settled.Obligations, id)
+			}
+		}
+	}
+	ids := m.res.ObjectIDs
+	m.res.Settled.Objects = ids
+	if m.subject == m.in.Listed {
+		return
+	}
+	// Objects read as evidence: listed, but outside the subject.
+	evidence := func(p *reconcile.ProviderObject) bool {
+		return m.in.Listed.Contains(p.Created) && !m.subject.Contains(p.Created)
+	}
+	n := 0
+	for k := range m.nObjs() {
+		if evidence(m.obj(k)) {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	m.res.Settled.Objects = make([]string, 0, len(ids)-n)
+	for p, id := range ids {
+		k := int32(p)
+		if m.objSorted != nil {
+			k = m.objSorted[p]
+		}
+		if !evidence(m.obj(k)) {
+			m.res.Settled.Objects = append(m.res.Settled.Objects, id)
+		}
 	}
 }
 

@@ -12,9 +12,12 @@
 // A movement reaching two obligations is a conflict for each.
 //
 // Decisions DESIGN.md leaves open, taken here:
-//   - Unlinked succeeded objects created outside Input.Listed are not
-//     orphans: they were retrieved by id as evidence, and the obligations
-//     that could claim them were never read. They land in BucketIgnored.
+//   - Unlinked succeeded objects created outside Input.Subject are not
+//     orphans: they were read as evidence for the obligations the run
+//     decides on (the coverage before and after the subject, or retrieved
+//     by id), and the obligations that could claim them were not all
+//     read. They land in BucketIgnored, unless they repeat a movement of
+//     an obligation the run decides on (a suspected duplicate).
 //   - A suspected duplicate is a duplicate found for its twin's obligation:
 //     it keeps that obligation from PAID.
 //   - duplicate and amount_mismatch are reported whatever the state, a
@@ -48,14 +51,26 @@ type Input struct {
 	// Lookups are the retrievals by id, found, not found or failed.
 	Lookups []reconcile.Lookup
 	// Listed is the creation-time window in which the listings of charges,
-	// refunds and payment intents are complete. A zero window proves no
-	// absence: no paid_without_evidence except by a not-found lookup.
+	// refunds and payment intents are complete: the run's coverage. A
+	// decision about an obligation rests on it only where it reaches back
+	// to Options.RecordsFrom of the obligation's creation and on to now
+	// (docs/design.md, "Coverage"); elsewhere the obligation is not marked PAID and
+	// its findings say what was not read. A zero window proves no absence.
 	Listed reconcile.Window
 	// EventsFrom is where key evidence starts to be complete (Stripe keeps
-	// events 30 days); it runs to Listed.To. Zero means no events were
-	// read, so a PAID obligation without a provider id is never reported
-	// as without evidence.
+	// events 30 days; the mirror keeps what they told); it runs to
+	// Listed.To. Zero means no events were read, so no obligation's
+	// records are complete.
 	EventsFrom time.Time
+	// Subject is the creation-time window the run is about (--since,
+	// --from/--to): an unlinked object created in it is an orphan. Objects
+	// listed outside it are evidence only. Zero means Listed.
+	Subject reconcile.Window
+	// Context holds the ids of obligations read only so that the objects
+	// naming them link correctly (a conflict, a twin's owner): the run
+	// decides nothing about them, reports nothing of them and does not
+	// count them as examined. Any order.
+	Context []string
 }
 
 // Options are the matcher's tunables; DefaultOptions gives DESIGN's values.
@@ -79,6 +94,39 @@ type Options struct {
 	// default: such findings come and go with the window and are not for
 	// finance.
 	ReportUnverified bool
+}
+
+// RecordsFrom is the earliest creation time of a provider record that can
+// bear on a decision about an obligation created at created: its own
+// records begin at created less the clock skew; a suspected duplicate of
+// one of them may come a duplicate window earlier; and whether that
+// suspect repeats this obligation's movement or a nearer twin's takes
+// another duplicate window to tell (docs/design.md, "Coverage").
+func (o Options) RecordsFrom(created time.Time) time.Time {
+	return created.Add(-o.ClockSkew - 2*o.DuplicateWindow)
+}
+
+// CoverFrom is where a run about subject must begin to read the
+// provider's records: a duplicate window before the subject, so that the
+// subject's objects find their twins, and back to RecordsFrom of the
+// oldest obligation the run decides on (oldest; zero if none), so that
+// every decision rests on the whole of its obligation's life — but not
+// before now less maxLookback, unless the subject itself begins earlier
+// (docs/design.md, "Coverage").
+func (o Options) CoverFrom(subject reconcile.Window, oldest, now time.Time, maxLookback time.Duration) time.Time {
+	from := subject.From.Add(-o.DuplicateWindow)
+	if !oldest.IsZero() {
+		if r := o.RecordsFrom(oldest); r.Before(from) {
+			from = r
+		}
+	}
+	if limit := now.Add(-maxLookback); maxLookback > 0 && from.Before(limit) {
+		from = limit
+	}
+	if subject.From.Before(from) {
+		from = subject.From
+	}
+	return from
 }
 
 // DefaultOptions returns DESIGN.md's defaults.
@@ -120,11 +168,24 @@ type Result struct {
 	// objects the map cost a fifth of the run). Bucket looks one up by id.
 	Buckets []Bucket
 	Counts  reconcile.Counts
-	// ObligationIDs and ObjectIDs are what this run examined, sorted: a
-	// finding of an earlier run whose obligation or objects are among them
-	// and which this run did not find again is resolved.
+	// ObligationIDs are the obligations this run decided on, and
+	// ObjectIDs every object it read, sorted.
 	ObligationIDs []string
 	ObjectIDs     []string
+	// Settled is what this run settled: a finding of an earlier run whose
+	// obligation or objects are in it and which this run did not find
+	// again is resolved.
+	Settled Settled
+}
+
+// Settled is what one run settled, sorted: the obligations it decided on
+// whose records it read in full, and the objects created in its subject
+// or retrieved by id. An obligation whose records were not all read, and
+// an object read only as evidence outside the subject, could hide what an
+// earlier run found; their findings are left as they stand.
+type Settled struct {
+	Obligations []string
+	Objects     []string
 }
 
 // Bucket returns the bucket of the object with id, and false if the run

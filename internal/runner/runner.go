@@ -27,9 +27,13 @@ type Provider interface {
 	Retrieve(ctx context.Context, ids []string) ([]reconcile.ProviderObject, []reconcile.Lookup)
 }
 
-// Obligations reads the application's obligations in scope.
+// Obligations reads the application's obligations: those in scope of a
+// window, those named by the provider's records, and how old the oldest
+// in scope by state and window is (sources.Obligations is one).
 type Obligations interface {
 	Read(ctx context.Context, w reconcile.Window, named sources.Named) ([]reconcile.Obligation, error)
+	ReadNamed(ctx context.Context, named sources.Named) ([]reconcile.Obligation, error)
+	Oldest(ctx context.Context, w reconcile.Window) (time.Time, error)
 }
 
 // Store is the reconciler's own state.
@@ -64,10 +68,30 @@ type Runner struct {
 	// Overlap is how far behind the mirror's cursors a pass reads again
 	// (default DefaultOverlap).
 	Overlap time.Duration
+	// MaxLookback bounds how far before now a pass reads the provider's
+	// records for the obligations it decides on (default
+	// DefaultMaxLookback); an obligation older than that is never marked
+	// PAID on what was read (docs/design.md, "Coverage").
+	MaxLookback time.Duration
+}
+
+// DefaultMaxLookback is how far back a pass reads by default: Stripe
+// keeps objects indefinitely, but ninety days of them bound a pass's cost.
+const DefaultMaxLookback = 90 * 24 * time.Hour
+
+func (r *Runner) maxLookback() time.Duration {
+	if r.MaxLookback > 0 {
+		return r.MaxLookback
+	}
+	return DefaultMaxLookback
 }
 
 // Request is what one pass is asked to do.
 type Request struct {
+	// Window is what the pass is about (--since, --from/--to): the
+	// obligations created or updated in it, and the provider objects
+	// created in it, to explain. What a decision rests on is read
+	// whatever the window (docs/design.md, "Coverage").
 	Window  reconcile.Window
 	DryRun  bool
 	Trigger reconcile.Trigger
@@ -89,10 +113,16 @@ type Outcome struct {
 	Applied     store.Applied
 	// Phases time the pass's steps, in order.
 	Phases []Phase
-	// EventsFrom is where key evidence from events starts.
+	// Covered is the creation-time window of the provider's records the
+	// pass read in full, and EventsFrom where its key evidence starts.
+	Covered    reconcile.Window
 	EventsFrom time.Time
-	Lookups    []reconcile.Lookup
-	Stats      sources.ListStats
+	// Context counts the obligations read only to link the objects read
+	// as evidence; Partial those decided on whose records were not all
+	// read (never marked PAID; their findings say what was not read).
+	Context, Partial int
+	Lookups          []reconcile.Lookup
+	Stats            sources.ListStats
 	// AlertErr is set when alerts could not be delivered; the pass itself
 	// completed and its conclusions are stored.
 	AlertErr error
@@ -144,9 +174,12 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
 	}()
-	st.plan, err = r.plan(ctx, req.Window, started, req.Full)
-	st.phases.mark("plan")
 	var in matcher.Input
+	st.cover, err = r.coverage(ctx, req.Window, started)
+	if err == nil {
+		st.plan, err = r.plan(ctx, st.cover, started, req.Full)
+	}
+	st.phases.mark("plan")
 	if err == nil {
 		in, err = r.read(ctx, log, req.Window, started, out, st)
 	}
@@ -181,7 +214,11 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		out.Sync = st.plan.report
 	}
 	out.Input, out.Result = in, res
-	warnOlderThanWindow(log, in, res, r.Matcher.ClockSkew)
+	out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
+	if out.Partial > 0 {
+		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
+			"count", out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.maxLookback().String())
+	}
 	run.Counts = res.Counts
 	run.Finished = r.Now().UTC()
 
@@ -207,7 +244,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		// Only a completed pass moves the mirror's cursors. A mirror that
 		// could not be saved costs the next pass more reading, nothing
 		// else: the pass stands.
-		if err := r.Mirror.Save(ctx, r.finishSave(req.Window, now, run.ID, st)); err != nil {
+		if err := r.Mirror.Save(ctx, r.finishSave(st.cover, now, run.ID, st)); err != nil {
 			st.plan.report.SaveErr = err
 			log.Warn("the provider mirror was not saved; the next pass reads more", "err", err)
 		} else {
@@ -241,61 +278,106 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 	return out, nil
 }
 
-// read gathers one pass's input: the provider's listing of the window (or,
-// incrementally, what the mirror lacks of it and the rest from the
-// mirror), the obligations in scope, and by id the objects they name that
-// the listing did not return.
+// coverage is the creation-time window of the provider's records a pass
+// about w reads: back to where the oldest obligation it decides on by
+// state and window began (Matcher.CoverFrom), on to now. Obligations that
+// only the subject's objects name may reach further back; read extends it
+// for them (docs/design.md, "Coverage").
+func (r *Runner) coverage(ctx context.Context, w reconcile.Window, now time.Time) (reconcile.Window, error) {
+	oldest, err := r.Obligations.Oldest(ctx, w)
+	if err != nil {
+		return reconcile.Window{}, err
+	}
+	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.maxLookback()), To: now}, nil
+}
+
+// read gathers one pass's input: the provider's records over the pass's
+// coverage (st.cover: from the mirror where it can vouch for them, listed
+// otherwise), the obligations the pass decides on and those the records
+// read as evidence name, and by id the objects the former name that the
+// listing did not return.
 func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
 	p := &st.plan
+	cover := st.cover
 	var listing *sources.Listing
+	var keysFrom time.Time // where the key evidence read is complete from
 	var err error
-	eventsFrom := later(w.From, now.Add(-sources.EventRetention))
 	if p.report.Mode == SyncIncremental {
-		listing, err = r.readIncremental(ctx, log, w, now, st)
+		// What the mirror holds, incrementally; the stretch before it (if
+		// any) listed in full.
+		mirrored := reconcile.Window{From: later(cover.From, p.older.To), To: cover.To}
+		listing, err = r.readIncremental(ctx, log, mirrored, now, st)
 		if err != nil {
 			return matcher.Input{}, err
 		}
-		eventsFrom = later(w.From, st.keysFrom)
-	} else {
-		listing, err = r.Provider.List(ctx, w)
-		st.phases.mark("provider")
-		if err != nil {
-			return matcher.Input{}, fmt.Errorf("read the provider: %w", err)
-		}
-		p.report.Listed, p.report.EventsRead = len(listing.Objects), listing.Stats.Events
-		if r.Mirror != nil {
-			st.saw(p.seen, listing.Objects...)
-			st.save.Keys = listing.Keys
-			// Stripe keeps events 30 days; the mirror keeps the keys they
-			// told for longer. Every kept key links; key evidence is
-			// complete from further back only where the mirror's keys join
-			// the events just read.
-			if eventsFrom.After(w.From) {
-				old, err := r.Mirror.Keys(ctx, reconcile.Window{From: w.From, To: eventsFrom})
-				if err != nil {
-					return matcher.Input{}, fmt.Errorf("read the mirror: %w", err)
-				}
-				p.report.MirroredKeys = len(old)
-				listing = &sources.Listing{Objects: listing.Objects, Keys: append(old, listing.Keys...), Stats: listing.Stats}
-				if !p.keysFrom.IsZero() && p.keysFrom.Before(eventsFrom) && !p.cur.Keys.To.Before(eventsFrom) {
-					eventsFrom = later(w.From, p.keysFrom)
-				}
+		keysFrom = later(mirrored.From, st.keysFrom)
+		if p.older.Valid() {
+			older, kf, err := r.listOlder(ctx, p.older, now, st)
+			if err != nil {
+				return matcher.Input{}, err
 			}
+			listing, keysFrom = join(older, kf, listing, keysFrom, mirrored.From)
+			st.phases.mark("provider_older")
 		}
+	} else {
+		listing, keysFrom, err = r.listOlder(ctx, cover, now, st)
+		if err != nil {
+			return matcher.Input{}, err
+		}
+		st.phases.mark("provider")
 	}
-	out.Stats = listing.Stats
-	named := Named(listing, r.Matcher)
-	obs, err := r.Obligations.Read(ctx, w, named)
-	st.phases.mark("obligations")
+
+	// The obligations: those in scope of w by state and window and those
+	// the subject's objects name are decided on; the others the records
+	// read name are read only to link them.
+	obs, err := r.Obligations.Read(ctx, w, Named(listing, r.Matcher))
 	if err != nil {
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
+	subject := Named(subjectOf(listing, w), r.Matcher)
+	oldest := time.Time{}
+	for i := range obs {
+		if decides(&obs[i], w, subject) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
+			oldest = obs[i].CreatedAt
+		}
+	}
+	if from := r.Matcher.CoverFrom(w, oldest, now, r.maxLookback()); from.Before(cover.From) {
+		// An obligation only the subject names began before the coverage:
+		// read back to it, and the obligations that stretch names.
+		ext := reconcile.Window{From: from, To: cover.From}
+		older, kf, err := r.listOlder(ctx, ext, now, st)
+		if err != nil {
+			return matcher.Input{}, err
+		}
+		listing, keysFrom = join(older, kf, listing, keysFrom, cover.From)
+		cover.From, st.cover.From = from, from
+		more, err := r.Obligations.ReadNamed(ctx, Named(older, r.Matcher))
+		if err != nil {
+			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
+		}
+		obs = mergeObligations(obs, more)
+		log.Info("read further back for obligations the window's records name", "from", from, "obligations", len(more))
+	}
+	var context []string
+	for i := range obs {
+		if !decides(&obs[i], w, subject) {
+			context = append(context, obs[i].ID)
+		}
+	}
+	out.Context = len(context)
+	st.phases.mark("obligations")
+
 	objects := listing.Objects
-	// named.ProviderIDs holds every listed object's id, sorted.
+	// Every listed object's id, sorted, to find what the listing lacks.
+	listed := Named(listing, r.Matcher).ProviderIDs
 	var missing []string
-	for _, o := range obs {
+	for i := range obs {
+		o := &obs[i]
+		if !decides(o, w, subject) {
+			continue
+		}
 		for _, id := range []string{o.ProviderID, o.TargetID} {
-			if _, listed := slices.BinarySearch(named.ProviderIDs, id); id != "" && !listed {
+			if _, ok := slices.BinarySearch(listed, id); id != "" && !ok {
 				missing = append(missing, id)
 			}
 		}
@@ -330,24 +412,135 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 			}
 		}
 		objects = append(objects, found...)
-		log.Info("looked up objects named outside the window", "ids", asked, "found", len(found),
+		log.Info("looked up objects named outside the records read", "ids", asked, "found", len(found),
 			"from_mirror", asked-len(missing), "failed", failed)
 	}
 	out.Lookups = lookups
 	st.phases.mark("retrieve")
-	if eventsFrom.After(w.From) {
-		log.Warn("the window reaches past Stripe's 30 days of events: key evidence before then comes only from metadata",
-			"events_from", eventsFrom)
+	keysFrom = later(cover.From, keysFrom)
+	if keysFrom.After(cover.From) {
+		log.Warn("the provider's events before events_from are gone (Stripe keeps them 30 days) and the mirror kept none: "+
+			"obligations created before then are not marked PAID", "events_from", keysFrom, "covered_from", cover.From)
 	}
-	out.EventsFrom = eventsFrom
+	out.Stats, out.Covered, out.EventsFrom = listing.Stats, cover, keysFrom
 	return matcher.Input{
 		Obligations: obs,
 		Objects:     objects,
 		Keys:        listing.Keys,
 		Lookups:     lookups,
-		Listed:      w,
-		EventsFrom:  eventsFrom,
+		Listed:      cover,
+		EventsFrom:  keysFrom,
+		Subject:     w,
+		Context:     context,
 	}, nil
+}
+
+// listOlder lists from the provider the objects and events created in w,
+// with the mirror's keys for what Stripe's events no longer tell, keeping
+// what it read for the mirror. It returns where the key evidence is
+// complete from over w (w.To when nowhere).
+func (r *Runner) listOlder(ctx context.Context, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, time.Time, error) {
+	p := &st.plan
+	l, err := r.Provider.List(ctx, w)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read the provider: %w", err)
+	}
+	p.report.Listed += len(l.Objects)
+	p.report.EventsRead += l.Stats.Events
+	keysFrom := earlier(later(w.From, now.Add(-sources.EventRetention)), w.To)
+	if r.Mirror == nil {
+		return l, keysFrom, nil
+	}
+	st.saw(p.seen, l.Objects...)
+	st.save.Keys = append(st.save.Keys, l.Keys...)
+	if keysFrom.After(w.From) {
+		// Stripe keeps events 30 days; the mirror keeps the keys they told
+		// for longer. Every kept key links; key evidence is complete from
+		// further back only where the mirror's keys join the events read.
+		old, err := r.Mirror.Keys(ctx, reconcile.Window{From: w.From, To: keysFrom})
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("read the mirror: %w", err)
+		}
+		p.report.MirroredKeys += len(old)
+		l = &sources.Listing{Objects: l.Objects, Keys: append(old, l.Keys...), Stats: l.Stats}
+		if !p.keysFrom.IsZero() && p.keysFrom.Before(keysFrom) && !p.cur.Keys.To.Before(keysFrom) {
+			keysFrom = later(w.From, p.keysFrom)
+		}
+	}
+	return l, keysFrom, nil
+}
+
+// join puts an older stretch's listing (its key evidence complete from
+// olderKeys) before a later one that begins at at (complete from
+// laterKeys): the key evidence of both is complete from olderKeys if the
+// later's is complete from its start.
+func join(older *sources.Listing, olderKeys time.Time, l *sources.Listing, laterKeys, at time.Time) (*sources.Listing, time.Time) {
+	joined := &sources.Listing{
+		// The pass owns both listings: appending in place copies no
+		// more than the older stretch.
+		Objects: append(l.Objects, older.Objects...),
+		Keys:    append(l.Keys, older.Keys...),
+		Stats:   l.Stats,
+	}
+	joined.Stats.Add(older.Stats)
+	if laterKeys.After(at) {
+		return joined, laterKeys
+	}
+	return joined, olderKeys
+}
+
+// subjectOf is the part of a listing created in w: the objects a pass is
+// about, and the key evidence of those objects.
+func subjectOf(l *sources.Listing, w reconcile.Window) *sources.Listing {
+	sub := &sources.Listing{}
+	for _, o := range l.Objects {
+		if w.Contains(o.Created) {
+			sub.Objects = append(sub.Objects, o)
+		}
+	}
+	ids := make([]string, len(sub.Objects))
+	for i, o := range sub.Objects {
+		ids[i] = o.ID
+	}
+	slices.Sort(ids)
+	for _, k := range l.Keys {
+		if _, ok := slices.BinarySearch(ids, k.ObjectID); ok {
+			sub.Keys = append(sub.Keys, k)
+		}
+	}
+	return sub
+}
+
+// decides reports whether a pass about w decides on o: it is EXECUTING or
+// CONFIRMATION_UNKNOWN, was created or updated in w, or the objects
+// created in w name it (subject). The obligations the other records read
+// name are read only to link them (DESIGN's scope, docs/design.md,
+// "Coverage").
+func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named) bool {
+	if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {
+		return true
+	}
+	in := func(list []string, v string) bool {
+		_, ok := slices.BinarySearch(list, v)
+		return v != "" && ok
+	}
+	return in(subject.IDs, o.ID) || in(subject.Keys, o.IdempotencyKey) ||
+		in(subject.ProviderIDs, o.ProviderID) || in(subject.ProviderIDs, o.TargetID)
+}
+
+// mergeObligations adds to obs (sorted by id) those of more it lacks,
+// keeping the order.
+func mergeObligations(obs, more []reconcile.Obligation) []reconcile.Obligation {
+	n := len(obs)
+	for _, o := range more {
+		if _, dup := slices.BinarySearchFunc(obs[:n], o.ID, func(a reconcile.Obligation, id string) int { return strings.Compare(a.ID, id) }); !dup {
+			obs = append(obs, o)
+		}
+	}
+	if len(obs) > n {
+		slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
+	}
+	return obs
 }
 
 // recordFailed records a pass that failed, even when ctx was cancelled.
@@ -382,40 +575,6 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 		*s = slices.Compact(*s)
 	}
 	return n
-}
-
-// warnOlderThanWindow says when a PAID decision rests on a window that
-// began after the obligation was created: a retry that moved money before
-// the window is invisible to the pass, so "exactly one" holds only for
-// what it read. The decision stands (DESIGN.md §4); the log says how far
-// back to look.
-func warnOlderThanWindow(log *slog.Logger, in matcher.Input, res matcher.Result, skew time.Duration) {
-	created := make(map[string]time.Time, len(res.Transitions))
-	for _, t := range res.Transitions {
-		created[t.ObligationID] = time.Time{}
-	}
-	if len(created) == 0 {
-		return
-	}
-	for _, o := range in.Obligations {
-		if _, ok := created[o.ID]; ok {
-			created[o.ID] = o.CreatedAt
-		}
-	}
-	var older []string
-	oldest := in.Listed.From
-	for _, t := range res.Transitions {
-		if c := created[t.ObligationID]; c.Add(-skew).Before(in.Listed.From) {
-			older = append(older, t.ObligationID)
-			if c.Before(oldest) {
-				oldest = c
-			}
-		}
-	}
-	if len(older) > 0 {
-		log.Warn("obligations marked PAID were created before the window began: a payout before it would be unseen; widen --since to check",
-			"count", len(older), "first", older[0], "oldest_created", oldest.UTC(), "window_from", in.Listed.From.UTC())
-	}
 }
 
 // NewRunID returns a sortable, unique run id: run_20261130T020000Z_1a2b3c4d.

@@ -54,8 +54,10 @@ type SyncReport struct {
 	Mode   string
 	Reason string
 	// Fresh is the creation-time window listed from the provider (the
-	// whole window unless incremental); Events the events read.
-	Fresh, Events reconcile.Window
+	// whole window unless incremental); Events the events read; Older the
+	// stretch of an incremental pass's coverage before the mirror's,
+	// listed in full.
+	Fresh, Events, Older reconcile.Window
 	// Mirrored counts the objects and keys taken from the mirror; Changed
 	// the mirrored objects an event told a newer state of.
 	Mirrored, MirroredKeys, Changed int
@@ -86,6 +88,10 @@ type syncPlan struct {
 	// keysFrom is where the mirror's keys are complete from, if they join
 	// what this pass reads; zero otherwise.
 	keysFrom time.Time
+	// older is the stretch of an incremental pass's coverage before the
+	// mirror's, listed in full; empty when the mirror reaches back far
+	// enough.
+	older reconcile.Window
 }
 
 func (r *Runner) overlap() time.Duration {
@@ -133,27 +139,33 @@ func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, fu
 		p.report.Reason = "the mirror was last brought up to date before Stripe's oldest events"
 	case p.keysFrom.IsZero():
 		p.report.Reason = "the mirror's idempotency keys stop before Stripe's oldest events"
-	case cov.From.After(w.From):
-		p.report.Reason = "the window starts before the mirror"
-	case !cov.To.Add(-overlap).After(w.From):
+	case !cov.To.Add(-overlap).After(w.From) || !cov.To.Add(-overlap).After(cov.From):
 		p.report.Reason = "the window starts after the mirror ends"
 	}
 	if p.report.Reason != "" {
 		return p, nil
 	}
-	fresh := reconcile.Window{From: later(w.From, cov.To.Add(-overlap)), To: w.To}
+	// The stretch before the mirror is listed; the mirror vouches for the
+	// rest, bar what is new.
+	if cov.From.After(w.From) {
+		p.older = reconcile.Window{From: w.From, To: cov.From}
+	}
+	mirrored := reconcile.Window{From: later(w.From, cov.From), To: w.To}
+	fresh := reconcile.Window{From: later(mirrored.From, cov.To.Add(-overlap)), To: w.To}
 	if fresh.From.After(fresh.To) {
 		fresh.From = fresh.To
 	}
 	evFrom := earlier(fresh.From, earlier(cur.Changes.To, cur.Keys.To).Add(-overlap))
 	evFrom = later(evFrom, now.Add(-sources.EventRetention))
-	if now.Sub(evFrom) > w.To.Sub(w.From) {
+	if now.Sub(evFrom) > mirrored.To.Sub(mirrored.From) {
 		// A narrow window (an incident, a trace) long after the last pass:
 		// its own objects are fewer than the events since.
 		p.report.Reason = "the window is shorter than the time since the mirror was brought up to date"
+		p.older = reconcile.Window{}
 		return p, nil
 	}
 	p.report.Mode, p.report.Fresh, p.report.Events = SyncIncremental, fresh, reconcile.Window{From: evFrom, To: now}
+	p.report.Older = p.older
 	return p, nil
 }
 
@@ -191,6 +203,9 @@ type readState struct {
 	save    store.MirrorUpdate
 	// keysFrom is where the pass's key evidence is complete from.
 	keysFrom time.Time
+	// cover is the creation-time window of the provider's records the
+	// pass reads (docs/design.md, "Coverage").
+	cover reconcile.Window
 	// phases time the pass's steps.
 	phases phaseClock
 }

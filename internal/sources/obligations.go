@@ -27,10 +27,12 @@ type Obligations struct {
 	pool  *pgxpool.Pool
 	table reconcile.ObligationTable
 
-	name    string // the quoted, possibly schema-qualified table name
-	readSQL string
-	getSQL  string
-	probe   string // the select list over the table, LIMIT 0: what Check runs last
+	name      string // the quoted, possibly schema-qualified table name
+	readSQL   string
+	namedSQL  string // Read's named terms alone
+	oldestSQL string // the oldest creation among Read's state and window terms
+	getSQL    string
+	probe     string // the select list over the table, LIMIT 0: what Check runs last
 	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
 	// which are in scope whatever their age.
 	open []string
@@ -73,19 +75,23 @@ func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Oblig
 	// PostgreSQL ≥ 14 turns each into a hash probe, so hundreds of
 	// thousands of names cost one hash build, not a comparison per name per
 	// row; Read forces the custom plan (see there).
-	read := "SELECT " + list + from + " WHERE " +
-		txt(c.State) + " = ANY($1::text[])" +
+	scope := txt(c.State) + " = ANY($1::text[])" +
 		" OR (" + q(c.CreatedAt) + " >= $2 AND " + q(c.CreatedAt) + " < $3)" +
-		" OR (" + q(c.UpdatedAt) + " >= $4 AND " + q(c.UpdatedAt) + " < $5)" +
-		" OR " + txt(c.ID) + " = ANY($6::text[])" +
-		" OR " + txt(c.IdempotencyKey) + " = ANY($7::text[])" +
-		" OR " + txt(c.ProviderID) + " = ANY($8::text[])" +
-		" OR " + txt(c.TargetID) + " = ANY($8::text[])"
+		" OR (" + q(c.UpdatedAt) + " >= $4 AND " + q(c.UpdatedAt) + " < $5)"
+	named := func(n int) string {
+		p := func(k int) string { return fmt.Sprintf("$%d::text[]", k) }
+		return txt(c.ID) + " = ANY(" + p(n) + ")" +
+			" OR " + txt(c.IdempotencyKey) + " = ANY(" + p(n+1) + ")" +
+			" OR " + txt(c.ProviderID) + " = ANY(" + p(n+2) + ")" +
+			" OR " + txt(c.TargetID) + " = ANY(" + p(n+2) + ")"
+	}
 	return &Obligations{
-		pool:    pool,
-		table:   table,
-		name:    name,
-		readSQL: read,
+		pool:      pool,
+		table:     table,
+		name:      name,
+		readSQL:   "SELECT " + list + from + " WHERE " + scope + " OR " + named(6),
+		namedSQL:  "SELECT " + list + from + " WHERE " + named(1),
+		oldestSQL: "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope,
 		// LIMIT 2: a second row means the id column is not unique, which
 		// Get reports rather than picking one.
 		getSQL: "SELECT " + list + from + " WHERE " + txt(c.ID) + " = $1 LIMIT 2",
@@ -113,9 +119,51 @@ func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named)
 		return nil, fmt.Errorf("read obligations: window from %s is after to %s",
 			w.From.Format(time.RFC3339Nano), w.To.Format(time.RFC3339Nano))
 	}
+	from, to := w.From.UTC(), w.To.UTC()
+	obs, err := r.query(ctx, r.readSQL, r.open, from, to, from, to, named.IDs, named.Keys, named.ProviderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: %w", err)
+	}
+	return obs, nil
+}
+
+// ReadNamed returns, sorted by id, the obligations that named names alone
+// (by id, idempotency key, provider_id or target_id), whatever their state
+// and age: those the objects a run reads as evidence belong to.
+func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.Obligation, error) {
+	if len(named.IDs)+len(named.Keys)+len(named.ProviderIDs) == 0 {
+		return nil, nil
+	}
+	obs, err := r.query(ctx, r.namedSQL, named.IDs, named.Keys, named.ProviderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read named obligations: %w", err)
+	}
+	return obs, nil
+}
+
+// Oldest returns the earliest created_at among the obligations Read puts
+// in scope by state and window (every EXECUTING and CONFIRMATION_UNKNOWN
+// one, those created or updated in w), the zero time if there is none: a
+// run must read the provider's records back to it (docs/design.md,
+// "Coverage").
+func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time, error) {
+	from, to := w.From.UTC(), w.To.UTC()
+	var oldest scanTime
+	if err := r.pool.QueryRow(ctx, r.oldestSQL, r.open, from, to, from, to).Scan(&oldest); err != nil {
+		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: %w", err)
+	}
+	if oldest.infinite {
+		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: obligations.columns.created_at is infinite")
+	}
+	return oldest.t, nil
+}
+
+// query runs one of the reading statements in a read-only transaction and
+// collects its rows.
+func (r *Obligations) query(ctx context.Context, sql string, args ...any) ([]reconcile.Obligation, error) {
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, fmt.Errorf("read obligations: begin: %w", err)
+		return nil, fmt.Errorf("begin: %w", err)
 	}
 	// Read-only: there is nothing to commit.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -126,19 +174,13 @@ func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named)
 	// instead of a second). A custom plan also lets the planner use a
 	// team's indexes (a BitmapOr) when it has one on every column.
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
-		return nil, fmt.Errorf("read obligations: set plan_cache_mode: %w", err)
+		return nil, fmt.Errorf("set plan_cache_mode: %w", err)
 	}
-	from, to := w.From.UTC(), w.To.UTC()
-	rows, err := tx.Query(ctx, r.readSQL, r.open, from, to, from, to,
-		named.IDs, named.Keys, named.ProviderIDs)
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read obligations: %w", err)
+		return nil, err
 	}
-	obs, err := r.collect(rows)
-	if err != nil {
-		return nil, fmt.Errorf("read obligations: %w", err)
-	}
-	return obs, nil
+	return r.collect(rows)
 }
 
 // Get returns the obligation with id, or an error wrapping ErrNotFound when

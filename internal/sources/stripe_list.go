@@ -46,6 +46,21 @@ type ListStats struct {
 	OutOfRange int
 }
 
+// Add adds the counts of another read to s.
+func (s *ListStats) Add(o ListStats) {
+	s.Slices += o.Slices
+	s.Requests += o.Requests
+	s.Retries += o.Retries
+	s.RateLimited += o.RateLimited
+	s.Pages += o.Pages
+	s.Charges += o.Charges
+	s.Refunds += o.Refunds
+	s.PaymentIntents += o.PaymentIntents
+	s.Events += o.Events
+	s.Keys += o.Keys
+	s.OutOfRange += o.OutOfRange
+}
+
 // ListError says that a list could not be read to its end, so that the
 // listing is not complete: which list, which time slice, and the cursor
 // (the starting_after id of the page that failed; empty for the first page).

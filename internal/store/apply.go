@@ -109,8 +109,8 @@ type applyInput struct {
 	run         reconcile.Run
 	transitions []reconcile.Transition
 	findings    []reconcile.Finding
-	// scope: what this run examined, sorted; an open finding outside it
-	// stays open. Sorted slices rather than sets: a run may examine a
+	// scope: what this run settled (matcher.Result.Settled), sorted; an
+	// open finding outside it stays open. Sorted slices rather than sets: a run may examine a
 	// million obligations, and only the few open findings are looked up.
 	obligations []string
 	objects     []string
@@ -135,8 +135,8 @@ func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, erro
 		run:         run,
 		transitions: res.Transitions,
 		findings:    make([]reconcile.Finding, 0, len(res.Findings)),
-		obligations: sortedIDs(res.ObligationIDs),
-		objects:     sortedIDs(res.ObjectIDs),
+		obligations: sortedIDs(res.Settled.Obligations),
+		objects:     sortedIDs(res.Settled.Objects),
 	}
 	seen := make(map[string]bool, len(res.Transitions))
 	for _, t := range res.Transitions {

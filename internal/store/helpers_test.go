@@ -319,6 +319,7 @@ func resultOf(fs []reconcile.Finding, ts []reconcile.Transition, scope ...string
 			res.ObligationIDs = append(res.ObligationIDs, id)
 		}
 	}
+	res.Settled = matcher.Settled{Obligations: res.ObligationIDs, Objects: res.ObjectIDs}
 	return res
 }
 

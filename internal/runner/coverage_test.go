@@ -1,0 +1,189 @@
+package runner_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/runner"
+)
+
+// doubleRefund puts the story on e: a refund obligation left
+// CONFIRMATION_UNKNOWN (or, with state, anything else) five days before
+// e's clock, whose first refund happened then under its own key, and whose
+// retry happened an hour ago under a fresh key, naming the obligation in
+// its metadata.
+func doubleRefund(e *env, state reconcile.State) {
+	e.tb.Helper()
+	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
+	created := e.clock.Add(-5 * 24 * time.Hour)
+	charge := reconcile.ProviderObject{ID: "ch_7", Kind: reconcile.Charge, Money: usd(8900), Status: reconcile.Succeeded,
+		Created: created.Add(-24 * time.Hour), Customer: "cus_7"}
+	first := reconcile.ProviderObject{ID: "re_7a", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
+		Target: "ch_7", Charge: "ch_7", Created: created.Add(time.Minute)}
+	retry := reconcile.ProviderObject{ID: "re_7b", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
+		Target: "ch_7", Charge: "ch_7", Created: e.clock.Add(-time.Hour), Metadata: map[string]string{"obligation_id": "refund:7"}}
+	e.add("key-charge-7", charge)
+	e.add("key-refund-7", first)
+	e.add("", retry)
+	refund := reconcile.Obligation{ID: "refund:7", Kind: reconcile.Refund, IdempotencyKey: "key-refund-7", TargetID: "ch_7",
+		Money: usd(8900), State: state, CreatedAt: created, UpdatedAt: created}
+	if state == reconcile.Paid {
+		refund.ProviderID, refund.PaidAt = "re_7a", created.Add(time.Minute)
+	}
+	pgtest.InsertObligations(e.tb, e.pool,
+		reconcile.Obligation{ID: "charge:7", Kind: reconcile.Charge, IdempotencyKey: "key-charge-7", ProviderID: "ch_7",
+			Money: usd(8900), State: reconcile.Paid, CreatedAt: charge.Created, UpdatedAt: charge.Created, PaidAt: charge.Created},
+		refund)
+}
+
+func kinds(out *runner.Outcome, obligation string) []reconcile.FindingKind {
+	var ks []reconcile.FindingKind
+	for _, f := range out.Result.Findings {
+		if f.ObligationID == obligation {
+			ks = append(ks, f.Kind)
+		}
+	}
+	return ks
+}
+
+// A narrow window decides as the whole history does: the double refund of
+// an obligation older than the window is a duplicate whatever --since
+// says, and nothing is marked PAID, with or without the mirror, whether
+// the obligation waits for confirmation or was already marked paid (then
+// only the retry, in the window, names it).
+func TestNarrowWindowSeesTheWholeLife(t *testing.T) {
+	t.Parallel()
+	for _, state := range []reconcile.State{reconcile.ConfirmationUnknown, reconcile.Paid} {
+		for _, since := range []time.Duration{6 * time.Hour, 24 * time.Hour, 72 * time.Hour, 30 * 24 * time.Hour} {
+			for _, mirrored := range []bool{false, true} {
+				name := string(state) + "/" + since.String()
+				if mirrored {
+					name += "/mirrored"
+				}
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					e := newEnv(t)
+					doubleRefund(e, state)
+					if mirrored {
+						// Earlier nights read what they could; the mirror
+						// then holds the first refund.
+						e.clock = e.clock.Add(-24 * time.Hour)
+						e.pass(true, runner.Request{DryRun: false})
+						e.clock = e.clock.Add(24 * time.Hour)
+					}
+					w := reconcile.Window{From: e.clock.Add(-since), To: e.clock}
+					for _, dry := range []bool{true, false} {
+						out := e.pass(mirrored, runner.Request{Window: w, DryRun: dry})
+						if got := kinds(out, "refund:7"); !slices.Equal(got, []reconcile.FindingKind{reconcile.Duplicate}) {
+							t.Errorf("dry %t: findings of refund:7 = %v, want [duplicate]: %v", dry, got, out.Result.Findings)
+						}
+						if len(out.Transitions) != 0 {
+							t.Errorf("dry %t: transitions %v, want none", dry, out.Transitions)
+						}
+						if !out.Covered.From.Before(e.clock.Add(-5 * 24 * time.Hour)) {
+							t.Errorf("dry %t: covered from %s, after the obligation's creation", dry, out.Covered.From)
+						}
+						for _, f := range out.Result.Findings {
+							if strings.Contains(f.Detail, "shows nothing") {
+								t.Errorf("dry %t: %s says %q", dry, f.Kind, f.Detail)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// An obligation older than max_lookback is not marked PAID on the part of
+// its life that was read: it stays unresolved, and the finding says which
+// records were not read and how far max_lookback must reach.
+func TestOlderThanMaxLookbackIsNotPaid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	usd := reconcile.Money{Amount: 1000, Currency: "usd"}
+	created := e.clock.Add(-10 * 24 * time.Hour)
+	e.add("key-old", reconcile.ProviderObject{ID: "ch_old", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
+		Created: created.Add(time.Minute)})
+	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:old", Kind: reconcile.Charge, IdempotencyKey: "key-old",
+		ProviderID: "ch_old", Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created})
+
+	r := e.runner(false)
+	r.MaxLookback = 7 * 24 * time.Hour
+	out, err := r.Run(t.Context(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
+		Trigger: reconcile.TriggerManual})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Transitions) != 0 {
+		t.Fatalf("transitions %v, want none: the records before the max lookback were not read", out.Transitions)
+	}
+	if want := e.clock.Add(-7 * 24 * time.Hour); !out.Covered.From.Equal(want) {
+		t.Errorf("covered from %s, want the max lookback's %s", out.Covered.From, want)
+	}
+	if out.Partial != 1 {
+		t.Errorf("partial = %d, want 1", out.Partial)
+	}
+	var f *reconcile.Finding
+	for i := range out.Result.Findings {
+		if out.Result.Findings[i].ObligationID == "charge:old" {
+			f = &out.Result.Findings[i]
+		}
+	}
+	if f == nil || f.Kind != reconcile.UnresolvedUnknown {
+		t.Fatalf("findings %v, want unresolved_unknown for charge:old", out.Result.Findings)
+	}
+	for _, want := range []string{"ch_old", "were not read", "max_lookback of at least 312h"} {
+		if !strings.Contains(f.Detail, want) {
+			t.Errorf("detail %q does not say %q", f.Detail, want)
+		}
+	}
+	// Read as far back as the detail says, the same obligation is marked PAID.
+	r.MaxLookback = 312 * time.Hour
+	out, err = r.Run(t.Context(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
+		Trigger: reconcile.TriggerManual})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Transitions) != 1 || out.Transitions[0].ObligationID != "charge:old" {
+		t.Errorf("with a 312h max lookback: transitions %v, want charge:old marked PAID", out.Transitions)
+	}
+}
+
+// A refund read only as evidence before the window may also name another
+// obligation, which the pass reads only to see the conflict: the
+// obligation it decides on is not marked PAID on a refund that another
+// obligation claims, and nothing is said about the other.
+func TestEvidenceNamesAnotherObligation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	usd := reconcile.Money{Amount: 500, Currency: "usd"}
+	created := e.clock.Add(-4 * 24 * time.Hour)
+	e.add("key-ch", reconcile.ProviderObject{ID: "ch_9", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
+		Created: created.Add(-time.Hour)})
+	e.add("key-a", reconcile.ProviderObject{ID: "re_9", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded,
+		Target: "ch_9", Charge: "ch_9", Created: created.Add(time.Minute), Metadata: map[string]string{"obligation_id": "refund:b"}})
+	pgtest.InsertObligations(t, e.pool,
+		reconcile.Obligation{ID: "refund:a", Kind: reconcile.Refund, IdempotencyKey: "key-a", TargetID: "ch_9",
+			Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created},
+		reconcile.Obligation{ID: "refund:b", Kind: reconcile.Refund, IdempotencyKey: "key-b", TargetID: "ch_9",
+			Money: usd, State: reconcile.Paid, CreatedAt: created.Add(-time.Hour), UpdatedAt: created.Add(-time.Hour)})
+
+	out := e.pass(false, runner.Request{Window: reconcile.Window{From: e.clock.Add(-24 * time.Hour), To: e.clock}, DryRun: true})
+	if len(out.Transitions) != 0 {
+		t.Errorf("transitions %v, want none: re_9 is claimed twice", out.Transitions)
+	}
+	if got := kinds(out, "refund:a"); !slices.Equal(got, []reconcile.FindingKind{reconcile.ConflictingLink}) {
+		t.Errorf("findings of refund:a = %v, want [conflicting_link]", got)
+	}
+	if got := kinds(out, "refund:b"); len(got) != 0 {
+		t.Errorf("findings of refund:b = %v, want none: the pass does not decide on it", got)
+	}
+	if slices.Contains(out.Result.ObligationIDs, "refund:b") || out.Context != 1 {
+		t.Errorf("decided on %v with %d read to link; want refund:b read only to link", out.Result.ObligationIDs, out.Context)
+	}
+}
