@@ -311,6 +311,13 @@ func (c Config) Validate() error {
 	if c.MaxLookback < c.Lookback {
 		return fmt.Errorf("max_lookback: must be at least lookback (%s), got %s", c.Lookback, c.MaxLookback)
 	}
+	// A decision rests on the records from an obligation's creation less
+	// two duplicate windows and the clock skew: a shorter reach could
+	// never mark anything PAID.
+	if margin := 2*c.Matcher.DuplicateWindow + c.Matcher.ClockSkew; c.MaxLookback <= margin {
+		return fmt.Errorf("max_lookback: must be longer than twice matcher.duplicate_window plus matcher.clock_skew (%s), got %s",
+			margin, c.MaxLookback)
+	}
 	if !(c.Stripe.Rate > 0) || c.Stripe.Rate > 10000 {
 		return fmt.Errorf("stripe.rate: must be a number of requests per second above 0 and at most 10000 (got %v)", c.Stripe.Rate)
 	}

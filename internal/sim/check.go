@@ -25,24 +25,7 @@ func (w *world) checkPass(pc *passCtl) error {
 		return nil
 	}
 	pc.checked = true
-	pc.exp = expect(pc.truth, pc.plan, pc.start, pc.failed, pc.syncEvents)
-	if pc.syncEvents != nil {
-		// K1: an incremental pass reads the events up to now, and so the
-		// key evidence of objects created after its window's end, which a
-		// full read of the same window does not: its scope reaches past
-		// the window.
-		full := expect(pc.truth, pc.plan, pc.start, pc.failed, nil)
-		extra := 0
-		for id := range pc.exp.scope {
-			if !full.scope[id] {
-				extra++
-			}
-		}
-		if extra > 0 {
-			w.known("K1", pc.n, "incremental pass over %s..%s read %d obligations (and what they name) that a full read of the window would not",
-				fmtT(pc.plan.window.From), fmtT(pc.plan.window.To), extra)
-		}
-	}
+	pc.exp = expect(pc.truth, pc.plan, pc.start, pc.failed, w.maxLookback)
 	after, err := w.snapshot(w.ctx)
 	if err != nil {
 		return err
@@ -80,6 +63,7 @@ func (w *world) checkPass(pc *passCtl) error {
 		}
 		if pc.outcome != nil {
 			w.checkModel(pc, &pc.outcome.Result)
+			w.checkWindow(pc, &pc.outcome.Result)
 		} else {
 			w.tracef("pass %d (dry) failed: %v", n, short(pc.runErr))
 		}
@@ -99,6 +83,7 @@ func (w *world) checkPass(pc *passCtl) error {
 		w.tracef("pass %d %s: %v", n, why, short(cmp.Or(pc.applyErr, pc.runErr)))
 	default:
 		w.checkModel(pc, pc.result)
+		w.checkWindow(pc, pc.result)
 		w.checkTransitions(pc, newTr, after)
 		w.checkFindings(pc, before, after, newOut)
 		a := pc.applied
@@ -266,16 +251,7 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 			w.violate("I2", n, "true anomaly %s is not an open finding after the pass", f)
 		}
 	}
-	scopeObl, scopeObj := map[string]bool{}, map[string]bool{}
-	for _, id := range res.ObligationIDs {
-		scopeObl[id] = true
-	}
-	for _, id := range res.ObjectIDs {
-		scopeObj[id] = true
-	}
-	covers := func(f findingRow) bool {
-		return f.obligationID != "" && scopeObl[f.obligationID] || slices.ContainsFunc(f.providerIDs, func(id string) bool { return scopeObj[id] })
-	}
+	covers := func(f findingRow) bool { return e.settles(f.obligationID, f.providerIDs) }
 	unsent := map[string]bool{}
 	lastSent := map[string]time.Time{}
 	for _, r := range before.outbox {

@@ -96,6 +96,22 @@ func (l *ledger) byState(states ...reconcile.State) []*obligation {
 
 // objectsFor lists the objects created for obligation id, in creation
 // order.
+// start is when the history's first record was created (epoch if none).
+func (l *ledger) start() time.Time {
+	t := epoch
+	for _, o := range l.obls {
+		if o.Created.Before(t) {
+			t = o.Created
+		}
+	}
+	for _, x := range l.objs {
+		if x.Created.Before(t) {
+			t = x.Created
+		}
+	}
+	return t
+}
+
 func (l *ledger) objectsFor(id string) []*object {
 	var out []*object
 	for _, oid := range l.objIDs {

@@ -24,16 +24,25 @@ const (
 // expectation is what the oracle, from the truth at a pass's start and
 // the pass's window, knows the pass must conclude. It knows what the
 // provider really did, but holds the pass only to what the pass could see:
-// objects created in its window or named by an obligation in scope (and
-// retrieved, unless retrievals failed), key evidence from events in its
-// window, and the obligations DESIGN.md §3 puts in scope.
+// the provider's records over its coverage (docs/design.md, "Coverage"),
+// the objects obligations it decides on name (retrieved, unless
+// retrievals failed), key evidence from the events of that coverage, and
+// the obligations DESIGN.md §3 puts in scope.
 type expectation struct {
 	now    time.Time
 	window reconcile.Window
 	truth  *ledger
+	// cover is where the pass reads the provider's records, keysFrom where
+	// its key evidence is complete from.
+	cover    reconcile.Window
+	keysFrom time.Time
 
-	scope    map[string]bool // obligations in scope
+	scope   map[string]bool // obligations the pass decides on
+	context map[string]bool // obligations read only to link
+	// partial: obligations in scope whose records the pass did not all read.
+	partial  map[string]bool
 	listed   map[string]bool // objects the listing returns
+	subject  map[string]bool // listed objects created in the window
 	input    map[string]bool // objects the matcher gets: listed and retrieved
 	lookups  map[string]reconcile.LookupResult
 	links    map[string][]string // object → obligations it links to
@@ -77,51 +86,97 @@ func class(k reconcile.ObjectKind) int {
 	return 0
 }
 
+// recordsFrom and coverFrom state docs/design.md's coverage rule for the
+// oracle, apart from the matcher's: an obligation's decisions rest on the
+// records from its creation less the clock skew and two duplicate windows;
+// a pass reads from a duplicate window before its window, back to that of
+// the oldest obligation it decides on, but not past maxLookback unless its
+// window begins earlier.
+func recordsFrom(created time.Time) time.Time { return created.Add(-clockSkew - 2*duplicateWindow) }
+
+func coverFrom(win reconcile.Window, oldest, now time.Time, maxLookback time.Duration) time.Time {
+	from := win.From.Add(-duplicateWindow)
+	if !oldest.IsZero() && recordsFrom(oldest).Before(from) {
+		from = recordsFrom(oldest)
+	}
+	if limit := now.Add(-maxLookback); from.Before(limit) {
+		from = limit
+	}
+	if win.From.Before(from) {
+		from = win.From
+	}
+	return from
+}
+
 // expect computes the expectation of a pass with plan that began at now,
-// when the ledger was truth, and whose retrievals of the ids in failed
-// failed (the fault injector knows which). events is the window of events
-// an incremental pass read (nil for a full read): key evidence then runs
-// over it as well as over the window, the earlier keys from the mirror.
-func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, events *reconcile.Window) *expectation {
+// when the ledger was truth, whose retrievals of the ids in failed failed
+// (the fault injector knows which), reading back at most maxLookback.
+func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, maxLookback time.Duration) *expectation {
 	win := plan.window
-	e := &expectation{now: now, window: win, truth: t, scope: map[string]bool{}, listed: map[string]bool{},
+	e := &expectation{now: now, window: win, truth: t, scope: map[string]bool{}, context: map[string]bool{},
+		partial: map[string]bool{}, listed: map[string]bool{}, subject: map[string]bool{},
 		input: map[string]bool{}, lookups: map[string]reconcile.LookupResult{}, links: map[string][]string{},
 		linked: map[string][]string{}, findings: map[string]expFinding{}, transitions: map[string]string{}}
-	from, to := ceilUnix(win.From), ceilUnix(win.To)
-	listed := func(x *object) bool { c := x.Created.Unix(); return c >= from && c < to }
-	keysFrom, keysTo := from, to
-	if events != nil {
-		keysFrom, keysTo = min(from, ceilUnix(events.From)), max(to, ceilUnix(events.To))
-	}
-	keyed := func(x *object) bool {
-		c := x.Created.Unix()
-		return c >= keysFrom && c < keysTo+eventGrace && x.Key != ""
-	}
 	inWin := func(at time.Time) bool { return !at.Before(win.From) && at.Before(win.To) }
-
-	// What the listed objects and the window's events name.
-	ids, keys, pids := map[string]bool{}, map[string]bool{}, map[string]bool{}
-	for _, id := range t.objIDs {
-		x := t.objs[id]
-		if keyed(x) {
-			keys[x.Key] = true
-		}
-		if !listed(x) {
-			continue
-		}
-		e.listed[id], e.input[id], pids[id] = true, true, true
+	created := func(x *object, from, to time.Time) bool {
+		c := x.Created.Unix()
+		return c >= ceilUnix(from) && c < ceilUnix(to)
+	}
+	// What an object names: obligation ids and idempotency keys (its
+	// metadata, and the key its creation event tells), and itself.
+	names := func(x *object, ids, keys, pids map[string]bool) {
+		pids[x.ID] = true
 		if v := x.Meta["obligation_id"]; v != "" {
 			ids[v] = true
 		}
 		if v := x.Meta["idempotency_key"]; v != "" {
 			keys[v] = true
 		}
+		if x.Key != "" {
+			keys[x.Key] = true
+		}
 	}
+	named := func(o *obligation, ids, keys, pids map[string]bool) bool {
+		return ids[o.ID] || keys[o.Key] || (o.ProviderID != "" && pids[o.ProviderID]) || (o.Target != "" && pids[o.Target])
+	}
+
+	// The pass decides on the obligations in scope by state and window,
+	// and on those the window's objects name.
+	ids, keys, pids := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, id := range t.objIDs {
+		if x := t.objs[id]; created(x, win.From, win.To) && created(x, win.From, now) {
+			e.subject[id] = true
+			names(x, ids, keys, pids)
+		}
+	}
+	var oldest time.Time
 	for _, id := range t.oblIDs {
 		o := t.obls[id]
 		if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || inWin(o.Created) || inWin(o.Updated) ||
-			ids[o.ID] || keys[o.Key] || (o.ProviderID != "" && pids[o.ProviderID]) || (o.Target != "" && pids[o.Target]) {
+			named(o, ids, keys, pids) {
 			e.scope[id] = true
+			if oldest.IsZero() || o.Created.Before(oldest) {
+				oldest = o.Created
+			}
+		}
+	}
+	// It reads the provider's records over its coverage, and what they
+	// name besides to link them.
+	e.cover = reconcile.Window{From: coverFrom(win, oldest, now, maxLookback), To: now}
+	e.keysFrom = e.cover.From
+	if r := now.Add(-30 * 24 * time.Hour); r.After(e.keysFrom) {
+		e.keysFrom = r
+	}
+	ids, keys, pids = map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, id := range t.objIDs {
+		if x := t.objs[id]; created(x, e.cover.From, now) {
+			e.listed[id], e.input[id] = true, true
+			names(x, ids, keys, pids)
+		}
+	}
+	for _, id := range t.oblIDs {
+		if o := t.obls[id]; !e.scope[id] && named(o, ids, keys, pids) {
+			e.context[id] = true
 		}
 	}
 	// Retrievals of what obligations in scope name and the listing missed.
@@ -146,26 +201,31 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, eve
 		}
 	}
 
-	// Links, by every route, to obligations in scope of the same class.
+	// Links, by every route, to obligations read of the same class. Key
+	// evidence is known of the objects listed (their creation events are
+	// read with them).
+	read := func(id string) bool { return e.scope[id] || e.context[id] }
 	byKey := map[string]string{}
-	for id := range e.scope {
-		byKey[t.obls[id].Key] = id
+	for _, id := range t.oblIDs {
+		if read(id) {
+			byKey[t.obls[id].Key] = id
+		}
 	}
 	inputIDs := slices.Sorted(maps.Keys(e.input))
 	for _, xid := range inputIDs {
 		x := t.objs[xid]
 		reach := map[string]bool{}
 		add := func(oid string) {
-			if oid != "" && e.scope[oid] && class(t.obls[oid].Kind) == class(x.Kind) {
+			if oid != "" && read(oid) && class(t.obls[oid].Kind) == class(x.Kind) {
 				reach[oid] = true
 			}
 		}
-		for id := range e.scope {
-			if t.obls[id].ProviderID == xid {
+		for _, id := range t.oblIDs {
+			if read(id) && t.obls[id].ProviderID == xid {
 				add(id)
 			}
 		}
-		if keyed(x) {
+		if e.listed[xid] && x.Key != "" {
 			add(byKey[x.Key])
 		}
 		add(x.Meta["obligation_id"])
@@ -190,7 +250,9 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, eve
 		return x.Customer
 	}
 
-	// Unlinked money: a suspected duplicate of a linked twin, or an orphan.
+	// Unlinked money: a suspected duplicate of a linked twin, or, created
+	// in the window, an orphan. Read only as evidence, it matters only as
+	// the repeat of a movement of an obligation the pass decides on.
 	suspected := map[string]bool{}
 	for _, xid := range inputIDs {
 		x := t.objs[xid]
@@ -215,17 +277,22 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, eve
 				twin, twinObl, bestD = y, yo, d
 			}
 		}
-		if twin == nil || target(x) == "" {
+		switch {
+		case twin != nil && target(x) != "" && (e.subject[xid] || e.scope[twinObl]):
+			suspected[twinObl] = true
+			add(reconcile.SuspectedDuplicate, twinObl, xid)
+		case e.subject[xid]:
 			add(reconcile.Orphan, "", xid)
-			continue
 		}
-		suspected[twinObl] = true
-		add(reconcile.SuspectedDuplicate, twinObl, xid)
 	}
 
 	// Every obligation in scope against the movements that link to it.
 	for _, id := range slices.Sorted(maps.Keys(e.scope)) {
 		o := t.obls[id]
+		whole := !e.cover.From.After(recordsFrom(o.Created)) && !e.keysFrom.After(recordsFrom(o.Created))
+		if !whole {
+			e.partial[id] = true
+		}
 		var succ, failed, stale, conflicts []*object
 		live := 0
 		for _, xid := range inputIDs {
@@ -265,6 +332,8 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, eve
 		}
 		settled := len(conflicts) == 0 && live == 0
 		leaseLive := o.LeaseExp.After(now)
+		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
+		proven := canMark && !blocked && settled && len(succ) == 1 && succ[0].Money == o.Money
 		switch o.State {
 		case reconcile.Paid:
 			if settled && len(succ) == 0 {
@@ -280,23 +349,32 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, eve
 		case reconcile.FailedState, reconcile.Approved, reconcile.PendingApproval, reconcile.RequiresReview:
 			if len(succ) > 0 {
 				add(reconcile.StatusMismatch, id, "")
-				blocked = true
 			}
 		case reconcile.Executing:
-			if !leaseLive && settled && len(succ) == 0 {
+			if proven && !whole || !leaseLive && settled && len(succ) == 0 {
 				add(reconcile.StaleLease, id, "")
 			}
 		case reconcile.ConfirmationUnknown:
-			if settled && len(succ) == 0 {
+			if proven && !whole || settled && len(succ) == 0 {
 				add(reconcile.UnresolvedUnknown, id, "")
 			}
 		}
-		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
-		if canMark && !blocked && settled && len(succ) == 1 && succ[0].Money == o.Money {
+		// PAID only on the whole of its records.
+		if proven && whole {
 			e.transitions[id] = succ[0].ID
 		}
 	}
 	return e
+}
+
+// settles says whether the pass settles an earlier finding (docs/design.md,
+// "Coverage"): its obligation is in scope with every record read, or one
+// of its objects was created in the window or retrieved by id.
+func (e *expectation) settles(oblID string, providerIDs []string) bool {
+	if oblID != "" && e.scope[oblID] && !e.partial[oblID] {
+		return true
+	}
+	return slices.ContainsFunc(providerIDs, func(id string) bool { return e.input[id] && (e.subject[id] || !e.listed[id]) })
 }
 
 // absent says whether the pass can prove that nothing the provider
@@ -310,15 +388,11 @@ func (e *expectation) absent(o *obligation) bool {
 		to = o.Paid
 	}
 	to = to.Add(clockSkew)
-	covered := e.window.Valid() && !from.Before(e.window.From) && !to.After(e.window.To)
+	covered := e.cover.Valid() && !from.Before(e.cover.From) && !to.After(e.cover.To)
 	if o.ProviderID != "" && !e.input[o.ProviderID] {
 		return e.lookups[o.ProviderID] == reconcile.LookupNotFound
 	}
-	eventsFrom := e.window.From
-	if r := e.now.Add(-30 * 24 * time.Hour); r.After(eventsFrom) {
-		eventsFrom = r
-	}
-	return covered && !eventsFrom.After(from)
+	return covered && !e.keysFrom.After(from)
 }
 
 // checkModel compares what the pass concluded with the expectation.
@@ -396,6 +470,59 @@ func (w *world) checkModel(pc *passCtl, res *matcher.Result) {
 		if _, ok := e.transitions[id]; !ok {
 			w.violate(label("I1"), n, "obligation %s (%s) marked PAID by %s without the evidence for it: %s",
 				id, e.truth.obls[id].State, gotT[id], w.describeObl(e, id))
+		}
+	}
+}
+
+// checkWindow checks I9, window independence: for every obligation the
+// pass decided on with its records read in full, the pass made the PAID
+// decision and found the critical and high findings that the oracle
+// expects of a pass over the whole history at the same moment; and it
+// marked none PAID whose records it did not read in full. A pass whose
+// retrievals by id failed saw less than its coverage, and is held to I1
+// and the model alone.
+func (w *world) checkWindow(pc *passCtl, res *matcher.Result) {
+	e, n := pc.exp, pc.n
+	if pc.fired["stripe_lookup_fail"] {
+		return
+	}
+	// A window from before the first record, less the margins of the
+	// coverage rule, so that the whole history is read whatever
+	// max_lookback says.
+	whole := passPlan{window: reconcile.Window{From: recordsFrom(e.truth.start()).Add(-time.Hour), To: pc.start}}
+	full := expect(e.truth, whole, pc.start, nil, w.maxLookback)
+	gotT := map[string]string{}
+	for _, t := range res.Transitions {
+		gotT[t.ObligationID] = t.ProviderID
+	}
+	urgent := func(k reconcile.FindingKind) bool { return k.Severity().Rank() >= reconcile.High.Rank() }
+	got := map[string][]string{}
+	for _, f := range res.Findings {
+		if urgent(f.Kind) && f.ObligationID != "" {
+			got[f.ObligationID] = append(got[f.ObligationID], string(f.Kind)+" "+f.Fingerprint)
+		}
+	}
+	want := map[string][]string{}
+	for fp, f := range full.findings {
+		if urgent(f.kind) && f.obl != "" {
+			want[f.obl] = append(want[f.obl], string(f.kind)+" "+fp)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(e.scope)) {
+		if e.partial[id] {
+			if p, ok := gotT[id]; ok {
+				w.violate("I9", n, "%s marked PAID by %s though its records before %s were not read: %s", id, p, fmtT(e.cover.From), w.describeObl(e, id))
+			}
+			continue
+		}
+		if gotT[id] != full.transitions[id] {
+			w.violate("I9", n, "%s: the pass over %s..%s decided PAID by %q, a pass over the whole history by %q: %s",
+				id, fmtT(e.window.From), fmtT(e.window.To), gotT[id], full.transitions[id], w.describeObl(full, id))
+		}
+		g, x := slices.Sorted(slices.Values(got[id])), slices.Sorted(slices.Values(want[id]))
+		if !slices.Equal(g, x) {
+			w.violate("I9", n, "%s: the pass over %s..%s found %v, a pass over the whole history %v: %s",
+				id, fmtT(e.window.From), fmtT(e.window.To), g, x, w.describeObl(full, id))
 		}
 	}
 }

@@ -132,7 +132,6 @@ type passCtl struct {
 	truth       *ledger // the ledger when the pass began
 	exp         *expectation
 	failed      map[string]bool   // ids whose retrieval failed
-	syncEvents  *reconcile.Window // the events window of an incremental read
 	pages       int
 	sends       int
 	slackReqs   int
@@ -345,9 +344,6 @@ func (p *simProvider) List(ctx context.Context, win reconcile.Window) (*sources.
 // that passes with a mirror read incrementally.
 func (p *simProvider) Sync(ctx context.Context, req sources.SyncRequest) (*sources.Sync, error) {
 	var s *sources.Sync
-	p.pc.w.mu.Lock()
-	p.pc.syncEvents = &req.Events
-	p.pc.w.mu.Unlock()
 	err := p.read(func() error {
 		var err error
 		s, err = p.inner.Sync(ctx, req)
@@ -486,6 +482,7 @@ func (w *world) newRunner(pc *passCtl) (*runner.Runner, error) {
 		Matcher:     matcher.DefaultOptions(),
 		Now:         w.clock.Now,
 		Logger:      w.log,
+		MaxLookback: w.maxLookback,
 	}
 	if w.mirror {
 		r.Mirror = store.NewMirror(w.pool)

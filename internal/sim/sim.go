@@ -69,6 +69,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -199,6 +200,9 @@ type world struct {
 	slackURL  string
 	webhook   bool // Slack through an incoming webhook instead of the bot API
 	mirror    bool // passes keep a mirror of the provider and read incrementally, as the command does
+	// maxLookback bounds how far back passes read: the default, or in
+	// some histories a few days, so that obligations outlive it.
+	maxLookback time.Duration
 
 	pool        *pgxpool.Pool // the runner's pool
 	store       *store.Store
@@ -278,6 +282,12 @@ func (w *world) setUp() error {
 	}
 	w.webhook = w.rng.IntN(4) == 0
 	w.mirror = w.rng.IntN(8) != 0
+	// Drawn apart from the history's own choices, which stay those of
+	// the seed.
+	w.maxLookback = runner.DefaultMaxLookback
+	if r := rand.New(rand.NewPCG(w.seed, 0x100cbac)); r.IntN(4) == 0 {
+		w.maxLookback = time.Duration(50+r.IntN(5*24)) * time.Hour
+	}
 	w.stripe = stripetest.New(canaryStripeKey)
 	u, stop, err := w.stripe.Start()
 	if err != nil {
