@@ -131,7 +131,7 @@ type passCtl struct {
 	before      dbState
 	truth       *ledger // the ledger when the pass began
 	exp         *expectation
-	failed      map[string]bool   // ids whose retrieval failed
+	failed      map[string]bool // ids whose retrieval failed
 	pages       int
 	sends       int
 	slackReqs   int
