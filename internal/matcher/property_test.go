@@ -661,6 +661,12 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 		if ob.State != reconcile.ConfirmationUnknown && (ob.State != reconcile.Executing || ob.LeaseLive(now)) {
 			tb.Errorf("transition of %s from %s (lease %v)", ob.ID, ob.State, ob.LeaseExpiresAt)
 		}
+		// Only on the whole of its records: listed and keyed from its
+		// creation less the skew and two duplicate windows, on to now.
+		if from := ob.CreatedAt.Add(-opts.ClockSkew - 2*opts.DuplicateWindow); !in.Listed.Valid() || in.Listed.From.After(from) ||
+			in.Listed.To.Before(now) || in.EventsFrom.IsZero() || in.EventsFrom.After(from) {
+			tb.Errorf("%s marked PAID, but the records read (%v, events from %v) do not reach back to %v", ob.ID, in.Listed, in.EventsFrom, from)
+		}
 		var succ []string
 		for _, mv := range or.movementsOf(ob.ID) {
 			if or.pendingLive(mv) {

@@ -475,10 +475,10 @@ func (w *world) checkModel(pc *passCtl, res *matcher.Result) {
 }
 
 // checkWindow checks I9, window independence: for every obligation the
-// pass decided on with its records read in full, the pass made the PAID
-// decision and found the critical and high findings that the oracle
-// expects of a pass over the whole history at the same moment; and it
-// marked none PAID whose records it did not read in full. A pass whose
+// pass decided on whose records lie within its reach (max_lookback, and
+// Stripe's 30 days of events), the pass made the PAID decision and found
+// the critical and high findings that the oracle expects of a pass over
+// the whole history at the same moment; and it marked none PAID beyond. A pass whose
 // retrievals by id failed saw less than its coverage, and is held to I1
 // and the model alone.
 func (w *world) checkWindow(pc *passCtl, res *matcher.Result) {
@@ -508,8 +508,16 @@ func (w *world) checkWindow(pc *passCtl, res *matcher.Result) {
 			want[f.obl] = append(want[f.obl], string(f.kind)+" "+fp)
 		}
 	}
+	// Within reach are the obligations whose records begin after now less
+	// max_lookback (or after the window's start) and within Stripe's 30
+	// days of events: all of their records can be read.
+	events := pc.start.Add(-30 * 24 * time.Hour)
+	reach := func(o *obligation) bool {
+		from := recordsFrom(o.Created)
+		return !from.Before(events) && (!from.Before(pc.start.Add(-w.maxLookback)) || !from.Before(e.window.From))
+	}
 	for _, id := range slices.Sorted(maps.Keys(e.scope)) {
-		if e.partial[id] {
+		if !reach(e.truth.obls[id]) {
 			if p, ok := gotT[id]; ok {
 				w.violate("I9", n, "%s marked PAID by %s though its records before %s were not read: %s", id, p, fmtT(e.cover.From), w.describeObl(e, id))
 			}
