@@ -73,8 +73,9 @@ func sampleSummary(id int64) reconcile.Alert {
 			New:      map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1},
 			Changed:  map[reconcile.FindingKind]int{reconcile.AmountMismatch: 1},
 			Resolved: map[reconcile.FindingKind]int{reconcile.UnresolvedUnknown: 2},
-			AtRisk:   []reconcile.Money{{Amount: 1000, Currency: "kwd"}, {Amount: 12000, Currency: "jpy"}, {Amount: 12400, Currency: "usd"}},
-			Open:     map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1, reconcile.AmountMismatch: 1},
+			AtRisk: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 1000, Currency: "kwd"}),
+				reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}), reconcile.TotalOf(reconcile.Money{Amount: 12400, Currency: "usd"})},
+			Open: map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1, reconcile.AmountMismatch: 1},
 		},
 	}
 }

@@ -78,14 +78,22 @@ func kindAction(k reconcile.FindingKind) string {
 }
 
 // money formats an amount for people, by the currency's exponent.
-func money(m reconcile.Money) string {
-	if len(m.Currency) == 3 && isAlpha(m.Currency) {
-		return m.String()
+func money(m reconcile.Money) string { return moneyText(m.Major(), m.Currency) }
+
+// sumText formats a sum of money as money does an amount, exactly however
+// large.
+func sumText(t reconcile.Total) string { return moneyText(t.Major(), t.Currency) }
+
+// moneyText puts an amount already in major units beside its currency:
+// before it when it looks like an ISO code, cleaned after it when not.
+func moneyText(major, currency string) string {
+	if len(currency) == 3 && isAlpha(currency) {
+		return strings.ToUpper(currency) + " " + major
 	}
-	if m.Currency == "" {
-		return m.Major()
+	if currency == "" {
+		return major
 	}
-	return m.Major() + " " + clean(m.Currency, 12, true)
+	return major + " " + clean(currency, 12, true)
 }
 
 func isAlpha(s string) bool {
@@ -296,9 +304,9 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 	}
 
 	var risk []string
-	for _, m := range s.AtRisk {
-		if m.Amount != 0 {
-			risk = append(risk, money(m))
+	for _, t := range s.AtRisk {
+		if t.Sign() != 0 {
+			risk = append(risk, sumText(t))
 		}
 	}
 	open := 0

@@ -51,7 +51,7 @@ func TestFindingLifecycle(t *testing.T) {
 				if diff := cmp.Diff(wantNew, a.Summary.New); diff != "" {
 					t.Errorf("summary new (-want +got):\n%s", diff)
 				}
-				if diff := cmp.Diff([]reconcile.Money{{Amount: 9400, Currency: "usd"}}, a.Summary.AtRisk); diff != "" {
+				if diff := cmp.Diff([]reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 9400, Currency: "usd"})}, a.Summary.AtRisk); diff != "" {
 					t.Errorf("summary at risk (-want +got):\n%s", diff)
 				}
 			},
@@ -227,7 +227,7 @@ func TestSummaryPayload(t *testing.T) {
 	want := reconcile.RunSummary{
 		RunID: "run-1", Window: run.Window, Counts: run.Counts,
 		New:    map[reconcile.FindingKind]int{reconcile.Duplicate: 2, reconcile.Orphan: 1, reconcile.UnresolvedUnknown: 1},
-		AtRisk: []reconcile.Money{{Amount: 12000, Currency: "jpy"}, {Amount: 9000, Currency: "usd"}},
+		AtRisk: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}), reconcile.TotalOf(reconcile.Money{Amount: 9000, Currency: "usd"})},
 		Open: map[reconcile.FindingKind]int{reconcile.Duplicate: 2, reconcile.Orphan: 1,
 			reconcile.UnresolvedUnknown: 1, reconcile.StaleLease: 1},
 	}
