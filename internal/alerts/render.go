@@ -578,13 +578,14 @@ func renderOverflow(items []item, parent int) Message {
 		kind reconcile.FindingKind
 	}
 	counts := map[key]int{}
-	risk := map[string]int64{}
+	var atRisk []reconcile.Money
 	var runs []string
 	for i, it := range items {
 		ids[i], rows[i] = it.row.ID, it.row
 		counts[key{it.fam, it.row.Finding.Kind}]++
-		if it.fam != famResolved && it.row.Finding.AtRisk.Amount != 0 {
-			risk[strings.ToLower(it.row.Finding.AtRisk.Currency)] += it.row.Finding.AtRisk.Amount
+		if m := it.row.Finding.AtRisk; it.fam != famResolved {
+			// Summed in one case of the currency, as "USD" and "usd" are one.
+			atRisk = append(atRisk, reconcile.Money{Amount: m.Amount, Currency: strings.ToLower(m.Currency)})
 		}
 		if !slices.Contains(runs, it.row.RunID) {
 			runs = append(runs, it.row.RunID)
@@ -617,8 +618,12 @@ func renderOverflow(items []item, parent int) Message {
 		}
 	}
 	var riskS []string
-	for _, cur := range slices.Sorted(maps.Keys(risk)) {
-		riskS = append(riskS, money(reconcile.Money{Amount: risk[cur], Currency: cur}))
+	// Exact however many findings of however much: a sum past int64 must
+	// not wrap around to a negative amount.
+	for _, t := range reconcile.SumByCurrency(atRisk) {
+		if t.Sign() != 0 {
+			riskS = append(riskS, sumText(t))
+		}
 	}
 	var runLabels []string
 	for i, r := range runs {
