@@ -1,8 +1,6 @@
 package reconcile
 
 import (
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -32,13 +30,13 @@ func Exponent(currency string) int {
 // thousands separated by commas: 8900 usd → "89.00", 12000 jpy → "12,000",
 // 1000 kwd → "1.000". The arithmetic is on integers; nothing is rounded.
 func (m Money) Major() string {
-	return formatMinor(m.Amount, Exponent(m.Currency), true)
+	return formatMinor(strconv.FormatInt(m.Amount, 10), Exponent(m.Currency), true)
 }
 
 // Decimal formats the amount in major units without thousands separators
 // ("1234.50"), for spreadsheets and machines.
 func (m Money) Decimal() string {
-	return formatMinor(m.Amount, Exponent(m.Currency), false)
+	return formatMinor(strconv.FormatInt(m.Amount, 10), Exponent(m.Currency), false)
 }
 
 // String formats money for people: "USD 89.00", "JPY 12,000".
@@ -46,10 +44,11 @@ func (m Money) String() string {
 	return strings.ToUpper(m.Currency) + " " + m.Major()
 }
 
-func formatMinor(amount int64, exp int, group bool) string {
-	neg := amount < 0
-	// Work on the decimal string so that MinInt64 needs no special case.
-	digits := strconv.FormatInt(amount, 10)
+// formatMinor formats an integer amount of minor units, given as its
+// decimal digits with an optional leading '-', in major units. It works on
+// the digits so that MinInt64 and sums beyond int64 need no special case.
+func formatMinor(digits string, exp int, group bool) string {
+	neg := strings.HasPrefix(digits, "-")
 	if neg {
 		digits = digits[1:]
 	}
@@ -79,21 +78,4 @@ func formatMinor(amount int64, exp int, group bool) string {
 		s = "-" + s
 	}
 	return s
-}
-
-// SumByCurrency totals ms per currency, sorted by currency; zero amounts
-// and money without a currency are left out.
-func SumByCurrency(ms []Money) []Money {
-	totals := map[string]int64{}
-	for _, m := range ms {
-		if m.Currency == "" || m.Amount == 0 {
-			continue
-		}
-		totals[m.Currency] += m.Amount
-	}
-	var out []Money
-	for _, c := range slices.Sorted(maps.Keys(totals)) {
-		out = append(out, Money{Amount: totals[c], Currency: c})
-	}
-	return out
 }

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"encoding/json"
 	"math"
 	"math/big"
 	"strings"
@@ -58,6 +59,97 @@ func FuzzMoneyFormat(f *testing.F) {
 		}
 		if want := strings.ToUpper(currency) + " " + major; str != want {
 			t.Errorf("String(%d %q) = %q, want %q", amount, currency, str, want)
+		}
+	})
+}
+
+// FuzzSumByCurrency checks SumByCurrency against math/big on any list of
+// amounts in a few currencies, overflowing int64 or not: each total is the
+// exact sum, formats as that sum, says whether it fits an int64 truthfully,
+// and survives its JSON.
+func FuzzSumByCurrency(f *testing.F) {
+	word := func(a int64, cur byte) []byte {
+		b := []byte{cur}
+		for i := range 8 {
+			b = append(b, byte(uint64(a)>>(8*i)))
+		}
+		return b
+	}
+	cat := func(bs ...[]byte) []byte {
+		var out []byte
+		for _, b := range bs {
+			out = append(out, b...)
+		}
+		return out
+	}
+	f.Add(cat(word(math.MaxInt64, 0), word(math.MaxInt64, 0)))
+	f.Add(cat(word(math.MaxInt64, 1), word(math.MaxInt64, 1), word(math.MaxInt64, 1)))
+	f.Add(cat(word(math.MinInt64, 2), word(math.MinInt64, 2), word(math.MaxInt64, 0), word(1, 0)))
+	f.Add(cat(word(math.MaxInt64, 0), word(math.MinInt64, 0), word(-1, 3), word(0, 1)))
+	f.Add([]byte{})
+	currencies := []string{"usd", "jpy", "kwd", ""}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ms []Money
+		want := map[string]*big.Int{}
+		for len(data) >= 9 {
+			var a uint64
+			for i := range 8 {
+				a |= uint64(data[1+i]) << (8 * i)
+			}
+			m := Money{Amount: int64(a), Currency: currencies[int(data[0])%len(currencies)]}
+			data = data[9:]
+			ms = append(ms, m)
+			if m.Currency == "" || m.Amount == 0 {
+				continue
+			}
+			if want[m.Currency] == nil {
+				want[m.Currency] = new(big.Int)
+			}
+			want[m.Currency].Add(want[m.Currency], big.NewInt(m.Amount))
+		}
+		got := SumByCurrency(ms)
+		if len(got) != len(want) {
+			t.Fatalf("SumByCurrency(%v) = %v: %d currencies, want %d", ms, got, len(got), len(want))
+		}
+		for i, tot := range got {
+			if i > 0 && got[i-1].Currency >= tot.Currency {
+				t.Errorf("totals not sorted by currency: %v", got)
+			}
+			w := want[tot.Currency]
+			if w == nil {
+				t.Fatalf("total in %q, which nothing was in", tot.Currency)
+			}
+			if tot.Big().Cmp(w) != 0 {
+				t.Errorf("sum in %s = %s, want %s", tot.Currency, tot.Big(), w)
+			}
+			if tot.Sign() != w.Sign() {
+				t.Errorf("Sign() of %s = %d, want %d", w, tot.Sign(), w.Sign())
+			}
+			a, ok := tot.Int64()
+			if ok != w.IsInt64() || ok && a != w.Int64() {
+				t.Errorf("Int64() of %s = %d, %t", w, a, ok)
+			}
+			// The formatting is the exact sum scaled down by the exponent.
+			exp := Exponent(tot.Currency)
+			r, okR := new(big.Rat).SetString(tot.Decimal())
+			scaled := new(big.Rat).SetFrac(w, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(exp)), nil))
+			if !okR || r.Cmp(scaled) != 0 {
+				t.Errorf("Decimal() of %s %s = %q, want %s", w, tot.Currency, tot.Decimal(), scaled.FloatString(exp))
+			}
+			if strings.ReplaceAll(tot.Major(), ",", "") != tot.Decimal() {
+				t.Errorf("Major() %q is not Decimal() %q grouped", tot.Major(), tot.Decimal())
+			}
+			b, err := json.Marshal(tot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back Total
+			if err := json.Unmarshal(b, &back); err != nil || !back.Equal(tot) {
+				t.Errorf("JSON %s read back as %v, %v; want %v", b, back, err, tot)
+			}
+			if ok != strings.Contains(string(b), `"amount":`) {
+				t.Errorf("JSON %s: \"amount\" must be there exactly when the sum fits an int64", b)
+			}
 		}
 	})
 }

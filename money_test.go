@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"math"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -69,16 +68,5 @@ func TestObligationTableValidate(t *testing.T) {
 	bad.States[Paid] = bad.States[FailedState]
 	if err := bad.Validate("obligations"); err == nil || !strings.Contains(err.Error(), "obligations.states.") {
 		t.Fatalf("duplicate state value: err = %v", err)
-	}
-}
-
-func TestSumByCurrency(t *testing.T) {
-	got := SumByCurrency([]Money{{8900, "usd"}, {900, "eur"}, {1100, "usd"}, {0, "jpy"}, {5, ""}})
-	want := []Money{{900, "eur"}, {10000, "usd"}}
-	if !slices.Equal(got, want) {
-		t.Errorf("SumByCurrency = %v, want %v", got, want)
-	}
-	if got := SumByCurrency(nil); len(got) != 0 {
-		t.Errorf("SumByCurrency(nil) = %v, want none", got)
 	}
 }

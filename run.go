@@ -90,8 +90,10 @@ type RunSummary struct {
 	Changed  map[FindingKind]int `json:"changed,omitempty"`
 	Resolved map[FindingKind]int `json:"resolved,omitempty"`
 	// AtRisk sums the money at risk of the new and changed findings, one
-	// entry per currency, sorted by currency.
-	AtRisk []Money `json:"at_risk,omitempty"`
+	// entry per currency, sorted by currency. The sums are exact however
+	// large; a stored summary written when these were Money decodes as
+	// before (see Total's JSON).
+	AtRisk []Total `json:"at_risk,omitempty"`
 	// Open counts every finding open after the run, by kind.
 	Open map[FindingKind]int `json:"open,omitempty"`
 }

@@ -24,7 +24,7 @@ type runFlags struct {
 	failOn          string
 }
 
-func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	c := newCommand("run")
 	var f runFlags
 	c.fs.StringVar(&f.since, "since", "", "reconcile the window ending now of this length, e.g. 72h (default: the configured lookback)")
@@ -35,6 +35,15 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	c.fs.BoolVar(&f.full, "full", false, "read the whole window from Stripe, not only what the mirror of earlier runs lacks")
 	c.fs.StringVar(&f.failOn, "fail-on", "", "exit 3 when a finding at or above this severity is found: critical, high or warning")
 	f.format = c.format("text", "json")
+	// A failed run still leaves its record on stdout, where cron keeps
+	// it: one JSON object saying so, unless the report was printed (a
+	// completed run whose alerts cannot be delivered).
+	reported := false
+	defer func() {
+		if err != nil && !reported && f.format.value == "json" && !errors.Is(err, errHelp) {
+			writeFailure(stdout, err)
+		}
+	}()
 	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
 		return err
@@ -72,6 +81,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return failed(err)
 	}
+	reported = true
 	if f.format.value == "json" {
 		if err := writeJSON(stdout, newReport(out)); err != nil {
 			return failed(err)

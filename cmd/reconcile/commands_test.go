@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -93,6 +94,39 @@ func TestTextReport(t *testing.T) {
 		if id, _ := m["run_id"].(string); !strings.HasPrefix(id, "run_") {
 			t.Errorf("log line without run_id: %q", line)
 		}
+	}
+}
+
+// Two charges of 9,223,372,036,854,775,807 cents that no obligation
+// accounts for are exact alone; their sum at risk is exact too, in the
+// text report and in Slack's summary, not wrapped to USD -0.02 (issue 12,
+// item 7).
+func TestAtRiskBeyondInt64(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, id := range []string{"ch_big1", "ch_big2"} {
+		e.add(reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: usd(math.MaxInt64), Status: reconcile.Succeeded,
+			Created: now.Add(-time.Hour), Metadata: map[string]string{"_key": "k-" + id}})
+	}
+	if code, _, stderr := e.run("migrate"); code != 0 {
+		t.Fatalf("migrate exited %d: %s", code, stderr)
+	}
+	code, stdout, stderr := e.run("run", "--since", "2h")
+	if code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr)
+	}
+	const want = "USD 184,467,440,737,095,516.14"
+	if !strings.Contains(stdout, "  at risk      "+want+"\n") {
+		t.Errorf("text report's money at risk is not %s:\n%s", want, stdout)
+	}
+	var summary string
+	for _, m := range e.slack.Messages() {
+		if strings.Contains(m.Flat, "Money at risk") {
+			summary = m.Flat
+		}
+	}
+	if !strings.Contains(summary, want) {
+		t.Errorf("Slack summary's money at risk is not %s: %q", want, summary)
 	}
 }
 

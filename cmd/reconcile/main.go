@@ -24,6 +24,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"reconcile/internal/alerts"
 )
 
 func main() {
@@ -86,13 +88,21 @@ func exitCode(err error, stderr io.Writer) int {
 		}
 	}
 	if errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "reconcile: interrupted")
+		fmt.Fprintln(stderr, "reconcile: "+errorLine(err))
 		return exitFailed
 	}
-	// One line: drivers' multi-line errors are folded.
-	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
-	fmt.Fprintf(stderr, "reconcile: %s\n", msg)
+	fmt.Fprintf(stderr, "reconcile: %s\n", errorLine(err))
 	return code
+}
+
+// errorLine is err as one line, for stderr and for run's failure object:
+// drivers' multi-line errors are folded, and whatever secret an error from
+// outside carries is redacted.
+func errorLine(err error) string {
+	if errors.Is(err, context.Canceled) {
+		return "interrupted"
+	}
+	return alerts.Redact(strings.Join(strings.Fields(err.Error()), " "))
 }
 
 const usage = `usage: reconcile <command> [flags]

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,8 +75,9 @@ func sampleSummary(id int64) reconcile.Alert {
 			New:      map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1},
 			Changed:  map[reconcile.FindingKind]int{reconcile.AmountMismatch: 1},
 			Resolved: map[reconcile.FindingKind]int{reconcile.UnresolvedUnknown: 2},
-			AtRisk:   []reconcile.Money{{Amount: 1000, Currency: "kwd"}, {Amount: 12000, Currency: "jpy"}, {Amount: 12400, Currency: "usd"}},
-			Open:     map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1, reconcile.AmountMismatch: 1},
+			AtRisk: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 1000, Currency: "kwd"}),
+				reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}), reconcile.TotalOf(reconcile.Money{Amount: 12400, Currency: "usd"})},
+			Open: map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1, reconcile.AmountMismatch: 1},
 		},
 	}
 }
@@ -518,4 +521,62 @@ func violations(text string, blocks []slack.Block) []string {
 		}
 	}
 	return v
+}
+
+// Money at risk summed past int64 is shown exactly, in the summary and in
+// the overflow message, never wrapped to a negative amount (issue 12,
+// item 7).
+func TestPlanAtRiskBeyondInt64(t *testing.T) {
+	const maxI = math.MaxInt64
+	s := sampleSummary(1)
+	s.Summary.AtRisk = reconcile.SumByCurrency([]reconcile.Money{
+		{Amount: maxI, Currency: "usd"}, {Amount: maxI, Currency: "usd"},
+		{Amount: maxI, Currency: "jpy"}, {Amount: maxI, Currency: "jpy"}, {Amount: maxI, Currency: "jpy"},
+	})
+	msgs := Plan([]reconcile.Alert{s}, testNow, PlanOptions{})
+	if len(msgs) != 1 {
+		t.Fatalf("Plan = %d messages, want the summary", len(msgs))
+	}
+	const want = "JPY 27,670,116,110,564,327,421, USD 184,467,440,737,095,516.14"
+	if !strings.Contains(msgs[0].Text, "Money at risk: "+want+".") {
+		t.Errorf("summary text = %q, want money at risk %s", msgs[0].Text, want)
+	}
+	if flat := flatBlocks(t, msgs[0]); !strings.Contains(flat, "(new and changed findings): "+strings.ReplaceAll(want, ", ", " · ")) {
+		t.Errorf("summary blocks = %s, want money at risk %s", flat, want)
+	}
+
+	// The overflow message counts findings of MaxInt64 cents each.
+	rows := flood(300)
+	for i := range rows[1:] {
+		rows[i+1].Finding.AtRisk = reconcile.Money{Amount: maxI, Currency: "usd"}
+	}
+	msgs = Plan(rows, testNow, PlanOptions{MaxMessages: 8})
+	last := msgs[len(msgs)-1]
+	if last.Kind != KindOverflow {
+		t.Fatalf("last message kind = %s, want overflow", last.Kind)
+	}
+	n := int64(len(last.AlertIDs))
+	exact := new(big.Int).Mul(big.NewInt(n), big.NewInt(maxI))
+	// USD in major units: the exact sum with two decimals, grouped.
+	digits := exact.String()
+	whole, cents := digits[:len(digits)-2], digits[len(digits)-2:]
+	var grouped []string
+	for len(whole) > 3 {
+		grouped = append([]string{whole[len(whole)-3:]}, grouped...)
+		whole = whole[:len(whole)-3]
+	}
+	wantUSD := "USD " + strings.Join(append([]string{whole}, grouped...), ",") + "." + cents
+	if flat := flatBlocks(t, last); !strings.Contains(flat, "*Money at risk* among them: "+wantUSD) {
+		t.Errorf("overflow of %d findings of %d cents: blocks = %s, want money at risk %s", n, int64(maxI), flat, wantUSD)
+	}
+}
+
+// flatBlocks is a message's blocks as JSON, for looking for a phrase.
+func flatBlocks(t *testing.T, m Message) string {
+	t.Helper()
+	b, err := json.Marshal(m.Blocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -78,14 +78,22 @@ func kindAction(k reconcile.FindingKind) string {
 }
 
 // money formats an amount for people, by the currency's exponent.
-func money(m reconcile.Money) string {
-	if len(m.Currency) == 3 && isAlpha(m.Currency) {
-		return m.String()
+func money(m reconcile.Money) string { return moneyText(m.Major(), m.Currency) }
+
+// sumText formats a sum of money as money does an amount, exactly however
+// large.
+func sumText(t reconcile.Total) string { return moneyText(t.Major(), t.Currency) }
+
+// moneyText puts an amount already in major units beside its currency:
+// before it when it looks like an ISO code, cleaned after it when not.
+func moneyText(major, currency string) string {
+	if len(currency) == 3 && isAlpha(currency) {
+		return strings.ToUpper(currency) + " " + major
 	}
-	if m.Currency == "" {
-		return m.Major()
+	if currency == "" {
+		return major
 	}
-	return m.Major() + " " + clean(m.Currency, 12, true)
+	return major + " " + clean(currency, 12, true)
 }
 
 func isAlpha(s string) bool {
@@ -296,9 +304,9 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 	}
 
 	var risk []string
-	for _, m := range s.AtRisk {
-		if m.Amount != 0 {
-			risk = append(risk, money(m))
+	for _, t := range s.AtRisk {
+		if t.Sign() != 0 {
+			risk = append(risk, sumText(t))
 		}
 	}
 	open := 0
@@ -570,13 +578,14 @@ func renderOverflow(items []item, parent int) Message {
 		kind reconcile.FindingKind
 	}
 	counts := map[key]int{}
-	risk := map[string]int64{}
+	var atRisk []reconcile.Money
 	var runs []string
 	for i, it := range items {
 		ids[i], rows[i] = it.row.ID, it.row
 		counts[key{it.fam, it.row.Finding.Kind}]++
-		if it.fam != famResolved && it.row.Finding.AtRisk.Amount != 0 {
-			risk[strings.ToLower(it.row.Finding.AtRisk.Currency)] += it.row.Finding.AtRisk.Amount
+		if m := it.row.Finding.AtRisk; it.fam != famResolved {
+			// Summed in one case of the currency, as "USD" and "usd" are one.
+			atRisk = append(atRisk, reconcile.Money{Amount: m.Amount, Currency: strings.ToLower(m.Currency)})
 		}
 		if !slices.Contains(runs, it.row.RunID) {
 			runs = append(runs, it.row.RunID)
@@ -609,8 +618,12 @@ func renderOverflow(items []item, parent int) Message {
 		}
 	}
 	var riskS []string
-	for _, cur := range slices.Sorted(maps.Keys(risk)) {
-		riskS = append(riskS, money(reconcile.Money{Amount: risk[cur], Currency: cur}))
+	// Exact however many findings of however much: a sum past int64 must
+	// not wrap around to a negative amount.
+	for _, t := range reconcile.SumByCurrency(atRisk) {
+		if t.Sign() != 0 {
+			riskS = append(riskS, sumText(t))
+		}
 	}
 	var runLabels []string
 	for i, r := range runs {

@@ -137,8 +137,15 @@ var ErrLocked = errors.New("another reconcile run holds the run lock on this dat
 
 // Run runs one pass. A pass that could not read everything fails: it
 // reports no findings and marks nothing, because a partial listing proves
-// nothing.
-func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
+// nothing. A pass that began and failed returns a *FailedRunError naming it.
+func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error) {
+	// Set once the pass has begun, when its log lines carry the id.
+	var begun string
+	defer func() {
+		if runErr != nil && begun != "" {
+			runErr = &FailedRunError{RunID: begun, Err: runErr}
+		}
+	}()
 	if !req.Window.Valid() {
 		return nil, fmt.Errorf("empty window %s – %s", req.Window.From.Format(time.RFC3339), req.Window.To.Format(time.RFC3339))
 	}
@@ -164,6 +171,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 			}
 		}()
 	}
+	begun = run.ID
 	log.Info("run started", "trigger", string(req.Trigger), "from", req.Window.From, "to", req.Window.To, "dry_run", req.DryRun)
 	var err error
 

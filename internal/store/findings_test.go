@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +53,7 @@ func TestFindingLifecycle(t *testing.T) {
 				if diff := cmp.Diff(wantNew, a.Summary.New); diff != "" {
 					t.Errorf("summary new (-want +got):\n%s", diff)
 				}
-				if diff := cmp.Diff([]reconcile.Money{{Amount: 9400, Currency: "usd"}}, a.Summary.AtRisk); diff != "" {
+				if diff := cmp.Diff([]reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 9400, Currency: "usd"})}, a.Summary.AtRisk); diff != "" {
 					t.Errorf("summary at risk (-want +got):\n%s", diff)
 				}
 			},
@@ -227,7 +229,7 @@ func TestSummaryPayload(t *testing.T) {
 	want := reconcile.RunSummary{
 		RunID: "run-1", Window: run.Window, Counts: run.Counts,
 		New:    map[reconcile.FindingKind]int{reconcile.Duplicate: 2, reconcile.Orphan: 1, reconcile.UnresolvedUnknown: 1},
-		AtRisk: []reconcile.Money{{Amount: 12000, Currency: "jpy"}, {Amount: 9000, Currency: "usd"}},
+		AtRisk: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}), reconcile.TotalOf(reconcile.Money{Amount: 9000, Currency: "usd"})},
 		Open: map[reconcile.FindingKind]int{reconcile.Duplicate: 2, reconcile.Orphan: 1,
 			reconcile.UnresolvedUnknown: 1, reconcile.StaleLease: 1},
 	}
@@ -244,6 +246,48 @@ func TestSummaryPayload(t *testing.T) {
 		if diff := cmp.Diff(f, a.Finding, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("alert %d finding payload (-want +got):\n%s", a.ID, diff)
 		}
+	}
+}
+
+// A run's money at risk summed past int64 is stored exactly in the
+// summary's payload and read back exactly (issue 12, item 7): the usd sum
+// as "amount_exact" with no "amount", the jpy one that fits as before.
+func TestSummaryAtRiskBeyondInt64(t *testing.T) {
+	t.Parallel()
+	now := t0()
+	e := newEnv(t, Options{})
+	yen := newFinding(reconcile.Orphan, "", "ch_jp", 12000, "ch_jp")
+	yen.AtRisk.Currency, yen.Money.Currency = "jpy", "jpy"
+	yen.ContentHash = reconcile.ContentHash(yen.AtRisk, yen.ProviderIDs)
+	fs := []reconcile.Finding{
+		newFinding(reconcile.Duplicate, "refund:1", "", math.MaxInt64, "re_1", "re_2"),
+		newFinding(reconcile.Duplicate, "refund:2", "", math.MaxInt64, "re_3", "re_4"),
+		yen,
+	}
+	if _, err := e.s.Apply(t.Context(), testRun("run-1", now), resultOf(fs, nil), now); err != nil {
+		t.Fatal(err)
+	}
+	due, err := e.s.Due(t.Context(), now, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) == 0 || due[0].Summary == nil {
+		t.Fatalf("Due = %d alerts, want the summary first", len(due))
+	}
+	got := due[0].Summary.AtRisk
+	want := new(big.Int).Mul(big.NewInt(2), big.NewInt(math.MaxInt64))
+	if len(got) != 2 || got[0].String() != "JPY 12,000" || got[1].Currency != "usd" || got[1].Big().Cmp(want) != 0 {
+		t.Fatalf("summary at risk = %v, want [JPY 12,000 USD %s cents]", got, want)
+	}
+	var hasAmount bool
+	var exact string
+	if err := e.pool.QueryRow(t.Context(), `SELECT r ? 'amount', coalesce(r->>'amount_exact', '')
+	FROM reconcile.outbox o, jsonb_array_elements(o.payload->'at_risk') r
+	WHERE o.event = 'summary' AND r->>'currency' = 'usd'`).Scan(&hasAmount, &exact); err != nil {
+		t.Fatal(err)
+	}
+	if hasAmount || exact != want.String() {
+		t.Errorf("stored usd at risk: amount present %t, amount_exact %q; want no amount and %q", hasAmount, exact, want)
 	}
 }
 
