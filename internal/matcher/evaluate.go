@@ -3,6 +3,7 @@ package matcher
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -173,7 +174,7 @@ func (m *matcher) classifyUnlinked() {
 			if twins == nil {
 				twins = map[skey][]int32{}
 			}
-			twins[skey{m.movs[s].class, targets[k], m.money(s)}] = nil
+			twins[skey{m.movs[s].class, targets[k], lowerMoney(m.money(s))}] = nil
 			amounts[m.money(s).Amount] = struct{}{}
 		}
 	}
@@ -186,7 +187,7 @@ func (m *matcher) classifyUnlinked() {
 			if _, ok := amounts[m.money(mv).Amount]; !ok {
 				continue
 			}
-			key := skey{v.class, m.target(mv), m.money(mv)}
+			key := skey{v.class, m.target(mv), lowerMoney(m.money(mv))}
 			if list, ok := twins[key]; ok && key.target != "" {
 				twins[key] = append(list, mv)
 			}
@@ -204,7 +205,7 @@ func (m *matcher) classifyUnlinked() {
 	for k, s := range suspects {
 		twin := int32(-1)
 		if targets[k] != "" {
-			twin = m.nearestTwin(s, twins[skey{m.movs[s].class, targets[k], m.money(s)}])
+			twin = m.nearestTwin(s, twins[skey{m.movs[s].class, targets[k], lowerMoney(m.money(s))}])
 		}
 		// An object of the subject is the run's to explain: a suspected
 		// duplicate or an orphan. One read only as evidence outside it
@@ -302,13 +303,13 @@ func (m *matcher) moneyEq(mv int32, want reconcile.Money) bool {
 // movement's own if it differs, else that of the succeeded member with
 // the smallest id that differs.
 func (m *matcher) offMoney(mv int32, want reconcile.Money) (reconcile.Money, bool) {
-	if mon := m.money(mv); mon != want {
+	if mon := m.money(mv); !sameMoney(mon, want) {
 		return mon, true
 	}
 	var found *reconcile.ProviderObject
 	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
 		p := m.obj(j)
-		if p.Status == reconcile.Succeeded && p.Money != want && (found == nil || p.ID < found.ID) {
+		if p.Status == reconcile.Succeeded && !sameMoney(p.Money, want) && (found == nil || p.ID < found.ID) {
 			found = p
 		}
 	}
@@ -382,45 +383,47 @@ func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
 
 func (m *matcher) duplicateFinding(o *reconcile.Obligation, succ []int32) {
 	var ids []string
-	var same, maxSame int64
+	var same, maxSame sum
 	nSame := 0
-	foreign := map[string]int64{}
+	foreign := map[string]sum{}
 	for _, mv := range succ {
 		ids = m.ids(ids, mv, reconcile.Succeeded)
 		mon := m.money(mv)
-		if mon.Currency == o.Money.Currency {
-			same += mon.Amount
-			maxSame = max(maxSame, mon.Amount)
+		if sameCurrency(mon.Currency, o.Money.Currency) {
+			same = same.add(mon.Amount)
+			maxSame.v = max(maxSame.v, mon.Amount)
 			nSame++
 		} else {
-			foreign[mon.Currency] += mon.Amount
+			c := strings.ToLower(mon.Currency)
+			foreign[c] = foreign[c].add(mon.Amount)
 		}
 	}
 	// The money at risk is what moved beyond the obligation's amount. When
 	// the movements do not add up to more (each moved too little), it is
 	// all but the largest. Money in other currencies is all extra; it is
 	// the figure at risk only when none is extra in the obligation's own.
-	extra := same - o.Money.Amount
-	if extra <= 0 && nSame > 1 {
-		extra = same - maxSame
+	extra := same.add(-o.Money.Amount)
+	if extra.v <= 0 && nSame > 1 {
+		extra = same.add(-maxSame.v)
 	}
-	atRisk := reconcile.Money{Amount: max(extra, 0), Currency: o.Money.Currency}
+	atRisk := extra
+	atRisk.v = max(atRisk.v, 0)
+	currency := o.Money.Currency
 	others := slices.Sorted(maps.Keys(foreign))
 	var also []string
 	for _, c := range others {
-		mon := reconcile.Money{Amount: foreign[c], Currency: c}
-		if atRisk.Amount == 0 {
-			atRisk = mon
+		if atRisk.v == 0 {
+			atRisk, currency = foreign[c], c
 			continue
 		}
-		also = append(also, mon.String())
+		also = append(also, foreign[c].text(c))
 	}
-	tooMuch := atRisk.String()
+	tooMuch := atRisk.text(currency)
 	if len(also) > 0 {
 		tooMuch += " and " + strings.Join(also, " and ")
 	}
 	noun, verb, loss := oblWords(o.Kind)
-	m.add(reconcile.Duplicate, o.ID, "", ids, o.Money, atRisk,
+	m.add(reconcile.Duplicate, o.ID, "", ids, o.Money, reconcile.Money{Amount: atRisk.v, Currency: currency},
 		fmt.Sprintf("%s %s of %s was %s %s by the provider (%s): %s too much %s.",
 			noun, o.ID, o.Money, verb, times(len(succ)), m.movIDs(succ), tooMuch, loss))
 }
@@ -440,27 +443,31 @@ func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
 		return false
 	}
 	var ids []string
-	var diff int64
+	var diff sum
 	foreign := ""
 	for k, mv := range bad {
 		ids = m.ids(ids, mv, reconcile.Succeeded)
 		mon := off[k]
-		if mon.Currency == o.Money.Currency {
-			d := mon.Amount - o.Money.Amount
-			diff += max(d, -d)
-		} else if foreign == "" || mon.Currency < foreign {
-			foreign = mon.Currency
+		if sameCurrency(mon.Currency, o.Money.Currency) {
+			d := sum{v: mon.Amount}.add(-o.Money.Amount)
+			if d.v < 0 {
+				d = sum{}.add(-d.v)
+			}
+			diff = diff.add(d.v).or(d)
+		} else if c := strings.ToLower(mon.Currency); foreign == "" || c < foreign {
+			foreign = c
 		}
 	}
-	atRisk := reconcile.Money{Amount: diff, Currency: o.Money.Currency}
+	currency := o.Money.Currency
 	if foreign != "" {
-		atRisk = reconcile.Money{Currency: foreign}
+		diff, currency = sum{}, foreign
 		for _, mon := range off {
-			if mon.Currency == foreign {
-				atRisk.Amount += mon.Amount
+			if sameCurrency(mon.Currency, foreign) {
+				diff = diff.add(mon.Amount)
 			}
 		}
 	}
+	atRisk := reconcile.Money{Amount: diff.v, Currency: currency}
 	noun, verb, _ := oblWords(o.Kind)
 	var detail string
 	switch mon := off[0]; {
@@ -471,7 +478,7 @@ func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
 		}
 		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s other amounts for it (%s).",
 			noun, o.ID, o.Money, verb, strings.Join(parts, ", "))
-	case mon.Currency != o.Money.Currency:
+	case !sameCurrency(mon.Currency, o.Money.Currency):
 		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s), in another currency.",
 			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]))
 	default:
@@ -480,7 +487,7 @@ func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
 			more = "less"
 		}
 		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s): %s %s than approved.",
-			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]), atRisk, more)
+			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]), diff.text(currency), more)
 	}
 	m.add(reconcile.AmountMismatch, o.ID, "", ids, o.Money, atRisk, detail)
 	return true
@@ -864,4 +871,50 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// sameCurrency compares ISO currency codes as DESIGN says: without regard
+// to case (a team's table may say USD where Stripe says usd).
+func sameCurrency(a, b string) bool { return a == b || strings.EqualFold(a, b) }
+
+// lowerMoney is money with its currency in lower case, for keys.
+func lowerMoney(m reconcile.Money) reconcile.Money {
+	m.Currency = strings.ToLower(m.Currency)
+	return m
+}
+
+// sameMoney reports whether a and b are the same amount of the same
+// currency.
+func sameMoney(a, b reconcile.Money) bool { return a.Amount == b.Amount && sameCurrency(a.Currency, b.Currency) }
+
+// sum is money added up exactly in minor units, or, past what an int64
+// holds, its bound and the fact that it was reached: a figure at risk is
+// said to be at least that, never wrapped around.
+type sum struct {
+	v    int64
+	over bool // the true figure lies beyond v (v is MaxInt64 or MinInt64)
+}
+
+func (s sum) add(b int64) sum {
+	r := s.v + b
+	switch {
+	case b > 0 && r < s.v:
+		return sum{v: math.MaxInt64, over: true}
+	case b < 0 && r > s.v:
+		return sum{v: math.MinInt64, over: true}
+	}
+	return sum{v: r, over: s.over}
+}
+
+// or keeps s's figure and adds t's mark of having reached a bound.
+func (s sum) or(t sum) sum { s.over = s.over || t.over; return s }
+
+// text formats the sum as money of currency, "at least …" when it
+// reached a bound.
+func (s sum) text(currency string) string {
+	m := reconcile.Money{Amount: s.v, Currency: currency}.String()
+	if s.over {
+		return "at least " + m
+	}
+	return m
 }

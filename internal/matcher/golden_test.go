@@ -29,8 +29,12 @@ type goldenCase struct {
 	// Listed is the listing window as [from, to] durations before now;
 	// default ["720h", "0s"]. EventsFrom defaults to Listed's from; "none"
 	// leaves it zero.
-	Listed      []string     `json:"listed,omitempty"`
-	EventsFrom  string       `json:"events_from_ago,omitempty"`
+	Listed     []string `json:"listed,omitempty"`
+	EventsFrom string   `json:"events_from_ago,omitempty"`
+	// Subject is the window the run is about, as Listed; default Listed.
+	// Context names obligations read only to link.
+	Subject     []string     `json:"subject,omitempty"`
+	Context     []string     `json:"context,omitempty"`
 	Options     *caseOptions `json:"options,omitempty"`
 	Obligations []caseObl    `json:"obligations"`
 	Objects     []caseObj    `json:"objects,omitempty"`
@@ -137,6 +141,10 @@ func (c *goldenCase) input(tb testing.TB) (Input, time.Time, Options) {
 		listed = []string{"720h", "0s"}
 	}
 	in.Listed = reconcile.Window{From: ago(tb, listed[0]), To: ago(tb, listed[1])}
+	if len(c.Subject) == 2 {
+		in.Subject = reconcile.Window{From: ago(tb, c.Subject[0]), To: ago(tb, c.Subject[1])}
+	}
+	in.Context = c.Context
 	switch c.EventsFrom {
 	case "":
 		in.EventsFrom = in.Listed.From
