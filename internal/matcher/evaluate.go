@@ -885,7 +885,9 @@ func lowerMoney(m reconcile.Money) reconcile.Money {
 
 // sameMoney reports whether a and b are the same amount of the same
 // currency.
-func sameMoney(a, b reconcile.Money) bool { return a.Amount == b.Amount && sameCurrency(a.Currency, b.Currency) }
+func sameMoney(a, b reconcile.Money) bool {
+	return a.Amount == b.Amount && sameCurrency(a.Currency, b.Currency)
+}
 
 // sum is money added up exactly in minor units, or, past what an int64
 // holds, its bound and the fact that it was reached: a figure at risk is
