@@ -171,11 +171,13 @@ func traceProvider(ctx context.Context, d *deps, ob reconcile.Obligation, t *tra
 		From: ob.CreatedAt.Add(-time.Hour).Truncate(time.Second),
 		To:   earliest(now, last.Add(d.cfg.Matcher.DuplicateWindow)).Add(time.Second).Truncate(time.Second),
 	}
-	t.Window = &reportWindow{From: stamp(w.From), To: stamp(w.To)}
 	out, err := r.Run(ctx, runner.Request{Window: w, DryRun: true, Trigger: reconcile.TriggerManual})
 	if err != nil {
 		return err
 	}
+	// What was read: the pass reads back from the obligation's creation
+	// and on to now, whatever its window (docs/design.md, "Coverage").
+	t.Window = &reportWindow{From: stamp(out.Covered.From), To: stamp(out.Covered.To)}
 	routes := map[string]reconcile.Route{}
 	for _, l := range out.Result.Links {
 		if l.ObligationID == ob.ID {

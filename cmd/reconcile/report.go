@@ -13,8 +13,8 @@ import (
 	"reconcile/internal/runner"
 )
 
-// report is DESIGN.md §6's JSON report, field for field: other tools parse
-// it, so nothing is added or renamed here.
+// report is DESIGN.md §6's JSON report: other tools parse it, so nothing
+// of it is renamed or removed; additions are marked as such.
 type report struct {
 	RunID       string             `json:"run_id"`
 	DryRun      bool               `json:"dry_run"`
@@ -22,6 +22,21 @@ type report struct {
 	Counts      reconcile.Counts   `json:"counts"`
 	Findings    []reportFinding    `json:"findings"`
 	Transitions []reportTransition `json:"transitions"`
+	// Coverage is an addition to DESIGN's report: what the decisions rest
+	// on, whatever the window.
+	Coverage *reportCoverage `json:"coverage,omitempty"`
+}
+
+// reportCoverage says which of the provider's records the run read in
+// full (docs/design.md, "Coverage"): their creation times, where the key
+// evidence starts, how many obligations were read only to link, and how
+// many it decided on without all of their records (never marked PAID).
+type reportCoverage struct {
+	From       string `json:"from"`
+	To         string `json:"to"`
+	EventsFrom string `json:"events_from"`
+	Context    int    `json:"context_obligations"`
+	Partial    int    `json:"partial_obligations"`
 }
 
 type reportWindow struct {
@@ -55,6 +70,10 @@ func newReport(out *runner.Outcome) report {
 		Counts:      out.Run.Counts,
 		Findings:    []reportFinding{},
 		Transitions: []reportTransition{},
+	}
+	if out.Covered.Valid() {
+		r.Coverage = &reportCoverage{From: stamp(out.Covered.From), To: stamp(out.Covered.To),
+			EventsFrom: stamp(out.EventsFrom), Context: out.Context, Partial: out.Partial}
 	}
 	for _, f := range out.Result.Findings {
 		ids := f.ProviderIDs
@@ -116,6 +135,12 @@ func writeText(w io.Writer, out *runner.Outcome) {
 	fmt.Fprintf(w, "  window       %s → %s\n", stamp(run.Window.From), stamp(run.Window.To))
 	fmt.Fprintf(w, "  read         %d obligations, %d provider objects, %d linked\n",
 		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked)
+	if c := out.Covered; c.Valid() {
+		fmt.Fprintf(w, "  records      created %s → %s, key evidence from %s\n", stamp(c.From), stamp(c.To), stamp(out.EventsFrom))
+		if out.Partial > 0 {
+			fmt.Fprintf(w, "  not decided  %d obligations whose records reach back further (never marked PAID; see max_lookback)\n", out.Partial)
+		}
+	}
 	bySev := map[reconcile.Severity]int{}
 	for _, f := range res.Findings {
 		bySev[f.Severity]++
