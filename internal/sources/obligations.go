@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,24 +25,58 @@ var ErrNotFound = errors.New("obligation not found")
 // Obligations reads the application's obligations table, read-only, through
 // a pgx pool. Table, column and state names come from a validated
 // reconcile.ObligationTable and are quoted with pgx.Identifier; every value
-// travels as a query parameter.
+// travels as a query parameter, cast to the type of the column it is
+// compared with, as the catalogue names it (see Check).
 type Obligations struct {
 	pool  *pgxpool.Pool
 	table reconcile.ObligationTable
 
-	name    string // the quoted, possibly schema-qualified table name
-	readSQL string
-	getSQL  string
-	probe   string // the select list over the table, LIMIT 0: what Check runs last
+	name  string // the quoted, possibly schema-qualified table name
+	list  string // the select list, in collect's order
+	probe string // the select list over the table, LIMIT 0: what Check runs last
+	// canon maps each configured state value to its canonical state; a
+	// value not in it is unmapped (see reconcile.ObligationTable.Canonical).
+	canon map[string]reconcile.State
+
+	mu sync.Mutex
+	q  *obligationQueries // built by Check from the column types; nil before
+}
+
+// obligationQueries are the statements of one reading of the catalogue:
+// built from the column types, so that every comparison is in the
+// column's own type (an enum with an enum, a uuid with a uuid) and the
+// team's indexes apply.
+type obligationQueries struct {
+	types     reconcile.ObligationTypes
+	read, get string
 	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
 	// which are in scope whatever their age.
 	open []string
+	// Filters of the names the provider gave, per compared column: a name
+	// that cannot be a value of the column's type (not a uuid, for a uuid
+	// column) matches no row, and is left out rather than failing the
+	// cast. nil keeps every name.
+	id, key, providerID, targetID nameFilter
+	// targetParam is the parameter the target_id column is compared with:
+	// provider_id's ($8) when both keep the same names, else its own.
+	targetParam int
+}
+
+// nameFilter keeps the names that can be values of one column's type.
+type nameFilter func(names []string) []string
+
+// apply runs f, or keeps every name when there is none.
+func (f nameFilter) apply(names []string) []string {
+	if f == nil {
+		return names
+	}
+	return f(names)
 }
 
 // NewObligations returns a reader of the table that table describes. A bad
 // identifier or state mapping is refused with an error naming the
 // configuration field (obligations.columns.state, …); nothing is sent to the
-// database until Read, Get or Check.
+// database until Check, Read or Get.
 func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Obligations, error) {
 	if err := table.Validate("obligations"); err != nil {
 		return nil, err
@@ -53,45 +90,115 @@ func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Oblig
 	if table.Schema != "" {
 		name = pgx.Identifier{table.Schema, table.Table}.Sanitize()
 	}
-	// Text-like columns are read and compared as ::text so that a team's
-	// varchar, enum or uuid column works as well as the reference text one;
-	// on a text column the cast is a no-op and its indexes still apply.
-	// Amount and the times are left as they are: the scanners below accept
-	// every integer type, numeric without fraction, timestamp and
-	// timestamptz.
+	// Text-like columns are selected as ::text, whatever their type (an
+	// enum, a uuid, a varchar): a cast in the select list costs nothing and
+	// touches no index. Amount and the times are left as they are: the
+	// scanners below accept every integer type, numeric, timestamp and
+	// timestamptz (a domain's values arrive as its base type's).
 	txt := func(col string) string { return q(col) + "::text" }
 	list := strings.Join([]string{
 		txt(c.ID), txt(c.Kind), txt(c.IdempotencyKey), txt(c.Provider), txt(c.ProviderID), txt(c.TargetID),
 		q(c.Amount), txt(c.Currency), txt(c.State), txt(c.LeaseOwner), q(c.LeaseExpiresAt),
 		q(c.CreatedAt), q(c.UpdatedAt), q(c.PaidAt),
 	}, ", ")
-	from := " FROM " + name
-	// One scan of the table, every scope rule an OR term. The created and
-	// updated bounds are separate parameters so that the two columns may
-	// differ in type (timestamp vs timestamptz) without a conflicting
-	// parameter type. The named lists are = ANY(array): under a custom plan
-	// PostgreSQL ≥ 14 turns each into a hash probe, so hundreds of
-	// thousands of names cost one hash build, not a comparison per name per
-	// row; Read forces the custom plan (see there).
-	read := "SELECT " + list + from + " WHERE " +
-		txt(c.State) + " = ANY($1::text[])" +
-		" OR (" + q(c.CreatedAt) + " >= $2 AND " + q(c.CreatedAt) + " < $3)" +
-		" OR (" + q(c.UpdatedAt) + " >= $4 AND " + q(c.UpdatedAt) + " < $5)" +
-		" OR " + txt(c.ID) + " = ANY($6::text[])" +
-		" OR " + txt(c.IdempotencyKey) + " = ANY($7::text[])" +
-		" OR " + txt(c.ProviderID) + " = ANY($8::text[])" +
-		" OR " + txt(c.TargetID) + " = ANY($8::text[])"
+	canon := make(map[string]reconcile.State, len(table.States))
+	for s, v := range table.States {
+		canon[v] = s
+	}
 	return &Obligations{
-		pool:    pool,
-		table:   table,
-		name:    name,
-		readSQL: read,
-		// LIMIT 2: a second row means the id column is not unique, which
-		// Get reports rather than picking one.
-		getSQL: "SELECT " + list + from + " WHERE " + txt(c.ID) + " = $1 LIMIT 2",
-		probe:  "SELECT " + list + from + " LIMIT 0",
-		open:   []string{table.Raw(reconcile.Executing), table.Raw(reconcile.ConfirmationUnknown)},
+		pool:  pool,
+		table: table,
+		name:  name,
+		list:  list,
+		probe: "SELECT " + list + " FROM " + name + " LIMIT 0",
+		canon: canon,
 	}, nil
+}
+
+// textType is the reference table's type of every text column: a value
+// compared with such a column needs no cast beyond the parameter's own.
+const textType = `"pg_catalog"."text"`
+
+// buildQueries builds the read and get statements for columns of types.
+func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[string]nameFilter) *obligationQueries {
+	c := r.table.Columns
+	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	// in is the parameter n (text[]) as an array of the column's base
+	// type: the cast is on the parameter, a constant under the custom
+	// plan Read forces, never on the column.
+	in := func(n int, t reconcile.ColumnType) string {
+		p := fmt.Sprintf("$%d::text[]", n)
+		if t.Base != textType {
+			p += "::" + t.Base + "[]"
+		}
+		return p
+	}
+	qs := &obligationQueries{
+		types:       types,
+		open:        []string{r.table.Raw(reconcile.Executing), r.table.Raw(reconcile.ConfirmationUnknown)},
+		id:          filters["id"],
+		key:         filters["idempotency_key"],
+		providerID:  filters["provider_id"],
+		targetID:    filters["target_id"],
+		targetParam: 8,
+	}
+	if types.TargetID.Kind != types.ProviderID.Kind || types.TargetID.Base != types.ProviderID.Base {
+		qs.targetParam = 9
+	}
+	from := " FROM " + r.name
+	// One scan of the table, every scope rule an OR term. The created and
+	// updated bounds are separate parameters, each of its column's type,
+	// so that the two columns may differ (timestamp vs timestamptz); a
+	// timestamp without time zone is compared with the bound's UTC wall
+	// clock, as it is read. The named lists are = ANY(array): under a
+	// custom plan PostgreSQL ≥ 14 turns each into a hash probe, so hundreds
+	// of thousands of names cost one hash build, not a comparison per name
+	// per row; Read forces the custom plan (see there).
+	qs.read = "SELECT " + r.list + from + " WHERE " +
+		q(c.State) + " = ANY(" + in(1, types.State) + ")" +
+		" OR (" + q(c.CreatedAt) + " >= $2::" + types.CreatedAt.Base + " AND " + q(c.CreatedAt) + " < $3::" + types.CreatedAt.Base + ")" +
+		" OR (" + q(c.UpdatedAt) + " >= $4::" + types.UpdatedAt.Base + " AND " + q(c.UpdatedAt) + " < $5::" + types.UpdatedAt.Base + ")" +
+		" OR " + q(c.ID) + " = ANY(" + in(6, types.ID) + ")" +
+		" OR " + q(c.IdempotencyKey) + " = ANY(" + in(7, types.IdempotencyKey) + ")" +
+		" OR " + q(c.ProviderID) + " = ANY(" + in(8, types.ProviderID) + ")" +
+		" OR " + q(c.TargetID) + " = ANY(" + in(qs.targetParam, types.TargetID) + ")"
+	id := "$1"
+	if types.ID.Base != textType {
+		id = "$1::text::" + types.ID.Base
+	}
+	// LIMIT 2: a second row means the id column is not unique, which Get
+	// reports rather than picking one.
+	qs.get = "SELECT " + r.list + from + " WHERE " + q(c.ID) + " = " + id + " LIMIT 2"
+	return qs
+}
+
+// prepared returns the statements of the last Check, running Check first
+// if it never ran: the column types are read once, not per Read.
+func (r *Obligations) prepared(ctx context.Context) (*obligationQueries, error) {
+	r.mu.Lock()
+	q := r.q
+	r.mu.Unlock()
+	if q != nil {
+		return q, nil
+	}
+	if err := r.Check(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.q, nil
+}
+
+// Types returns the column types the last Check read from the catalogue,
+// for the store's compare-and-set (store.Store.UseTypes); the zero value
+// before any Check.
+func (r *Obligations) Types() reconcile.ObligationTypes {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q == nil {
+		return reconcile.ObligationTypes{}
+	}
+	return r.q.types
 }
 
 // Named is what the listed provider objects name, each list matched against
@@ -106,12 +213,23 @@ type Named struct {
 // every obligation whose state is EXECUTING or CONFIRMATION_UNKNOWN
 // whatever its age; those created or updated in [w.From, w.To); and those
 // whose id, idempotency key, provider_id or target_id is named. An
-// obligation that cannot be mapped (an unknown kind, a NULL amount) fails
-// the read: leaving it out would turn its money into orphans.
+// obligation that cannot be mapped (a NULL or empty id, an unknown kind, a
+// NULL or non-positive amount, a NULL state or created_at) fails the read:
+// leaving it out would turn its money into orphans. Read runs Check first
+// if it never ran.
 func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named) ([]reconcile.Obligation, error) {
 	if w.To.Before(w.From) {
 		return nil, fmt.Errorf("read obligations: window from %s is after to %s",
 			w.From.Format(time.RFC3339Nano), w.To.Format(time.RFC3339Nano))
+	}
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: %w", err)
+	}
+	args := []any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC(),
+		q.id.apply(named.IDs), q.key.apply(named.Keys), q.providerID.apply(named.ProviderIDs)}
+	if q.targetParam == 9 {
+		args = append(args, q.targetID.apply(named.ProviderIDs))
 	}
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -128,9 +246,7 @@ func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named)
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 		return nil, fmt.Errorf("read obligations: set plan_cache_mode: %w", err)
 	}
-	from, to := w.From.UTC(), w.To.UTC()
-	rows, err := tx.Query(ctx, r.readSQL, r.open, from, to, from, to,
-		named.IDs, named.Keys, named.ProviderIDs)
+	rows, err := tx.Query(ctx, q.read, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
@@ -144,7 +260,16 @@ func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named)
 // Get returns the obligation with id, or an error wrapping ErrNotFound when
 // there is none. It is what `reconcile trace` starts from.
 func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation, error) {
-	rows, err := r.pool.Query(ctx, r.getSQL, id)
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
+	}
+	if len(q.id.apply([]string{id})) == 0 {
+		// Not a value of the id column's type (not a uuid, for a uuid
+		// column): no row has it.
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, ErrNotFound)
+	}
+	rows, err := r.pool.Query(ctx, q.get, id)
 	if err != nil {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
 	}
@@ -160,11 +285,135 @@ func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation,
 	return obs[0], nil
 }
 
+// catalogColumn is one column as pg_attribute and pg_type describe it: its
+// type, and the type under it when that is a domain.
+type catalogColumn struct {
+	display                   string // format_type, with the modifier
+	nsp, typ                  string
+	baseNsp, baseTyp          string
+	baseTyptype, baseCategory string
+}
+
+// columnType is c as the reconcile.ColumnType that SQL is built from, the
+// names quoted from the catalogue's own.
+func (c catalogColumn) columnType() reconcile.ColumnType {
+	kind := reconcile.TypeOther
+	switch {
+	case c.baseTyptype == "e":
+		kind = reconcile.TypeEnum
+	case c.baseNsp != "pg_catalog":
+		// An extension's type (citext) or a team's own: a string type
+		// reads and compares like text, anything else is other.
+		if c.baseCategory == "S" {
+			kind = reconcile.TypeString
+		}
+	case c.baseTyp == "uuid":
+		kind = reconcile.TypeUUID
+	case c.baseTyp == "int2", c.baseTyp == "int4", c.baseTyp == "int8":
+		kind = reconcile.TypeInteger
+	case c.baseTyp == "numeric":
+		kind = reconcile.TypeNumeric
+	case c.baseTyp == "timestamp":
+		kind = reconcile.TypeTimestamp
+	case c.baseTyp == "timestamptz":
+		kind = reconcile.TypeTimestamptz
+	case c.baseCategory == "S":
+		kind = reconcile.TypeString
+	}
+	return reconcile.ColumnType{
+		Name:    pgx.Identifier{c.nsp, c.typ}.Sanitize(),
+		Base:    pgx.Identifier{c.baseNsp, c.baseTyp}.Sanitize(),
+		Kind:    kind,
+		Display: c.display,
+	}
+}
+
+// filter is the nameFilter of a column compared with names the provider
+// gave; nil keeps every name (a string type takes any).
+func (c catalogColumn) filter() nameFilter {
+	switch c.columnType().Kind {
+	case reconcile.TypeUUID:
+		return keepIf(validUUID)
+	case reconcile.TypeInteger:
+		bits := map[string]int{"int2": 16, "int4": 32, "int8": 64}[c.baseTyp]
+		return keepIf(func(s string) bool {
+			_, err := strconv.ParseInt(s, 10, bits)
+			return err == nil
+		})
+	}
+	return nil
+}
+
+// keepIf is the nameFilter keeping the names ok accepts, without copying
+// when it accepts them all.
+func keepIf(ok func(string) bool) nameFilter {
+	return func(names []string) []string {
+		for i, s := range names {
+			if !ok(s) {
+				kept := slices.Clone(names[:i])
+				for _, s := range names[i+1:] {
+					if ok(s) {
+						kept = append(kept, s)
+					}
+				}
+				return kept
+			}
+		}
+		return names
+	}
+}
+
+// validUUID accepts the two spellings of a uuid that PostgreSQL's uuid
+// input surely accepts, in either case: 8-4-4-4-12 hex digits, or 32 hex
+// digits. PostgreSQL accepts a few more (braces, other hyphen places);
+// those are left out, which can only miss a match, never fail the read.
+func validUUID(s string) bool {
+	hex := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; {
+			case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+			default:
+				return false
+			}
+		}
+		return true
+	}
+	switch len(s) {
+	case 32:
+		return hex(s)
+	case 36:
+		return s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+			hex(s[:8]) && hex(s[9:13]) && hex(s[14:18]) && hex(s[19:23]) && hex(s[24:])
+	}
+	return false
+}
+
+// catalogSQL describes each column of a table: its type as PostgreSQL
+// prints it, the type's schema and name, and the same of the type under
+// it when it is a domain (through nested domains).
+const catalogSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), tn.nspname, t.typname,
+	bn.nspname, b.typname, b.typtype::text, b.typcategory::text
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_namespace tn ON tn.oid = t.typnamespace
+CROSS JOIN LATERAL (
+	WITH RECURSIVE d(oid, depth) AS (
+		SELECT t.oid, 0
+		UNION ALL
+		SELECT p.typbasetype, d.depth + 1 FROM d JOIN pg_type p ON p.oid = d.oid WHERE p.typtype = 'd')
+	SELECT oid FROM d ORDER BY depth DESC LIMIT 1) base
+JOIN pg_type b ON b.oid = base.oid
+JOIN pg_namespace bn ON bn.oid = b.typnamespace
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`
+
 // Check verifies that the table and every configured column exist, that
-// the amount and time columns have types the reader understands, and that
-// the reader may select from the table. Its error names each missing or
-// unusable column by its configuration field. The command runs it before
-// any provider call, so that a wrong mapping costs no Stripe requests.
+// each column's type is one the reader and the store handle (see
+// reconcile.ObligationTable.TypeRules), that every configured state value
+// is a value of the state column's type, and that the reader may select
+// from the table. Its error names each missing or unusable column by its
+// configuration field. It reads the column types once, for Read, Get and
+// (through Types) the store. The command runs it before any provider
+// call, so that a wrong mapping costs no Stripe requests.
 func (r *Obligations) Check(ctx context.Context) error {
 	var oid *uint32
 	// to_regclass takes the quoted name as a value: it resolves the schema
@@ -180,44 +429,44 @@ func (r *Obligations) Check(ctx context.Context) error {
 		}
 		return fmt.Errorf("check obligations table: %s: table %s does not exist", field, r.name)
 	}
-	rows, err := r.pool.Query(ctx, `SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod)
-		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, *oid)
+	rows, err := r.pool.Query(ctx, catalogSQL, *oid)
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: %w", r.name, err)
 	}
-	type column struct{ typname, typ string }
-	have := map[string]column{}
-	var attname, typname, typ string
-	_, err = pgx.ForEachRow(rows, []any{&attname, &typname, &typ}, func() error {
-		have[attname] = column{typname, typ}
+	have := map[string]catalogColumn{}
+	var (
+		attname string
+		col     catalogColumn
+	)
+	_, err = pgx.ForEachRow(rows, []any{&attname, &col.display, &col.nsp, &col.typ,
+		&col.baseNsp, &col.baseTyp, &col.baseTyptype, &col.baseCategory}, func() error {
+		have[attname] = col
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: %w", r.name, err)
 	}
-	integer := []string{"int2", "int4", "int8", "numeric"}
-	timestamp := []string{"timestamptz", "timestamp"}
-	c := r.table.Columns
-	var problems []string
-	for _, col := range []struct {
-		field, name string
-		types       []string // acceptable pg_type names; nil: anything, read as text
-	}{
-		{"id", c.ID, nil}, {"kind", c.Kind, nil}, {"idempotency_key", c.IdempotencyKey, nil},
-		{"provider", c.Provider, nil}, {"provider_id", c.ProviderID, nil}, {"target_id", c.TargetID, nil},
-		{"amount", c.Amount, integer}, {"currency", c.Currency, nil}, {"state", c.State, nil},
-		{"lease_owner", c.LeaseOwner, nil}, {"lease_expires_at", c.LeaseExpiresAt, timestamp},
-		{"created_at", c.CreatedAt, timestamp}, {"updated_at", c.UpdatedAt, timestamp}, {"paid_at", c.PaidAt, timestamp},
-	} {
-		got, ok := have[col.name]
-		switch {
-		case !ok:
-			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q does not exist", col.field, col.name))
-		case col.types != nil && !slices.Contains(col.types, got.typname):
-			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q is %s, want one of %s",
-				col.field, col.name, got.typ, strings.Join(col.types, ", ")))
+	var (
+		types    reconcile.ObligationTypes
+		problems []string
+		filters  = map[string]nameFilter{}
+	)
+	for _, rule := range r.table.TypeRules(&types) {
+		got, ok := have[rule.Column]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q does not exist", rule.Field, rule.Column))
+			continue
 		}
+		*rule.Type = got.columnType()
+		filters[rule.Field] = got.filter()
+	}
+	if len(problems) == 0 {
+		if err := r.table.CheckTypes("obligations", types); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) == 0 {
+		problems = r.checkStates(ctx, have[r.table.Columns.State])
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("check obligations table %s: %s", r.name, strings.Join(problems, "; "))
@@ -232,7 +481,42 @@ func (r *Obligations) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: select: %w", r.name, err)
 	}
+	q := r.buildQueries(types, filters)
+	r.mu.Lock()
+	r.q = q
+	r.mu.Unlock()
 	return nil
+}
+
+// checkStates reports each configured state value that the state column
+// cannot hold: not a label of its enum, refused by its domain's check, or
+// longer than its varchar. The compare-and-set would otherwise fail at the
+// end of a run, after every provider call, on the first transition into
+// that state.
+func (r *Obligations) checkStates(ctx context.Context, col catalogColumn) []string {
+	var problems []string
+	for _, s := range reconcile.States {
+		v := r.table.Raw(s)
+		// The cast is to the column's type with its modifier, as the
+		// catalogue prints it (format_type quotes what needs quoting). An
+		// explicit cast to varchar(n) truncates instead of failing: the
+		// value read back says.
+		var back string
+		err := r.pool.QueryRow(ctx, "SELECT ($1::text::"+col.display+")::text", v).Scan(&back)
+		switch {
+		case err != nil:
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				return []string{fmt.Sprintf("obligations.states.%s: %v", s, err)}
+			}
+			problems = append(problems, fmt.Sprintf("obligations.states.%s: %q is not a value of column %q (%s): %s",
+				s, v, r.table.Columns.State, col.display, pgErr.Message))
+		case back != v:
+			problems = append(problems, fmt.Sprintf("obligations.states.%s: %q is not a value of column %q (%s): it would be stored as %q",
+				s, v, r.table.Columns.State, col.display, back))
+		}
+	}
+	return problems
 }
 
 // collect maps rows to obligations, one row at a time into reused scan

@@ -325,6 +325,26 @@ func TestObligationsCheck(t *testing.T) {
 			want: []string{"obligations.columns.amount", "is text"}},
 		{name: "date paid_at", alter: `ALTER TABLE %s ALTER COLUMN paid_at TYPE date`,
 			want: []string{"obligations.columns.paid_at", "is date"}},
+		{name: "enum state, uuid id, varchar key", alter: `CREATE TYPE %[1]s_state AS ENUM ('PENDING_APPROVAL', 'APPROVED',
+			'EXECUTING', 'CONFIRMATION_UNKNOWN', 'PAID', 'FAILED', 'REQUIRES_REVIEW', 'CANCELLED');
+			ALTER TABLE %[1]s ALTER COLUMN state TYPE %[1]s_state USING state::%[1]s_state,
+				ALTER COLUMN id TYPE uuid USING id::uuid, ALTER COLUMN idempotency_key TYPE varchar(64)`},
+		{name: "enum state without a configured value", alter: `CREATE TYPE %[1]s_state AS ENUM ('PENDING_APPROVAL', 'APPROVED',
+			'EXECUTING', 'CONFIRMATION_UNKNOWN', 'PAID', 'FAILED');
+			ALTER TABLE %[1]s ALTER COLUMN state TYPE %[1]s_state USING state::%[1]s_state`,
+			want: []string{"obligations.states.REQUIRES_REVIEW", `"REQUIRES_REVIEW" is not a value of column "state"`, "invalid input value for enum"}},
+		{name: "varchar state too short", alter: `ALTER TABLE %s ALTER COLUMN state TYPE varchar(16)`,
+			want: []string{"obligations.states.CONFIRMATION_UNKNOWN", "character varying(16)", `stored as "CONFIRMATION_UNK"`}},
+		{name: "domain state refusing a value", alter: `CREATE DOMAIN %[1]s_state AS text CHECK (VALUE <> 'FAILED');
+			ALTER TABLE %[1]s ALTER COLUMN state TYPE %[1]s_state`,
+			want: []string{"obligations.states.FAILED", "violates check constraint"}},
+		{name: "bytea id", alter: `ALTER TABLE %s ALTER COLUMN id TYPE bytea USING id::bytea`,
+			want: []string{"obligations.columns.id", `column "id" is bytea`}},
+		{name: "uuid provider_id", alter: `ALTER TABLE %s ALTER COLUMN provider_id TYPE uuid USING provider_id::uuid`,
+			want: []string{"obligations.columns.provider_id", `column "provider_id" is uuid, want one of string`}},
+		{name: "domain over date paid_at", alter: `CREATE DOMAIN %[1]s_day AS date;
+			ALTER TABLE %[1]s ALTER COLUMN paid_at TYPE %[1]s_day`,
+			want: []string{"obligations.columns.paid_at", "obligations_day, want one of timestamp, timestamptz"}},
 		{name: "missing table", change: func(tb *reconcile.ObligationTable) { tb.Table = "payment_obligations" },
 			want: []string{"obligations.table", "payment_obligations", "does not exist"}},
 		{name: "missing schema", change: func(tb *reconcile.ObligationTable) { tb.Schema = "nowhere" },
@@ -486,5 +506,57 @@ func TestObligationsNumericAmount(t *testing.T) {
 	if _, err := r.Read(t.Context(), reconcile.Window{}, sources.Named{IDs: []string{"charge:fraction"}}); err == nil ||
 		!strings.Contains(err.Error(), `obligation "charge:fraction"`) {
 		t.Errorf("Read(charge:fraction named) error = %v, want one naming the obligation", err)
+	}
+}
+
+// TestObligationsNamesOfOtherTypes: a name the provider gives (metadata,
+// an object's id) that cannot be a value of the compared column's type (not
+// a uuid, beyond an int4) matches no row; it must not fail the read, which
+// casting it to the column's type would.
+func TestObligationsNamesOfOtherTypes(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	oblExec(t, pool, `CREATE SCHEMA typed`)
+	oblExec(t, pool, `CREATE TABLE typed.obligations (LIKE public.obligations INCLUDING DEFAULTS)`)
+	oblExec(t, pool, `ALTER TABLE typed.obligations ALTER COLUMN id TYPE uuid USING id::uuid,
+		ALTER COLUMN idempotency_key TYPE bigint USING idempotency_key::bigint,
+		ALTER COLUMN target_id TYPE integer USING target_id::integer`)
+	const (
+		a = "0b0f8a52-3c1e-4a47-9d0a-6f2a1b8c9d01"
+		b = "5e7c1d3a-9b2f-4c8e-a1d6-0f3b2a4c6e02"
+		c = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c03"
+		d = "11111111-2222-4333-8444-555555555504"
+	)
+	old := oblOld.Format(time.RFC3339)
+	oblExec(t, pool, `INSERT INTO typed.obligations (id, kind, idempotency_key, provider_id, target_id, amount, currency,
+		state, created_at, updated_at) VALUES
+		($1, 'charge', 41, NULL, NULL, 100, 'usd', 'PAID', $5, $5),
+		($2, 'charge', 42, NULL, NULL, 100, 'usd', 'PAID', $5, $5),
+		($3, 'refund', 43, 're_3', 7, 100, 'usd', 'PAID', $5, $5),
+		($4, 'refund', 44, 're_4', 8, 100, 'usd', 'PAID', $5, $5)`, a, b, c, d, old)
+	table := reconcile.DefaultObligationTable()
+	table.Schema = "typed"
+	r := newObligationsReader(t, pool, table)
+	got, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{
+		// Only a (in upper case, which uuid input accepts) is an id.
+		IDs: []string{"junk", "", "charge:4821", strings.ToUpper(a), a + "x", "{" + b + "}"},
+		// Only 42 is a bigint.
+		Keys: []string{"key:42", "99999999999999999999", "4.2e1", "42"},
+		// 7 names c's target; re_4 is d's provider_id; 3000000000 does not
+		// fit the int4 target_id.
+		ProviderIDs: []string{"3000000000", "7", "re_4", "ch_x"},
+	})
+	if err != nil {
+		t.Fatalf("Read with names of other types: %v", err)
+	}
+	if diff := cmp.Diff([]string{a, d, b, c}, oblIDs(got)); diff != "" {
+		t.Errorf("Read ids (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"junk", "", a + "0"} {
+		if _, err := r.Get(t.Context(), id); !errors.Is(err, sources.ErrNotFound) {
+			t.Errorf("Get(%q) from a uuid id column = %v, want ErrNotFound", id, err)
+		}
+	}
+	if o, err := r.Get(t.Context(), strings.ToUpper(b)); err != nil || o.ID != b {
+		t.Errorf("Get(upper-case uuid) = %q, %v; want %q", o.ID, err, b)
 	}
 }
