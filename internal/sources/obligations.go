@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -527,16 +528,22 @@ func (r *Obligations) checkStates(ctx context.Context, col catalogColumn) []stri
 // at every doubling, the sort moves (id, index) pairs rather than the
 // structs, and the result is written once, in order, into a slice of
 // exactly the right length.
+//
+// A row that cannot be mapped fails the whole read, its error naming the
+// obligation (or, without a usable id, the row's number and idempotency
+// key) and the column by its configuration field.
 func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	defer rows.Close()
 	// Kind, provider, currency, state and lease owner take a handful of
 	// values over a whole table: one string each instead of one per row.
+	// A currency is normalised once per distinct value: trimmed and lower
+	// case, as Stripe spells it, so that a table's "USD" is Stripe's "usd".
 	intern := func() map[string]string { return make(map[string]string, 8) }
 	var (
 		id, key, providerID, targetID           scanText
 		kind, provider, currency, state, leaser = scanText{intern: intern()}, scanText{intern: intern()},
-			scanText{intern: intern()}, scanText{intern: intern()}, scanText{intern: intern()}
-		amount                        pgtype.Int8
+			scanText{intern: intern(), norm: normCurrency}, scanText{intern: intern()}, scanText{intern: intern()}
+		amount                        scanAmount
 		lease, created, updated, paid scanTime
 	)
 	targets := []any{&id, &kind, &key, &provider, &providerID, &targetID,
@@ -544,30 +551,62 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	var (
 		chunks [][]reconcile.Obligation
 		order  []idIndex
+		n      int // rows seen
 	)
+	// which names the row for an error: by id, or when the id is NULL or
+	// blank by its number in the result and its idempotency key (known
+	// once the key's column was scanned).
+	which := func(keyScanned bool) string {
+		if !id.null && strings.TrimSpace(id.s) != "" {
+			return fmt.Sprintf("obligation %q", id.s)
+		}
+		if keyScanned && key.s != "" {
+			return fmt.Sprintf("row %d (idempotency_key %q)", n, key.s)
+		}
+		return fmt.Sprintf("row %d", n)
+	}
 	next := make([]reconcile.Obligation, 0, 64)
 	for rows.Next() {
+		n++
 		if err := rows.Scan(targets...); err != nil {
-			// pgx scans columns in order: when a later one fails, the id
-			// (the first) is already this row's, and names it.
-			if se := (pgx.ScanArgError{}); errors.As(err, &se) && se.ColumnIndex > 0 {
-				return nil, fmt.Errorf("obligation %q: %w", id.s, err)
+			// pgx scans columns in order: when a later one fails, the
+			// earlier ones are already this row's and name it.
+			if se := (pgx.ScanArgError{}); errors.As(err, &se) && se.ColumnIndex > 0 && se.ColumnIndex < len(collectFields) {
+				return nil, fmt.Errorf("%s: obligations.columns.%s: %w", which(se.ColumnIndex > 2),
+					collectFields[se.ColumnIndex], err)
 			}
-			return nil, fmt.Errorf("row %d: %w", len(order)+1, err)
+			return nil, fmt.Errorf("row %d: %w", n, err)
+		}
+		switch {
+		case id.null:
+			return nil, fmt.Errorf("%s: obligations.columns.id is NULL", which(true))
+		case strings.TrimSpace(id.s) == "":
+			return nil, fmt.Errorf("%s: obligations.columns.id is empty (%q)", which(true), id.s)
+		case kind.null:
+			return nil, fmt.Errorf("%s: obligations.columns.kind is NULL, want charge or refund", which(true))
 		}
 		k, ok := obligationKind(kind.s)
 		if !ok {
-			return nil, fmt.Errorf("obligation %q: kind %q is neither charge nor refund", id.s, kind.s)
+			return nil, fmt.Errorf("%s: obligations.columns.kind: %q is neither charge nor refund", which(true), kind.s)
 		}
-		if !amount.Valid {
-			return nil, fmt.Errorf("obligation %q: amount is NULL", id.s)
+		switch {
+		case amount.problem != "":
+			return nil, fmt.Errorf("%s: obligations.columns.amount: %s", which(true), amount.problem)
+		case !amount.valid:
+			return nil, fmt.Errorf("%s: obligations.columns.amount is NULL", which(true))
+		case amount.v <= 0:
+			return nil, fmt.Errorf("%s: obligations.columns.amount is %d, want a positive amount in minor units", which(true), amount.v)
+		case state.null:
+			return nil, fmt.Errorf("%s: obligations.columns.state is NULL", which(true))
+		case created.null:
+			return nil, fmt.Errorf("%s: obligations.columns.created_at is NULL", which(true))
 		}
 		for _, t := range []struct {
 			field string
 			t     *scanTime
 		}{{"lease_expires_at", &lease}, {"created_at", &created}, {"updated_at", &updated}, {"paid_at", &paid}} {
 			if t.t.infinite {
-				return nil, fmt.Errorf("obligation %q: %s is infinite", id.s, t.field)
+				return nil, fmt.Errorf("%s: obligations.columns.%s is infinite", which(true), t.field)
 			}
 		}
 		if len(next) == cap(next) {
@@ -575,6 +614,10 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			next = make([]reconcile.Obligation, 0, min(2*cap(next), 8192))
 		}
 		order = append(order, idIndex{id: id.s, chunk: int32(len(chunks)), at: int32(len(next))})
+		canonical, mapped := r.canon[state.s]
+		if !mapped {
+			canonical = r.table.Canonical(state.s)
+		}
 		next = append(next, reconcile.Obligation{
 			ID:             id.s,
 			Kind:           k,
@@ -582,8 +625,8 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			Provider:       provider.s,
 			ProviderID:     providerID.s,
 			TargetID:       targetID.s,
-			Money:          reconcile.Money{Amount: amount.Int64, Currency: strings.TrimSpace(currency.s)},
-			State:          r.table.Canonical(state.s),
+			Money:          reconcile.Money{Amount: amount.v, Currency: currency.s},
+			State:          canonical,
 			RawState:       state.s,
 			LeaseOwner:     leaser.s,
 			LeaseExpiresAt: lease.t,
@@ -618,6 +661,14 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	return obs, nil
 }
 
+// collectFields are the configuration fields of the select list's columns,
+// in its order.
+var collectFields = []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id",
+	"amount", "currency", "state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
+
+// normCurrency is a currency code as Stripe spells it: trimmed, lower case.
+func normCurrency(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
 // idIndex places one collected obligation: its id, and where it is.
 type idIndex struct {
 	id        string
@@ -638,16 +689,21 @@ func obligationKind(raw string) (reconcile.ObjectKind, bool) {
 }
 
 // scanText scans a text column (every text-like column is selected as
-// ::text) straight from pgx's buffer; NULL reads as "". With intern set,
-// equal values share one string.
+// ::text) straight from pgx's buffer; NULL reads as "" with null set. With
+// intern set, equal values share one string; with norm set too, each
+// distinct value is normalised once.
 type scanText struct {
 	s      string
+	null   bool
 	intern map[string]string
+	norm   func(string) string
 }
 
 // ScanBytes implements pgtype.BytesScanner. b is pgx's buffer, reused for
-// the next row: it is copied, or looked up without a copy.
+// the next row: it is copied, or looked up without a copy. pgx passes nil
+// for NULL and an empty, non-nil slice for the empty string.
 func (t *scanText) ScanBytes(b []byte) error {
+	t.null = b == nil
 	if t.intern == nil {
 		t.s = string(b)
 		return nil
@@ -656,20 +712,82 @@ func (t *scanText) ScanBytes(b []byte) error {
 		t.s = s
 		return nil
 	}
-	t.s = string(b)
+	raw := string(b)
+	t.s = raw
+	if t.norm != nil {
+		t.s = t.norm(raw)
+	}
 	// Bounded, should a team's column hold more than a handful of values.
 	if len(t.intern) < 256 {
-		t.intern[t.s] = t.s
+		t.intern[raw] = t.s
 	}
 	return nil
 }
 
+// scanAmount scans an integer or numeric amount column. A numeric that is
+// not a whole number of minor units, or does not fit int64 (or is NaN or
+// infinite), is not an error of the scan but a problem the row is refused
+// for, so that the error names the obligation and the column's field.
+type scanAmount struct {
+	v       int64
+	valid   bool
+	problem string
+}
+
+// ScanInt64 implements pgtype.Int64Scanner (int2, int4, int8 columns).
+func (a *scanAmount) ScanInt64(v pgtype.Int8) error {
+	*a = scanAmount{v: v.Int64, valid: v.Valid}
+	return nil
+}
+
+// ScanNumeric implements pgtype.NumericScanner (numeric columns).
+func (a *scanAmount) ScanNumeric(v pgtype.Numeric) error {
+	*a = scanAmount{valid: v.Valid}
+	if !v.Valid {
+		return nil
+	}
+	if v.NaN || v.InfinityModifier != pgtype.Finite {
+		a.problem = fmt.Sprintf("%s is not an amount in minor units", numericText(v))
+		return nil
+	}
+	i, err := v.Int64Value()
+	if err == nil {
+		a.v = i.Int64
+		return nil
+	}
+	// Int64Value fails for a fraction and for a value beyond int64: say
+	// which, with the value as stored.
+	whole := new(big.Int).Set(v.Int)
+	exp := v.Exp
+	for ; exp < 0; exp++ {
+		var rem big.Int
+		whole.QuoRem(whole, big.NewInt(10), &rem)
+		if rem.Sign() != 0 {
+			a.problem = fmt.Sprintf("%s has a fraction; minor units have none", numericText(v))
+			return nil
+		}
+	}
+	a.problem = fmt.Sprintf("%s does not fit a 64-bit integer of minor units", numericText(v))
+	return nil
+}
+
+// numericText is v as PostgreSQL would print it, for messages.
+func numericText(v pgtype.Numeric) string {
+	b, err := v.MarshalJSON()
+	if err != nil {
+		return "the numeric"
+	}
+	return strings.Trim(string(b), `"`)
+}
+
 // scanTime scans timestamptz and timestamp columns alike (a timestamp
 // without time zone is read as UTC, as pgx writes it), NULL as the zero
-// time. PostgreSQL's ±infinity has no time.Time; it is flagged so that the
-// row is refused with the column's name rather than misread.
+// time with null set. PostgreSQL's ±infinity has no time.Time; it is
+// flagged so that the row is refused with the column's name rather than
+// misread.
 type scanTime struct {
 	t        time.Time
+	null     bool
 	infinite bool
 }
 
@@ -689,6 +807,7 @@ func (s *scanTime) set(t time.Time, valid bool, inf pgtype.InfinityModifier) {
 	*s = scanTime{}
 	switch {
 	case !valid:
+		s.null = true
 	case inf != pgtype.Finite:
 		s.infinite = true
 	default:
