@@ -100,6 +100,10 @@ type Outcome struct {
 	// Sync says how the provider was read: in full or incrementally,
 	// what came from the mirror, and whether the mirror was saved.
 	Sync SyncReport
+	// Unmapped counts the obligations read whose state the configuration
+	// does not map, by raw state value; they are never transitioned. nil
+	// when there are none.
+	Unmapped map[string]int
 }
 
 // ErrLocked is returned when another run holds the database's run lock.
@@ -181,6 +185,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*Outcome, error) {
 		out.Sync = st.plan.report
 	}
 	out.Input, out.Result = in, res
+	out.Unmapped = unmappedStates(log, in.Obligations)
 	warnOlderThanWindow(log, in, res, r.Matcher.ClockSkew)
 	run.Counts = res.Counts
 	run.Finished = r.Now().UTC()
