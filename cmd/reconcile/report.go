@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,7 +15,8 @@ import (
 )
 
 // report is DESIGN.md §6's JSON report, field for field: other tools parse
-// it, so nothing is added or renamed here.
+// it, so no field is renamed or removed. Fields added since are omitted
+// when empty, so that a report without them reads as before.
 type report struct {
 	RunID       string             `json:"run_id"`
 	DryRun      bool               `json:"dry_run"`
@@ -21,6 +24,9 @@ type report struct {
 	Counts      reconcile.Counts   `json:"counts"`
 	Findings    []reportFinding    `json:"findings"`
 	Transitions []reportTransition `json:"transitions"`
+	// UnmappedStates counts the obligations read by raw state value
+	// whose state obligations.states does not map: never transitioned.
+	UnmappedStates map[string]int `json:"unmapped_states,omitempty"`
 }
 
 type reportWindow struct {
@@ -54,6 +60,8 @@ func newReport(out *runner.Outcome) report {
 		Counts:      out.Run.Counts,
 		Findings:    []reportFinding{},
 		Transitions: []reportTransition{},
+		// Raw values as read: JSON escapes what needs escaping.
+		UnmappedStates: out.Unmapped,
 	}
 	for _, f := range out.Result.Findings {
 		ids := f.ProviderIDs
@@ -94,6 +102,9 @@ func writeText(w io.Writer, out *runner.Outcome) {
 	fmt.Fprintf(w, "  window       %s → %s\n", stamp(run.Window.From), stamp(run.Window.To))
 	fmt.Fprintf(w, "  read         %d obligations, %d provider objects, %d linked\n",
 		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked)
+	if line := unmappedLine(out.Unmapped); line != "" {
+		fmt.Fprintf(w, "  unmapped     %s\n", line)
+	}
 	bySev := map[reconcile.Severity]int{}
 	for _, f := range res.Findings {
 		bySev[f.Severity]++
@@ -142,6 +153,23 @@ func writeText(w io.Writer, out *runner.Outcome) {
 			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", alerts.Redact(t.ObligationID), t.From, t.To, t.ProviderID)
 		}
 	}
+}
+
+// unmappedLine says how many obligations are in states the configuration
+// does not map, by raw value quoted so that a stray blank shows:
+// `4 in states obligations.states does not map, never transitioned: "CANCELLED" 3, "CONFIRMATION_UNKNOWN " 1`.
+// Empty when there are none.
+func unmappedLine(counts map[string]int) string {
+	if len(counts) == 0 {
+		return ""
+	}
+	total := 0
+	var parts []string
+	for _, raw := range slices.Sorted(maps.Keys(counts)) {
+		total += counts[raw]
+		parts = append(parts, fmt.Sprintf("%s %d", alerts.Redact(fmt.Sprintf("%q", raw)), counts[raw]))
+	}
+	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }
 
 // atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".
