@@ -115,16 +115,27 @@ func (s State) Known() bool {
 	return false
 }
 
-// Canonical maps a value read from the table to its canonical state; an
-// unknown value maps to itself, which no rule of the matcher acts on.
+// Canonical maps a value read from the table to its canonical state. A
+// value the configuration does not map is never a known state, so that no
+// rule of the matcher acts on it and the store never transitions it: it
+// maps to itself, or, when it happens to spell a canonical name that the
+// configuration maps to another value (a stray "PAID" in a table whose
+// PAID is "settled"), to UnmappedPrefix + itself.
 func (t ObligationTable) Canonical(raw string) State {
 	for s, v := range t.States {
 		if v == raw {
 			return s
 		}
 	}
+	if s := State(raw); s.Known() {
+		return UnmappedPrefix + s
+	}
 	return State(raw)
 }
+
+// UnmappedPrefix marks the canonical state of a value that spells a
+// canonical name without being the value the configuration maps it to.
+const UnmappedPrefix State = "unmapped:"
 
 // Raw maps a canonical state to the value the table stores.
 func (t ObligationTable) Raw(s State) string {

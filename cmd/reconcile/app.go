@@ -107,6 +107,10 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 	if err := d.obligations.Check(ctx); err != nil {
 		return nil, failed(err)
 	}
+	// The store compares and sets in the column types Check just read.
+	if err := d.store.UseTypes(d.obligations.Types()); err != nil {
+		return nil, failed(err)
+	}
 	stripe, err := sources.NewStripe(sources.StripeOptions{
 		APIKey:         cfg.Env.StripeAPIKey.Reveal(),
 		BaseURL:        cfg.Env.StripeAPIBase,

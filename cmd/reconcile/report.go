@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,8 +15,9 @@ import (
 	"reconcile/internal/runner"
 )
 
-// report is DESIGN.md §6's JSON report: other tools parse it, so nothing
-// of it is renamed or removed; additions are marked as such.
+// report is DESIGN.md §6's JSON report, field for field: other tools parse
+// it, so no field is renamed or removed. Fields added since are omitted
+// when empty, so that a report without them reads as before.
 type report struct {
 	RunID       string             `json:"run_id"`
 	DryRun      bool               `json:"dry_run"`
@@ -22,8 +25,10 @@ type report struct {
 	Counts      reconcile.Counts   `json:"counts"`
 	Findings    []reportFinding    `json:"findings"`
 	Transitions []reportTransition `json:"transitions"`
-	// Coverage is an addition to DESIGN's report: what the decisions rest
-	// on, whatever the window.
+	// UnmappedStates counts the obligations read by raw state value
+	// whose state obligations.states does not map: never transitioned.
+	UnmappedStates map[string]int `json:"unmapped_states,omitempty"`
+	// Coverage is what the decisions rest on, whatever the window.
 	Coverage *reportCoverage `json:"coverage,omitempty"`
 }
 
@@ -70,6 +75,8 @@ func newReport(out *runner.Outcome) report {
 		Counts:      out.Run.Counts,
 		Findings:    []reportFinding{},
 		Transitions: []reportTransition{},
+		// Raw values as read: JSON escapes what needs escaping.
+		UnmappedStates: out.Unmapped,
 	}
 	if out.Covered.Valid() {
 		r.Coverage = &reportCoverage{From: stamp(out.Covered.From), To: stamp(out.Covered.To),
@@ -141,6 +148,9 @@ func writeText(w io.Writer, out *runner.Outcome) {
 			fmt.Fprintf(w, "  not decided  %d obligations whose records reach back further (never marked PAID; see max_lookback)\n", out.Partial)
 		}
 	}
+	if line := unmappedLine(out.Unmapped); line != "" {
+		fmt.Fprintf(w, "  unmapped     %s\n", line)
+	}
 	bySev := map[reconcile.Severity]int{}
 	for _, f := range res.Findings {
 		bySev[f.Severity]++
@@ -189,6 +199,23 @@ func writeText(w io.Writer, out *runner.Outcome) {
 			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", alerts.Redact(t.ObligationID), t.From, t.To, t.ProviderID)
 		}
 	}
+}
+
+// unmappedLine says how many obligations are in states the configuration
+// does not map, by raw value quoted so that a stray blank shows:
+// `4 in states obligations.states does not map, never transitioned: "CANCELLED" 3, "CONFIRMATION_UNKNOWN " 1`.
+// Empty when there are none.
+func unmappedLine(counts map[string]int) string {
+	if len(counts) == 0 {
+		return ""
+	}
+	total := 0
+	var parts []string
+	for _, raw := range slices.Sorted(maps.Keys(counts)) {
+		total += counts[raw]
+		parts = append(parts, fmt.Sprintf("%s %d", alerts.Redact(fmt.Sprintf("%q", raw)), counts[raw]))
+	}
+	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }
 
 // atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".

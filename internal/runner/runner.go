@@ -130,6 +130,10 @@ type Outcome struct {
 	// Sync says how the provider was read: in full or incrementally,
 	// what came from the mirror, and whether the mirror was saved.
 	Sync SyncReport
+	// Unmapped counts the obligations read whose state the configuration
+	// does not map, by raw state value; they are never transitioned. nil
+	// when there are none.
+	Unmapped map[string]int
 }
 
 // ErrLocked is returned when another run holds the database's run lock.
@@ -222,6 +226,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		out.Sync = st.plan.report
 	}
 	out.Input, out.Result = in, res
+	out.Unmapped = unmappedStates(log, in.Obligations)
 	out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
 	if out.Partial > 0 {
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,26 +26,61 @@ var ErrNotFound = errors.New("obligation not found")
 // Obligations reads the application's obligations table, read-only, through
 // a pgx pool. Table, column and state names come from a validated
 // reconcile.ObligationTable and are quoted with pgx.Identifier; every value
-// travels as a query parameter.
+// travels as a query parameter, cast to the type of the column it is
+// compared with, as the catalogue names it (see Check).
 type Obligations struct {
 	pool  *pgxpool.Pool
 	table reconcile.ObligationTable
 
-	name      string // the quoted, possibly schema-qualified table name
-	readSQL   string
-	namedSQL  string // Read's named terms alone
-	oldestSQL string // the oldest creation among Read's state and window terms
-	getSQL    string
-	probe     string // the select list over the table, LIMIT 0: what Check runs last
+	name  string // the quoted, possibly schema-qualified table name
+	list  string // the select list, in collect's order
+	probe string // the select list over the table, LIMIT 0: what Check runs last
+	// canon maps each configured state value to its canonical state; a
+	// value not in it is unmapped (see reconcile.ObligationTable.Canonical).
+	canon map[string]reconcile.State
+
+	mu sync.Mutex
+	q  *obligationQueries // built by Check from the column types; nil before
+}
+
+// obligationQueries are the statements of one reading of the catalogue:
+// built from the column types, so that every comparison is in the
+// column's own type (an enum with an enum, a uuid with a uuid) and the
+// team's indexes apply.
+type obligationQueries struct {
+	types     reconcile.ObligationTypes
+	read, get string
+	// named is read's named terms alone; oldest the earliest creation
+	// among read's state and window terms.
+	named, oldest string
 	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
 	// which are in scope whatever their age.
 	open []string
+	// Filters of the names the provider gave, per compared column: a name
+	// that cannot be a value of the column's type (not a uuid, for a uuid
+	// column) matches no row, and is left out rather than failing the
+	// cast. nil keeps every name.
+	id, key, providerID, targetID nameFilter
+	// targetParam is the parameter the target_id column is compared with:
+	// provider_id's ($8) when both keep the same names, else its own.
+	targetParam int
+}
+
+// nameFilter keeps the names that can be values of one column's type.
+type nameFilter func(names []string) []string
+
+// apply runs f, or keeps every name when there is none.
+func (f nameFilter) apply(names []string) []string {
+	if f == nil {
+		return names
+	}
+	return f(names)
 }
 
 // NewObligations returns a reader of the table that table describes. A bad
 // identifier or state mapping is refused with an error naming the
 // configuration field (obligations.columns.state, …); nothing is sent to the
-// database until Read, Get or Check.
+// database until Check, Read or Get.
 func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Obligations, error) {
 	if err := table.Validate("obligations"); err != nil {
 		return nil, err
@@ -55,49 +94,125 @@ func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Oblig
 	if table.Schema != "" {
 		name = pgx.Identifier{table.Schema, table.Table}.Sanitize()
 	}
-	// Text-like columns are read and compared as ::text so that a team's
-	// varchar, enum or uuid column works as well as the reference text one;
-	// on a text column the cast is a no-op and its indexes still apply.
-	// Amount and the times are left as they are: the scanners below accept
-	// every integer type, numeric without fraction, timestamp and
-	// timestamptz.
+	// Text-like columns are selected as ::text, whatever their type (an
+	// enum, a uuid, a varchar): a cast in the select list costs nothing and
+	// touches no index. Amount and the times are left as they are: the
+	// scanners below accept every integer type, numeric, timestamp and
+	// timestamptz (a domain's values arrive as its base type's).
 	txt := func(col string) string { return q(col) + "::text" }
 	list := strings.Join([]string{
 		txt(c.ID), txt(c.Kind), txt(c.IdempotencyKey), txt(c.Provider), txt(c.ProviderID), txt(c.TargetID),
 		q(c.Amount), txt(c.Currency), txt(c.State), txt(c.LeaseOwner), q(c.LeaseExpiresAt),
 		q(c.CreatedAt), q(c.UpdatedAt), q(c.PaidAt),
 	}, ", ")
-	from := " FROM " + name
-	// One scan of the table, every scope rule an OR term. The created and
-	// updated bounds are separate parameters so that the two columns may
-	// differ in type (timestamp vs timestamptz) without a conflicting
-	// parameter type. The named lists are = ANY(array): under a custom plan
-	// PostgreSQL ≥ 14 turns each into a hash probe, so hundreds of
-	// thousands of names cost one hash build, not a comparison per name per
-	// row; Read forces the custom plan (see there).
-	scope := txt(c.State) + " = ANY($1::text[])" +
-		" OR (" + q(c.CreatedAt) + " >= $2 AND " + q(c.CreatedAt) + " < $3)" +
-		" OR (" + q(c.UpdatedAt) + " >= $4 AND " + q(c.UpdatedAt) + " < $5)"
-	named := func(n int) string {
-		p := func(k int) string { return fmt.Sprintf("$%d::text[]", k) }
-		return txt(c.ID) + " = ANY(" + p(n) + ")" +
-			" OR " + txt(c.IdempotencyKey) + " = ANY(" + p(n+1) + ")" +
-			" OR " + txt(c.ProviderID) + " = ANY(" + p(n+2) + ")" +
-			" OR " + txt(c.TargetID) + " = ANY(" + p(n+2) + ")"
+	canon := make(map[string]reconcile.State, len(table.States))
+	for s, v := range table.States {
+		canon[v] = s
 	}
 	return &Obligations{
-		pool:      pool,
-		table:     table,
-		name:      name,
-		readSQL:   "SELECT " + list + from + " WHERE " + scope + " OR " + named(6),
-		namedSQL:  "SELECT " + list + from + " WHERE " + named(1),
-		oldestSQL: "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope,
-		// LIMIT 2: a second row means the id column is not unique, which
-		// Get reports rather than picking one.
-		getSQL: "SELECT " + list + from + " WHERE " + txt(c.ID) + " = $1 LIMIT 2",
-		probe:  "SELECT " + list + from + " LIMIT 0",
-		open:   []string{table.Raw(reconcile.Executing), table.Raw(reconcile.ConfirmationUnknown)},
+		pool:  pool,
+		table: table,
+		name:  name,
+		list:  list,
+		probe: "SELECT " + list + " FROM " + name + " LIMIT 0",
+		canon: canon,
 	}, nil
+}
+
+// textType is the reference table's type of every text column: a value
+// compared with such a column needs no cast beyond the parameter's own.
+const textType = `"pg_catalog"."text"`
+
+// buildQueries builds the read and get statements for columns of types.
+func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[string]nameFilter) *obligationQueries {
+	c := r.table.Columns
+	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	// in is the parameter n (text[]) as an array of the column's base
+	// type: the cast is on the parameter, a constant under the custom
+	// plan Read forces, never on the column.
+	in := func(n int, t reconcile.ColumnType) string {
+		p := fmt.Sprintf("$%d::text[]", n)
+		if t.Base != textType {
+			p += "::" + t.Base + "[]"
+		}
+		return p
+	}
+	qs := &obligationQueries{
+		types:       types,
+		open:        []string{r.table.Raw(reconcile.Executing), r.table.Raw(reconcile.ConfirmationUnknown)},
+		id:          filters["id"],
+		key:         filters["idempotency_key"],
+		providerID:  filters["provider_id"],
+		targetID:    filters["target_id"],
+		targetParam: 8,
+	}
+	if types.TargetID.Kind != types.ProviderID.Kind || types.TargetID.Base != types.ProviderID.Base {
+		qs.targetParam = 9
+	}
+	from := " FROM " + r.name
+	// One scan of the table, every scope rule an OR term. The created and
+	// updated bounds are separate parameters, each of its column's type,
+	// so that the two columns may differ (timestamp vs timestamptz); a
+	// timestamp without time zone is compared with the bound's UTC wall
+	// clock, as it is read. The named lists are = ANY(array): under a
+	// custom plan PostgreSQL ≥ 14 turns each into a hash probe, so hundreds
+	// of thousands of names cost one hash build, not a comparison per name
+	// per row; Read forces the custom plan (see there).
+	scope := q(c.State) + " = ANY(" + in(1, types.State) + ")" +
+		" OR (" + q(c.CreatedAt) + " >= $2::" + types.CreatedAt.Base + " AND " + q(c.CreatedAt) + " < $3::" + types.CreatedAt.Base + ")" +
+		" OR (" + q(c.UpdatedAt) + " >= $4::" + types.UpdatedAt.Base + " AND " + q(c.UpdatedAt) + " < $5::" + types.UpdatedAt.Base + ")"
+	// named's parameters begin at first: the ids, the keys, the provider
+	// ids and (if apart) the target ids.
+	named := func(first int) string {
+		target := first + 2
+		if qs.targetParam == 9 {
+			target = first + 3
+		}
+		return q(c.ID) + " = ANY(" + in(first, types.ID) + ")" +
+			" OR " + q(c.IdempotencyKey) + " = ANY(" + in(first+1, types.IdempotencyKey) + ")" +
+			" OR " + q(c.ProviderID) + " = ANY(" + in(first+2, types.ProviderID) + ")" +
+			" OR " + q(c.TargetID) + " = ANY(" + in(target, types.TargetID) + ")"
+	}
+	qs.read = "SELECT " + r.list + from + " WHERE " + scope + " OR " + named(6)
+	qs.named = "SELECT " + r.list + from + " WHERE " + named(1)
+	qs.oldest = "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope
+	id := "$1"
+	if types.ID.Base != textType {
+		id = "$1::text::" + types.ID.Base
+	}
+	// LIMIT 2: a second row means the id column is not unique, which Get
+	// reports rather than picking one.
+	qs.get = "SELECT " + r.list + from + " WHERE " + q(c.ID) + " = " + id + " LIMIT 2"
+	return qs
+}
+
+// prepared returns the statements of the last Check, running Check first
+// if it never ran: the column types are read once, not per Read.
+func (r *Obligations) prepared(ctx context.Context) (*obligationQueries, error) {
+	r.mu.Lock()
+	q := r.q
+	r.mu.Unlock()
+	if q != nil {
+		return q, nil
+	}
+	if err := r.Check(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.q, nil
+}
+
+// Types returns the column types the last Check read from the catalogue,
+// for the store's compare-and-set (store.Store.UseTypes); the zero value
+// before any Check.
+func (r *Obligations) Types() reconcile.ObligationTypes {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q == nil {
+		return reconcile.ObligationTypes{}
+	}
+	return r.q.types
 }
 
 // Named is what the listed provider objects name, each list matched against
@@ -112,29 +227,50 @@ type Named struct {
 // every obligation whose state is EXECUTING or CONFIRMATION_UNKNOWN
 // whatever its age; those created or updated in [w.From, w.To); and those
 // whose id, idempotency key, provider_id or target_id is named. An
-// obligation that cannot be mapped (an unknown kind, a NULL amount) fails
-// the read: leaving it out would turn its money into orphans.
+// obligation that cannot be mapped (a NULL or empty id, an unknown kind, a
+// NULL or non-positive amount, a NULL state or created_at) fails the read:
+// leaving it out would turn its money into orphans. Read runs Check first
+// if it never ran.
 func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named) ([]reconcile.Obligation, error) {
 	if w.To.Before(w.From) {
 		return nil, fmt.Errorf("read obligations: window from %s is after to %s",
 			w.From.Format(time.RFC3339Nano), w.To.Format(time.RFC3339Nano))
 	}
-	from, to := w.From.UTC(), w.To.UTC()
-	obs, err := r.query(ctx, r.readSQL, r.open, from, to, from, to, named.IDs, named.Keys, named.ProviderIDs)
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: %w", err)
+	}
+	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, q.namedArgs(named)...)
+	obs, err := r.query(ctx, q.read, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
 	return obs, nil
 }
 
+// namedArgs are the parameters of named's terms, filtered for their
+// columns' types.
+func (q *obligationQueries) namedArgs(named Named) []any {
+	args := []any{q.id.apply(named.IDs), q.key.apply(named.Keys), q.providerID.apply(named.ProviderIDs)}
+	if q.targetParam == 9 {
+		args = append(args, q.targetID.apply(named.ProviderIDs))
+	}
+	return args
+}
+
 // ReadNamed returns, sorted by id, the obligations that named names alone
 // (by id, idempotency key, provider_id or target_id), whatever their state
-// and age: those the objects a run reads as evidence belong to.
+// and age: those the objects a run reads as evidence belong to
+// (docs/design.md, "Coverage"). Rows are refused as Read refuses them.
 func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.Obligation, error) {
 	if len(named.IDs)+len(named.Keys)+len(named.ProviderIDs) == 0 {
 		return nil, nil
 	}
-	obs, err := r.query(ctx, r.namedSQL, named.IDs, named.Keys, named.ProviderIDs)
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read named obligations: %w", err)
+	}
+	obs, err := r.query(ctx, q.named, q.namedArgs(named)...)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
 	}
@@ -144,16 +280,20 @@ func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.O
 // Oldest returns the earliest created_at among the obligations Read puts
 // in scope by state and window (every EXECUTING and CONFIRMATION_UNKNOWN
 // one, those created or updated in w), the zero time if there is none: a
-// run must read the provider's records back to it (docs/design.md,
+// run reads the provider's records back to it (docs/design.md,
 // "Coverage").
 func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time, error) {
-	from, to := w.From.UTC(), w.To.UTC()
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: %w", err)
+	}
 	var oldest scanTime
-	if err := r.pool.QueryRow(ctx, r.oldestSQL, r.open, from, to, from, to).Scan(&oldest); err != nil {
+	err = r.pool.QueryRow(ctx, q.oldest, q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()).Scan(&oldest)
+	if err != nil {
 		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: %w", err)
 	}
 	if oldest.infinite {
-		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: obligations.columns.created_at is infinite")
+		return time.Time{}, errors.New("read the oldest obligation in scope: obligations.columns.created_at is infinite")
 	}
 	return oldest.t, nil
 }
@@ -186,7 +326,16 @@ func (r *Obligations) query(ctx context.Context, sql string, args ...any) ([]rec
 // Get returns the obligation with id, or an error wrapping ErrNotFound when
 // there is none. It is what `reconcile trace` starts from.
 func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation, error) {
-	rows, err := r.pool.Query(ctx, r.getSQL, id)
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
+	}
+	if len(q.id.apply([]string{id})) == 0 {
+		// Not a value of the id column's type (not a uuid, for a uuid
+		// column): no row has it.
+		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, ErrNotFound)
+	}
+	rows, err := r.pool.Query(ctx, q.get, id)
 	if err != nil {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
 	}
@@ -202,11 +351,135 @@ func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation,
 	return obs[0], nil
 }
 
+// catalogColumn is one column as pg_attribute and pg_type describe it: its
+// type, and the type under it when that is a domain.
+type catalogColumn struct {
+	display                   string // format_type, with the modifier
+	nsp, typ                  string
+	baseNsp, baseTyp          string
+	baseTyptype, baseCategory string
+}
+
+// columnType is c as the reconcile.ColumnType that SQL is built from, the
+// names quoted from the catalogue's own.
+func (c catalogColumn) columnType() reconcile.ColumnType {
+	kind := reconcile.TypeOther
+	switch {
+	case c.baseTyptype == "e":
+		kind = reconcile.TypeEnum
+	case c.baseNsp != "pg_catalog":
+		// An extension's type (citext) or a team's own: a string type
+		// reads and compares like text, anything else is other.
+		if c.baseCategory == "S" {
+			kind = reconcile.TypeString
+		}
+	case c.baseTyp == "uuid":
+		kind = reconcile.TypeUUID
+	case c.baseTyp == "int2", c.baseTyp == "int4", c.baseTyp == "int8":
+		kind = reconcile.TypeInteger
+	case c.baseTyp == "numeric":
+		kind = reconcile.TypeNumeric
+	case c.baseTyp == "timestamp":
+		kind = reconcile.TypeTimestamp
+	case c.baseTyp == "timestamptz":
+		kind = reconcile.TypeTimestamptz
+	case c.baseCategory == "S":
+		kind = reconcile.TypeString
+	}
+	return reconcile.ColumnType{
+		Name:    pgx.Identifier{c.nsp, c.typ}.Sanitize(),
+		Base:    pgx.Identifier{c.baseNsp, c.baseTyp}.Sanitize(),
+		Kind:    kind,
+		Display: c.display,
+	}
+}
+
+// filter is the nameFilter of a column compared with names the provider
+// gave; nil keeps every name (a string type takes any).
+func (c catalogColumn) filter() nameFilter {
+	switch c.columnType().Kind {
+	case reconcile.TypeUUID:
+		return keepIf(validUUID)
+	case reconcile.TypeInteger:
+		bits := map[string]int{"int2": 16, "int4": 32, "int8": 64}[c.baseTyp]
+		return keepIf(func(s string) bool {
+			_, err := strconv.ParseInt(s, 10, bits)
+			return err == nil
+		})
+	}
+	return nil
+}
+
+// keepIf is the nameFilter keeping the names ok accepts, without copying
+// when it accepts them all.
+func keepIf(ok func(string) bool) nameFilter {
+	return func(names []string) []string {
+		for i, s := range names {
+			if !ok(s) {
+				kept := slices.Clone(names[:i])
+				for _, s := range names[i+1:] {
+					if ok(s) {
+						kept = append(kept, s)
+					}
+				}
+				return kept
+			}
+		}
+		return names
+	}
+}
+
+// validUUID accepts the two spellings of a uuid that PostgreSQL's uuid
+// input surely accepts, in either case: 8-4-4-4-12 hex digits, or 32 hex
+// digits. PostgreSQL accepts a few more (braces, other hyphen places);
+// those are left out, which can only miss a match, never fail the read.
+func validUUID(s string) bool {
+	hex := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; {
+			case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+			default:
+				return false
+			}
+		}
+		return true
+	}
+	switch len(s) {
+	case 32:
+		return hex(s)
+	case 36:
+		return s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+			hex(s[:8]) && hex(s[9:13]) && hex(s[14:18]) && hex(s[19:23]) && hex(s[24:])
+	}
+	return false
+}
+
+// catalogSQL describes each column of a table: its type as PostgreSQL
+// prints it, the type's schema and name, and the same of the type under
+// it when it is a domain (through nested domains).
+const catalogSQL = `SELECT a.attname, format_type(a.atttypid, a.atttypmod), tn.nspname, t.typname,
+	bn.nspname, b.typname, b.typtype::text, b.typcategory::text
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_namespace tn ON tn.oid = t.typnamespace
+CROSS JOIN LATERAL (
+	WITH RECURSIVE d(oid, depth) AS (
+		SELECT t.oid, 0
+		UNION ALL
+		SELECT p.typbasetype, d.depth + 1 FROM d JOIN pg_type p ON p.oid = d.oid WHERE p.typtype = 'd')
+	SELECT oid FROM d ORDER BY depth DESC LIMIT 1) base
+JOIN pg_type b ON b.oid = base.oid
+JOIN pg_namespace bn ON bn.oid = b.typnamespace
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`
+
 // Check verifies that the table and every configured column exist, that
-// the amount and time columns have types the reader understands, and that
-// the reader may select from the table. Its error names each missing or
-// unusable column by its configuration field. The command runs it before
-// any provider call, so that a wrong mapping costs no Stripe requests.
+// each column's type is one the reader and the store handle (see
+// reconcile.ObligationTable.TypeRules), that every configured state value
+// is a value of the state column's type, and that the reader may select
+// from the table. Its error names each missing or unusable column by its
+// configuration field. It reads the column types once, for Read, Get and
+// (through Types) the store. The command runs it before any provider
+// call, so that a wrong mapping costs no Stripe requests.
 func (r *Obligations) Check(ctx context.Context) error {
 	var oid *uint32
 	// to_regclass takes the quoted name as a value: it resolves the schema
@@ -222,44 +495,44 @@ func (r *Obligations) Check(ctx context.Context) error {
 		}
 		return fmt.Errorf("check obligations table: %s: table %s does not exist", field, r.name)
 	}
-	rows, err := r.pool.Query(ctx, `SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod)
-		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, *oid)
+	rows, err := r.pool.Query(ctx, catalogSQL, *oid)
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: %w", r.name, err)
 	}
-	type column struct{ typname, typ string }
-	have := map[string]column{}
-	var attname, typname, typ string
-	_, err = pgx.ForEachRow(rows, []any{&attname, &typname, &typ}, func() error {
-		have[attname] = column{typname, typ}
+	have := map[string]catalogColumn{}
+	var (
+		attname string
+		col     catalogColumn
+	)
+	_, err = pgx.ForEachRow(rows, []any{&attname, &col.display, &col.nsp, &col.typ,
+		&col.baseNsp, &col.baseTyp, &col.baseTyptype, &col.baseCategory}, func() error {
+		have[attname] = col
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: %w", r.name, err)
 	}
-	integer := []string{"int2", "int4", "int8", "numeric"}
-	timestamp := []string{"timestamptz", "timestamp"}
-	c := r.table.Columns
-	var problems []string
-	for _, col := range []struct {
-		field, name string
-		types       []string // acceptable pg_type names; nil: anything, read as text
-	}{
-		{"id", c.ID, nil}, {"kind", c.Kind, nil}, {"idempotency_key", c.IdempotencyKey, nil},
-		{"provider", c.Provider, nil}, {"provider_id", c.ProviderID, nil}, {"target_id", c.TargetID, nil},
-		{"amount", c.Amount, integer}, {"currency", c.Currency, nil}, {"state", c.State, nil},
-		{"lease_owner", c.LeaseOwner, nil}, {"lease_expires_at", c.LeaseExpiresAt, timestamp},
-		{"created_at", c.CreatedAt, timestamp}, {"updated_at", c.UpdatedAt, timestamp}, {"paid_at", c.PaidAt, timestamp},
-	} {
-		got, ok := have[col.name]
-		switch {
-		case !ok:
-			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q does not exist", col.field, col.name))
-		case col.types != nil && !slices.Contains(col.types, got.typname):
-			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q is %s, want one of %s",
-				col.field, col.name, got.typ, strings.Join(col.types, ", ")))
+	var (
+		types    reconcile.ObligationTypes
+		problems []string
+		filters  = map[string]nameFilter{}
+	)
+	for _, rule := range r.table.TypeRules(&types) {
+		got, ok := have[rule.Column]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("obligations.columns.%s: column %q does not exist", rule.Field, rule.Column))
+			continue
 		}
+		*rule.Type = got.columnType()
+		filters[rule.Field] = got.filter()
+	}
+	if len(problems) == 0 {
+		if err := r.table.CheckTypes("obligations", types); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) == 0 {
+		problems = r.checkStates(ctx, have[r.table.Columns.State])
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("check obligations table %s: %s", r.name, strings.Join(problems, "; "))
@@ -274,7 +547,42 @@ func (r *Obligations) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: select: %w", r.name, err)
 	}
+	q := r.buildQueries(types, filters)
+	r.mu.Lock()
+	r.q = q
+	r.mu.Unlock()
 	return nil
+}
+
+// checkStates reports each configured state value that the state column
+// cannot hold: not a label of its enum, refused by its domain's check, or
+// longer than its varchar. The compare-and-set would otherwise fail at the
+// end of a run, after every provider call, on the first transition into
+// that state.
+func (r *Obligations) checkStates(ctx context.Context, col catalogColumn) []string {
+	var problems []string
+	for _, s := range reconcile.States {
+		v := r.table.Raw(s)
+		// The cast is to the column's type with its modifier, as the
+		// catalogue prints it (format_type quotes what needs quoting). An
+		// explicit cast to varchar(n) truncates instead of failing: the
+		// value read back says.
+		var back string
+		err := r.pool.QueryRow(ctx, "SELECT ($1::text::"+col.display+")::text", v).Scan(&back)
+		switch {
+		case err != nil:
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) {
+				return []string{fmt.Sprintf("obligations.states.%s: %v", s, err)}
+			}
+			problems = append(problems, fmt.Sprintf("obligations.states.%s: %q is not a value of column %q (%s): %s",
+				s, v, r.table.Columns.State, col.display, pgErr.Message))
+		case back != v:
+			problems = append(problems, fmt.Sprintf("obligations.states.%s: %q is not a value of column %q (%s): it would be stored as %q",
+				s, v, r.table.Columns.State, col.display, back))
+		}
+	}
+	return problems
 }
 
 // collect maps rows to obligations, one row at a time into reused scan
@@ -285,16 +593,22 @@ func (r *Obligations) Check(ctx context.Context) error {
 // at every doubling, the sort moves (id, index) pairs rather than the
 // structs, and the result is written once, in order, into a slice of
 // exactly the right length.
+//
+// A row that cannot be mapped fails the whole read, its error naming the
+// obligation (or, without a usable id, the row's number and idempotency
+// key) and the column by its configuration field.
 func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	defer rows.Close()
 	// Kind, provider, currency, state and lease owner take a handful of
 	// values over a whole table: one string each instead of one per row.
+	// A currency is normalised once per distinct value: trimmed and lower
+	// case, as Stripe spells it, so that a table's "USD" is Stripe's "usd".
 	intern := func() map[string]string { return make(map[string]string, 8) }
 	var (
 		id, key, providerID, targetID           scanText
 		kind, provider, currency, state, leaser = scanText{intern: intern()}, scanText{intern: intern()},
-			scanText{intern: intern()}, scanText{intern: intern()}, scanText{intern: intern()}
-		amount                        pgtype.Int8
+			scanText{intern: intern(), norm: normCurrency}, scanText{intern: intern()}, scanText{intern: intern()}
+		amount                        scanAmount
 		lease, created, updated, paid scanTime
 	)
 	targets := []any{&id, &kind, &key, &provider, &providerID, &targetID,
@@ -302,30 +616,62 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	var (
 		chunks [][]reconcile.Obligation
 		order  []idIndex
+		n      int // rows seen
 	)
+	// which names the row for an error: by id, or when the id is NULL or
+	// blank by its number in the result and its idempotency key (known
+	// once the key's column was scanned).
+	which := func(keyScanned bool) string {
+		if !id.null && strings.TrimSpace(id.s) != "" {
+			return fmt.Sprintf("obligation %q", id.s)
+		}
+		if keyScanned && key.s != "" {
+			return fmt.Sprintf("row %d (idempotency_key %q)", n, key.s)
+		}
+		return fmt.Sprintf("row %d", n)
+	}
 	next := make([]reconcile.Obligation, 0, 64)
 	for rows.Next() {
+		n++
 		if err := rows.Scan(targets...); err != nil {
-			// pgx scans columns in order: when a later one fails, the id
-			// (the first) is already this row's, and names it.
-			if se := (pgx.ScanArgError{}); errors.As(err, &se) && se.ColumnIndex > 0 {
-				return nil, fmt.Errorf("obligation %q: %w", id.s, err)
+			// pgx scans columns in order: when a later one fails, the
+			// earlier ones are already this row's and name it.
+			if se := (pgx.ScanArgError{}); errors.As(err, &se) && se.ColumnIndex > 0 && se.ColumnIndex < len(collectFields) {
+				return nil, fmt.Errorf("%s: obligations.columns.%s: %w", which(se.ColumnIndex > 2),
+					collectFields[se.ColumnIndex], err)
 			}
-			return nil, fmt.Errorf("row %d: %w", len(order)+1, err)
+			return nil, fmt.Errorf("row %d: %w", n, err)
+		}
+		switch {
+		case id.null:
+			return nil, fmt.Errorf("%s: obligations.columns.id is NULL", which(true))
+		case strings.TrimSpace(id.s) == "":
+			return nil, fmt.Errorf("%s: obligations.columns.id is empty (%q)", which(true), id.s)
+		case kind.null:
+			return nil, fmt.Errorf("%s: obligations.columns.kind is NULL, want charge or refund", which(true))
 		}
 		k, ok := obligationKind(kind.s)
 		if !ok {
-			return nil, fmt.Errorf("obligation %q: kind %q is neither charge nor refund", id.s, kind.s)
+			return nil, fmt.Errorf("%s: obligations.columns.kind: %q is neither charge nor refund", which(true), kind.s)
 		}
-		if !amount.Valid {
-			return nil, fmt.Errorf("obligation %q: amount is NULL", id.s)
+		switch {
+		case amount.problem != "":
+			return nil, fmt.Errorf("%s: obligations.columns.amount: %s", which(true), amount.problem)
+		case !amount.valid:
+			return nil, fmt.Errorf("%s: obligations.columns.amount is NULL", which(true))
+		case amount.v <= 0:
+			return nil, fmt.Errorf("%s: obligations.columns.amount is %d, want a positive amount in minor units", which(true), amount.v)
+		case state.null:
+			return nil, fmt.Errorf("%s: obligations.columns.state is NULL", which(true))
+		case created.null:
+			return nil, fmt.Errorf("%s: obligations.columns.created_at is NULL", which(true))
 		}
 		for _, t := range []struct {
 			field string
 			t     *scanTime
 		}{{"lease_expires_at", &lease}, {"created_at", &created}, {"updated_at", &updated}, {"paid_at", &paid}} {
 			if t.t.infinite {
-				return nil, fmt.Errorf("obligation %q: %s is infinite", id.s, t.field)
+				return nil, fmt.Errorf("%s: obligations.columns.%s is infinite", which(true), t.field)
 			}
 		}
 		if len(next) == cap(next) {
@@ -333,6 +679,10 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			next = make([]reconcile.Obligation, 0, min(2*cap(next), 8192))
 		}
 		order = append(order, idIndex{id: id.s, chunk: int32(len(chunks)), at: int32(len(next))})
+		canonical, mapped := r.canon[state.s]
+		if !mapped {
+			canonical = r.table.Canonical(state.s)
+		}
 		next = append(next, reconcile.Obligation{
 			ID:             id.s,
 			Kind:           k,
@@ -340,8 +690,8 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			Provider:       provider.s,
 			ProviderID:     providerID.s,
 			TargetID:       targetID.s,
-			Money:          reconcile.Money{Amount: amount.Int64, Currency: strings.TrimSpace(currency.s)},
-			State:          r.table.Canonical(state.s),
+			Money:          reconcile.Money{Amount: amount.v, Currency: currency.s},
+			State:          canonical,
 			RawState:       state.s,
 			LeaseOwner:     leaser.s,
 			LeaseExpiresAt: lease.t,
@@ -376,6 +726,14 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	return obs, nil
 }
 
+// collectFields are the configuration fields of the select list's columns,
+// in its order.
+var collectFields = []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id",
+	"amount", "currency", "state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
+
+// normCurrency is a currency code as Stripe spells it: trimmed, lower case.
+func normCurrency(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
 // idIndex places one collected obligation: its id, and where it is.
 type idIndex struct {
 	id        string
@@ -396,16 +754,21 @@ func obligationKind(raw string) (reconcile.ObjectKind, bool) {
 }
 
 // scanText scans a text column (every text-like column is selected as
-// ::text) straight from pgx's buffer; NULL reads as "". With intern set,
-// equal values share one string.
+// ::text) straight from pgx's buffer; NULL reads as "" with null set. With
+// intern set, equal values share one string; with norm set too, each
+// distinct value is normalised once.
 type scanText struct {
 	s      string
+	null   bool
 	intern map[string]string
+	norm   func(string) string
 }
 
 // ScanBytes implements pgtype.BytesScanner. b is pgx's buffer, reused for
-// the next row: it is copied, or looked up without a copy.
+// the next row: it is copied, or looked up without a copy. pgx passes nil
+// for NULL and an empty, non-nil slice for the empty string.
 func (t *scanText) ScanBytes(b []byte) error {
+	t.null = b == nil
 	if t.intern == nil {
 		t.s = string(b)
 		return nil
@@ -414,20 +777,82 @@ func (t *scanText) ScanBytes(b []byte) error {
 		t.s = s
 		return nil
 	}
-	t.s = string(b)
+	raw := string(b)
+	t.s = raw
+	if t.norm != nil {
+		t.s = t.norm(raw)
+	}
 	// Bounded, should a team's column hold more than a handful of values.
 	if len(t.intern) < 256 {
-		t.intern[t.s] = t.s
+		t.intern[raw] = t.s
 	}
 	return nil
 }
 
+// scanAmount scans an integer or numeric amount column. A numeric that is
+// not a whole number of minor units, or does not fit int64 (or is NaN or
+// infinite), is not an error of the scan but a problem the row is refused
+// for, so that the error names the obligation and the column's field.
+type scanAmount struct {
+	v       int64
+	valid   bool
+	problem string
+}
+
+// ScanInt64 implements pgtype.Int64Scanner (int2, int4, int8 columns).
+func (a *scanAmount) ScanInt64(v pgtype.Int8) error {
+	*a = scanAmount{v: v.Int64, valid: v.Valid}
+	return nil
+}
+
+// ScanNumeric implements pgtype.NumericScanner (numeric columns).
+func (a *scanAmount) ScanNumeric(v pgtype.Numeric) error {
+	*a = scanAmount{valid: v.Valid}
+	if !v.Valid {
+		return nil
+	}
+	if v.NaN || v.InfinityModifier != pgtype.Finite {
+		a.problem = fmt.Sprintf("%s is not an amount in minor units", numericText(v))
+		return nil
+	}
+	i, err := v.Int64Value()
+	if err == nil {
+		a.v = i.Int64
+		return nil
+	}
+	// Int64Value fails for a fraction and for a value beyond int64: say
+	// which, with the value as stored.
+	whole := new(big.Int).Set(v.Int)
+	exp := v.Exp
+	for ; exp < 0; exp++ {
+		var rem big.Int
+		whole.QuoRem(whole, big.NewInt(10), &rem)
+		if rem.Sign() != 0 {
+			a.problem = fmt.Sprintf("%s has a fraction; minor units have none", numericText(v))
+			return nil
+		}
+	}
+	a.problem = fmt.Sprintf("%s does not fit a 64-bit integer of minor units", numericText(v))
+	return nil
+}
+
+// numericText is v as PostgreSQL would print it, for messages.
+func numericText(v pgtype.Numeric) string {
+	b, err := v.MarshalJSON()
+	if err != nil {
+		return "the numeric"
+	}
+	return strings.Trim(string(b), `"`)
+}
+
 // scanTime scans timestamptz and timestamp columns alike (a timestamp
 // without time zone is read as UTC, as pgx writes it), NULL as the zero
-// time. PostgreSQL's ±infinity has no time.Time; it is flagged so that the
-// row is refused with the column's name rather than misread.
+// time with null set. PostgreSQL's ±infinity has no time.Time; it is
+// flagged so that the row is refused with the column's name rather than
+// misread.
 type scanTime struct {
 	t        time.Time
+	null     bool
 	infinite bool
 }
 
@@ -447,6 +872,7 @@ func (s *scanTime) set(t time.Time, valid bool, inf pgtype.InfinityModifier) {
 	*s = scanTime{}
 	switch {
 	case !valid:
+		s.null = true
 	case inf != pgtype.Finite:
 		s.infinite = true
 	default:

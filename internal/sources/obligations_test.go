@@ -174,7 +174,9 @@ func TestObligationsReadScope(t *testing.T) {
 }
 
 // TestObligationsReadUnusualValues reads NULLs, unicode ids and currencies
-// Stripe may or may not know, exactly as stored (the currency trimmed).
+// Stripe may or may not know, exactly as stored, except that a currency is
+// trimmed and in lower case, as Stripe spells it: a table's "USD" must
+// equal Stripe's "usd", or every such obligation is an amount mismatch.
 func TestObligationsReadUnusualValues(t *testing.T) {
 	pool, _ := pgtest.NewObligations(t)
 	at := oblFrom.Add(time.Hour)
@@ -188,6 +190,8 @@ func TestObligationsReadUnusualValues(t *testing.T) {
 		ob("charge:kwd", 1000, "kwd"),
 		ob("charge:unknown-currency", 1, "qqq"),
 		ob("charge:padded-currency", 500, " usd "),
+		ob("charge:upper-currency", 600, "USD"),
+		ob("charge:mixed-currency", 700, " Eur\t"),
 		ob("charge:max", 1<<63-1, "usd"),
 		ob("refund:Ørsted:注文-4821", 8900, "eur"),
 		ob("charge:😀\u200d", 100, "gbp"),
@@ -200,7 +204,7 @@ func TestObligationsReadUnusualValues(t *testing.T) {
 		t.Fatalf("Read: %v", err)
 	}
 	want := slices.Clone(in)
-	want[3].Money.Currency = "usd"
+	want[3].Money.Currency, want[4].Money.Currency, want[5].Money.Currency = "usd", "usd", "eur"
 	slices.SortFunc(want, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Read (-want +got):\n%s", diff)
@@ -325,6 +329,26 @@ func TestObligationsCheck(t *testing.T) {
 			want: []string{"obligations.columns.amount", "is text"}},
 		{name: "date paid_at", alter: `ALTER TABLE %s ALTER COLUMN paid_at TYPE date`,
 			want: []string{"obligations.columns.paid_at", "is date"}},
+		{name: "enum state, uuid id, varchar key", alter: `CREATE TYPE %[1]s_state AS ENUM ('PENDING_APPROVAL', 'APPROVED',
+			'EXECUTING', 'CONFIRMATION_UNKNOWN', 'PAID', 'FAILED', 'REQUIRES_REVIEW', 'CANCELLED');
+			ALTER TABLE %[1]s ALTER COLUMN state TYPE %[1]s_state USING state::%[1]s_state,
+				ALTER COLUMN id TYPE uuid USING id::uuid, ALTER COLUMN idempotency_key TYPE varchar(64)`},
+		{name: "enum state without a configured value", alter: `CREATE TYPE %[1]s_state AS ENUM ('PENDING_APPROVAL', 'APPROVED',
+			'EXECUTING', 'CONFIRMATION_UNKNOWN', 'PAID', 'FAILED');
+			ALTER TABLE %[1]s ALTER COLUMN state TYPE %[1]s_state USING state::%[1]s_state`,
+			want: []string{"obligations.states.REQUIRES_REVIEW", `"REQUIRES_REVIEW" is not a value of column "state"`, "invalid input value for enum"}},
+		{name: "varchar state too short", alter: `ALTER TABLE %s ALTER COLUMN state TYPE varchar(16)`,
+			want: []string{"obligations.states.CONFIRMATION_UNKNOWN", "character varying(16)", `stored as "CONFIRMATION_UNK"`}},
+		{name: "domain state refusing a value", alter: `CREATE DOMAIN %[1]s_state AS text CHECK (VALUE <> 'FAILED');
+			ALTER TABLE %[1]s ALTER COLUMN state TYPE %[1]s_state`,
+			want: []string{"obligations.states.FAILED", "violates check constraint"}},
+		{name: "bytea id", alter: `ALTER TABLE %s ALTER COLUMN id TYPE bytea USING id::bytea`,
+			want: []string{"obligations.columns.id", `column "id" is bytea`}},
+		{name: "uuid provider_id", alter: `ALTER TABLE %s ALTER COLUMN provider_id TYPE uuid USING provider_id::uuid`,
+			want: []string{"obligations.columns.provider_id", `column "provider_id" is uuid, want one of string`}},
+		{name: "domain over date paid_at", alter: `CREATE DOMAIN %[1]s_day AS date;
+			ALTER TABLE %[1]s ALTER COLUMN paid_at TYPE %[1]s_day`,
+			want: []string{"obligations.columns.paid_at", "obligations_day, want one of timestamp, timestamptz"}},
 		{name: "missing table", change: func(tb *reconcile.ObligationTable) { tb.Table = "payment_obligations" },
 			want: []string{"obligations.table", "payment_obligations", "does not exist"}},
 		{name: "missing schema", change: func(tb *reconcile.ObligationTable) { tb.Schema = "nowhere" },
@@ -385,75 +409,142 @@ func TestObligationsGet(t *testing.T) {
 }
 
 // TestObligationsRefusesUnmappableRows: a row the reader cannot map fails
-// the read with the obligation's id, rather than vanishing from the scope
-// (its provider objects would then look like orphans).
+// the read, naming the obligation (or, without a usable id, the row's
+// number and idempotency key) and the column by its configuration field,
+// rather than vanishing from the scope (its provider objects would then
+// look like orphans) or being read as something it is not.
 func TestObligationsRefusesUnmappableRows(t *testing.T) {
 	pool, _ := pgtest.NewObligations(t)
-	// A team table without the reference table's constraints.
-	oblExec(t, pool, `CREATE SCHEMA loose`)
-	oblExec(t, pool, `CREATE TABLE loose.obligations (LIKE public.obligations INCLUDING DEFAULTS)`)
-	oblExec(t, pool, `ALTER TABLE loose.obligations ALTER COLUMN amount DROP NOT NULL, ALTER COLUMN kind DROP NOT NULL`)
-	table := reconcile.DefaultObligationTable()
-	table.Schema = "loose"
-	r := newObligationsReader(t, pool, table)
-	insert := func(t *testing.T, id string, kind *string, amount *int64, lease string) {
-		t.Helper()
-		oblExec(t, pool, `TRUNCATE loose.obligations`)
-		oblExec(t, pool, `INSERT INTO loose.obligations (id, kind, idempotency_key, amount, currency, state, lease_expires_at)
-			VALUES ($1, $2, $1, $3, 'usd', 'EXECUTING', $4::timestamptz)`, id, kind, amount, lease)
+	// Team tables without the reference table's constraints, one with a
+	// bigint amount and one with a numeric amount.
+	for _, schema := range []string{"loose", "loosenum"} {
+		oblExec(t, pool, `CREATE SCHEMA `+schema)
+		oblExec(t, pool, `CREATE TABLE `+schema+`.obligations (LIKE public.obligations INCLUDING DEFAULTS)`)
+		oblExec(t, pool, `ALTER TABLE `+schema+`.obligations ALTER COLUMN id DROP NOT NULL, ALTER COLUMN kind DROP NOT NULL,
+			ALTER COLUMN idempotency_key DROP NOT NULL, ALTER COLUMN amount DROP NOT NULL, ALTER COLUMN state DROP NOT NULL,
+			ALTER COLUMN created_at DROP NOT NULL`)
 	}
-	amount := int64(100)
-	str := func(s string) *string { return &s }
+	oblExec(t, pool, `ALTER TABLE loosenum.obligations ALTER COLUMN amount TYPE numeric`)
+	readers := map[string]*sources.Obligations{}
+	for _, schema := range []string{"loose", "loosenum"} {
+		table := reconcile.DefaultObligationTable()
+		table.Schema = schema
+		readers[schema] = newObligationsReader(t, pool, table)
+	}
+	// row is one obligation's values as SQL literals; the zero value of a
+	// field takes the default below.
+	type row struct{ id, kind, key, amount, state, created, lease string }
+	def := row{kind: "'charge'", amount: "100", state: "'EXECUTING'", created: "'2026-11-28T00:00:00Z'", lease: "NULL"}
 	for _, tc := range []struct {
-		name, id string
-		kind     *string
-		amount   *int64
-		lease    string
+		name     string
+		schema   string // loose unless set
+		row      row
 		want     []string // substrings of the error; nil: reads fine
+		notWant  string   // a substring the error must not have
 		wantKind reconcile.ObjectKind
+		wantAmt  int64
 	}{
-		{"unknown kind", "payout:1", str("payout"), &amount, "2026-11-28T00:00:00Z", []string{`"payout:1"`, `"payout"`}, ""},
-		{"NULL kind", "charge:2", nil, &amount, "2026-11-28T00:00:00Z", []string{`"charge:2"`, "kind"}, ""},
-		{"NULL amount", "charge:3", str("charge"), nil, "2026-11-28T00:00:00Z", []string{`"charge:3"`, "amount is NULL"}, ""},
-		{"infinite lease", "charge:4", str("charge"), &amount, "infinity", []string{`"charge:4"`, "lease_expires_at"}, ""},
-		{"kind in capitals and blanks", "refund:5", str(" Refund "), &amount, "2026-11-28T00:00:00Z", nil, reconcile.Refund},
+		{name: "unknown kind", row: row{id: "'payout:1'", kind: "'payout'"},
+			want: []string{`obligation "payout:1"`, `obligations.columns.kind: "payout" is neither charge nor refund`}},
+		{name: "NULL kind", row: row{id: "'charge:2'", kind: "NULL"},
+			want: []string{`obligation "charge:2"`, "obligations.columns.kind is NULL"}},
+		{name: "NULL amount", row: row{id: "'charge:3'", amount: "NULL"},
+			want: []string{`obligation "charge:3"`, "obligations.columns.amount is NULL"}},
+		{name: "zero amount", row: row{id: "'charge:3z'", amount: "0"},
+			want: []string{`obligation "charge:3z"`, "obligations.columns.amount is 0, want a positive amount"}},
+		{name: "negative amount", row: row{id: "'charge:3n'", amount: "-8900"},
+			want: []string{`obligation "charge:3n"`, "obligations.columns.amount is -8900"}},
+		{name: "infinite lease", row: row{id: "'charge:4'", lease: "'infinity'"},
+			want: []string{`obligation "charge:4"`, "obligations.columns.lease_expires_at is infinite"}},
+		{name: "kind in capitals and blanks", row: row{id: "'refund:5'", kind: "' Refund '"},
+			wantKind: reconcile.Refund, wantAmt: 100},
+		{name: "NULL id", row: row{id: "NULL", key: "'k-null'"},
+			want: []string{`row 1 (idempotency_key "k-null")`, "obligations.columns.id is NULL"}},
+		{name: "NULL id without a key", row: row{id: "NULL", key: "NULL"},
+			want: []string{"row 1: obligations.columns.id is NULL"}, notWant: "idempotency_key"},
+		{name: "empty id", row: row{id: "''", key: "'k-empty'"},
+			want: []string{`row 1 (idempotency_key "k-empty")`, "obligations.columns.id is empty"}},
+		{name: "blank id", row: row{id: "'  '", key: "'k-blank'"},
+			want: []string{`row 1 (idempotency_key "k-blank")`, `obligations.columns.id is empty ("  ")`}},
+		{name: "NULL id and an unknown kind", row: row{id: "NULL", key: "'k-both'", kind: "'payout'"},
+			want: []string{`row 1 (idempotency_key "k-both")`, "obligations.columns.id is NULL"}},
+		{name: "NULL state", row: row{id: "'charge:6'", state: "NULL"},
+			want: []string{`obligation "charge:6"`, "obligations.columns.state is NULL"}},
+		{name: "NULL created_at", row: row{id: "'charge:7'", created: "NULL"},
+			want: []string{`obligation "charge:7"`, "obligations.columns.created_at is NULL"}},
+		{name: "numeric with a fraction", schema: "loosenum", row: row{id: "'charge:8'", amount: "12.5"},
+			want: []string{`obligation "charge:8"`, "obligations.columns.amount: 12.5 has a fraction"}},
+		{name: "numeric beyond int64", schema: "loosenum", row: row{id: "'charge:9'", amount: "9223372036854775808"},
+			want: []string{`obligation "charge:9"`, "obligations.columns.amount: 9223372036854775808 does not fit a 64-bit integer"}},
+		{name: "numeric NaN", schema: "loosenum", row: row{id: "'charge:10'", amount: "'NaN'"},
+			want: []string{`obligation "charge:10"`, "obligations.columns.amount: NaN is not an amount"}},
+		{name: "numeric zero", schema: "loosenum", row: row{id: "'charge:11'", amount: "0.00"},
+			want: []string{`obligation "charge:11"`, "obligations.columns.amount is 0"}},
+		{name: "numeric whole with a scale", schema: "loosenum", row: row{id: "'charge:12'", amount: "1200.00"},
+			wantKind: reconcile.Charge, wantAmt: 1200},
+		{name: "numeric at int64's maximum", schema: "loosenum", row: row{id: "'charge:13'", amount: "9223372036854775807"},
+			wantKind: reconcile.Charge, wantAmt: 1<<63 - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			insert(t, tc.id, tc.kind, tc.amount, tc.lease)
-			got, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
-			_, getErr := r.Get(t.Context(), tc.id)
+			schema := orSQL(tc.schema, "loose")
+			r := tc.row
+			r.kind, r.amount, r.state = orSQL(r.kind, def.kind), orSQL(r.amount, def.amount), orSQL(r.state, def.state)
+			r.created, r.lease = orSQL(r.created, def.created), orSQL(r.lease, def.lease)
+			r.key = orSQL(r.key, "'key-'||"+r.id)
+			oblExec(t, pool, `TRUNCATE `+schema+`.obligations`)
+			oblExec(t, pool, fmt.Sprintf(`INSERT INTO %s.obligations (id, kind, idempotency_key, amount, currency, state,
+				created_at, updated_at, lease_expires_at) VALUES (%s, %s, %s, %s, 'usd', %s, %s, '2026-11-28T00:00:00Z', %s)`,
+				schema, r.id, r.kind, r.key, r.amount, r.state, r.created, r.lease))
+			got, err := readers[schema].Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
+			errs := []error{err}
+			if id := strings.Trim(r.id, "'"); id != "NULL" && strings.TrimSpace(id) != "" {
+				_, getErr := readers[schema].Get(t.Context(), id)
+				errs = append(errs, getErr)
+			}
 			if tc.want == nil {
-				if err != nil || getErr != nil {
-					t.Fatalf("Read, Get(%s) = %v, %v; want no error", tc.name, err, getErr)
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("Read, Get(%s) = %v; want no error", tc.name, err)
 				}
-				if len(got) != 1 || got[0].Kind != tc.wantKind {
-					t.Fatalf("Read(%s) = %+v, want one obligation of kind %s", tc.name, got, tc.wantKind)
+				if len(got) != 1 || got[0].Kind != tc.wantKind || got[0].Money.Amount != tc.wantAmt {
+					t.Fatalf("Read(%s) = %+v, want one obligation of kind %s and amount %d", tc.name, got, tc.wantKind, tc.wantAmt)
 				}
 				return
 			}
-			for _, e := range []error{err, getErr} {
+			for _, e := range errs {
 				if e == nil {
-					t.Fatalf("Read, Get(%s) = %v, %v; want errors naming %v", tc.name, err, getErr, tc.want)
+					t.Fatalf("Read/Get(%s) = nil error, want one naming %v", tc.name, tc.want)
 				}
 				for _, w := range tc.want {
 					if !strings.Contains(e.Error(), w) {
 						t.Errorf("Read/Get(%s) error = %q, want it to contain %q", tc.name, e, w)
 					}
 				}
+				if tc.notWant != "" && strings.Contains(e.Error(), tc.notWant) {
+					t.Errorf("Read/Get(%s) error = %q, want it without %q", tc.name, e, tc.notWant)
+				}
 			}
 		})
 	}
 	t.Run("id not unique", func(t *testing.T) {
-		insert(t, "charge:6", str("charge"), &amount, "2026-11-28T00:00:00Z")
-		oblExec(t, pool, `INSERT INTO loose.obligations SELECT * FROM loose.obligations`)
-		_, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
-		_, getErr := r.Get(t.Context(), "charge:6")
+		oblExec(t, pool, `TRUNCATE loose.obligations`)
+		oblExec(t, pool, `INSERT INTO loose.obligations (id, kind, idempotency_key, amount, currency, state)
+			VALUES ('charge:6', 'charge', 'k', 100, 'usd', 'EXECUTING'), ('charge:6', 'charge', 'k', 100, 'usd', 'EXECUTING')`)
+		_, err := readers["loose"].Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{})
+		_, getErr := readers["loose"].Get(t.Context(), "charge:6")
 		for _, e := range []error{err, getErr} {
 			if e == nil || !strings.Contains(e.Error(), "obligations.columns.id") {
 				t.Errorf("Read/Get(duplicate id) error = %v, want one naming obligations.columns.id", e)
 			}
 		}
 	})
+}
+
+// orSQL is a, or b when a is empty.
+func orSQL(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a
 }
 
 // TestObligationsNumericAmount: a numeric amount column reads when whole and
@@ -486,5 +577,57 @@ func TestObligationsNumericAmount(t *testing.T) {
 	if _, err := r.Read(t.Context(), reconcile.Window{}, sources.Named{IDs: []string{"charge:fraction"}}); err == nil ||
 		!strings.Contains(err.Error(), `obligation "charge:fraction"`) {
 		t.Errorf("Read(charge:fraction named) error = %v, want one naming the obligation", err)
+	}
+}
+
+// TestObligationsNamesOfOtherTypes: a name the provider gives (metadata,
+// an object's id) that cannot be a value of the compared column's type (not
+// a uuid, beyond an int4) matches no row; it must not fail the read, which
+// casting it to the column's type would.
+func TestObligationsNamesOfOtherTypes(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	oblExec(t, pool, `CREATE SCHEMA typed`)
+	oblExec(t, pool, `CREATE TABLE typed.obligations (LIKE public.obligations INCLUDING DEFAULTS)`)
+	oblExec(t, pool, `ALTER TABLE typed.obligations ALTER COLUMN id TYPE uuid USING id::uuid,
+		ALTER COLUMN idempotency_key TYPE bigint USING idempotency_key::bigint,
+		ALTER COLUMN target_id TYPE integer USING target_id::integer`)
+	const (
+		a = "0b0f8a52-3c1e-4a47-9d0a-6f2a1b8c9d01"
+		b = "5e7c1d3a-9b2f-4c8e-a1d6-0f3b2a4c6e02"
+		c = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c03"
+		d = "11111111-2222-4333-8444-555555555504"
+	)
+	old := oblOld.Format(time.RFC3339)
+	oblExec(t, pool, `INSERT INTO typed.obligations (id, kind, idempotency_key, provider_id, target_id, amount, currency,
+		state, created_at, updated_at) VALUES
+		($1, 'charge', 41, NULL, NULL, 100, 'usd', 'PAID', $5, $5),
+		($2, 'charge', 42, NULL, NULL, 100, 'usd', 'PAID', $5, $5),
+		($3, 'refund', 43, 're_3', 7, 100, 'usd', 'PAID', $5, $5),
+		($4, 'refund', 44, 're_4', 8, 100, 'usd', 'PAID', $5, $5)`, a, b, c, d, old)
+	table := reconcile.DefaultObligationTable()
+	table.Schema = "typed"
+	r := newObligationsReader(t, pool, table)
+	got, err := r.Read(t.Context(), reconcile.Window{From: oblFrom, To: oblTo}, sources.Named{
+		// Only a (in upper case, which uuid input accepts) is an id.
+		IDs: []string{"junk", "", "charge:4821", strings.ToUpper(a), a + "x", "{" + b + "}"},
+		// Only 42 is a bigint.
+		Keys: []string{"key:42", "99999999999999999999", "4.2e1", "42"},
+		// 7 names c's target; re_4 is d's provider_id; 3000000000 does not
+		// fit the int4 target_id.
+		ProviderIDs: []string{"3000000000", "7", "re_4", "ch_x"},
+	})
+	if err != nil {
+		t.Fatalf("Read with names of other types: %v", err)
+	}
+	if diff := cmp.Diff([]string{a, d, b, c}, oblIDs(got)); diff != "" {
+		t.Errorf("Read ids (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"junk", "", a + "0"} {
+		if _, err := r.Get(t.Context(), id); !errors.Is(err, sources.ErrNotFound) {
+			t.Errorf("Get(%q) from a uuid id column = %v, want ErrNotFound", id, err)
+		}
+	}
+	if o, err := r.Get(t.Context(), strings.ToUpper(b)); err != nil || o.ID != b {
+		t.Errorf("Get(upper-case uuid) = %q, %v; want %q", o.ID, err, b)
 	}
 }

@@ -150,6 +150,20 @@ func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, erro
 		if !t.To.Known() {
 			return applyInput{}, fmt.Errorf("obligation %s: unknown target state %q", t.ObligationID, t.To)
 		}
+		// Defence in depth: the matcher never proposes to move a row whose
+		// state the configuration does not map (CANCELLED, or a value
+		// with a stray blank), and the store refuses to, rather than
+		// overwrite a state whose meaning nobody configured.
+		raw := cmp.Or(t.FromRaw, s.table.Raw(t.From))
+		from := s.table.Canonical(raw)
+		if !from.Known() {
+			return applyInput{}, fmt.Errorf("obligation %s: state %q is not mapped in obligations.states; it is never transitioned",
+				t.ObligationID, raw)
+		}
+		if t.From != "" && t.From != from {
+			return applyInput{}, fmt.Errorf("obligation %s: from state %s disagrees with the value read, %q (%s under obligations.states)",
+				t.ObligationID, t.From, raw, from)
+		}
 	}
 	clear(seen)
 	for _, f := range res.Findings {
@@ -269,7 +283,9 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 		}
 		fromState[i], toState[i] = string(from), string(t.To)
 		toRaw[i] = s.table.Raw(t.To)
-		leases[i] = nullTime(t.FromLeaseExpiresAt)
+		// UTC: for a timestamp without time zone pgx sends the wall
+		// clock, and the reader read it as UTC.
+		leases[i] = nullTime(t.FromLeaseExpiresAt.UTC())
 		providerIDs[i] = nullString(t.ProviderID)
 	}
 	if n >= bigBatch {
@@ -279,8 +295,9 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 			return nil, nil, fmt.Errorf("apply transitions: %w", err)
 		}
 	}
-	rows, err := tx.Query(ctx, s.ob.cas, ids, fromRaw, toRaw, leases, providerIDs, fromState, toState,
-		s.table.Raw(reconcile.Paid), now, runID)
+	at := now.UTC()
+	rows, err := tx.Query(ctx, s.sql().cas, ids, fromRaw, toRaw, leases, providerIDs, fromState, toState,
+		string(reconcile.Paid), at, runID, at, at)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apply transitions: %w", err)
 	}
@@ -326,7 +343,7 @@ func (s *Store) skipReasons(ctx context.Context, tx pgx.Tx, ts []reconcile.Trans
 		state string
 		lease *time.Time
 	}
-	rows, err := tx.Query(ctx, s.ob.current, missed)
+	rows, err := tx.Query(ctx, s.sql().current, missed)
 	if err != nil {
 		return nil, fmt.Errorf("read skipped obligations: %w", err)
 	}

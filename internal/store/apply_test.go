@@ -504,6 +504,9 @@ func TestApplyRefuses(t *testing.T) {
 	t.Parallel()
 	now := t0()
 	ob := unknownRefund("refund:1")
+	// Rows in states the configuration does not map.
+	cancelled, blank := unknownRefund("refund:cancelled"), unknownRefund("refund:blank")
+	cancelled.RawState, blank.RawState = "CANCELLED", "CONFIRMATION_UNKNOWN "
 	tests := []struct {
 		name string
 		run  reconcile.Run
@@ -518,9 +521,35 @@ func TestApplyRefuses(t *testing.T) {
 			tr.To = "SETTLED"
 			return tr
 		}, "unknown target state"},
+		// Defence in depth: the matcher never proposes these.
+		{"a from state the configuration does not map", testRun("run-1", now), func() reconcile.Transition {
+			tr := markPaid(cancelled, "re_c")
+			tr.From, tr.FromRaw = "CANCELLED", "CANCELLED"
+			return tr
+		}, `state "CANCELLED" is not mapped in obligations.states`},
+		{"a from value with a trailing blank", testRun("run-1", now), func() reconcile.Transition {
+			tr := markPaid(blank, "re_b")
+			tr.From, tr.FromRaw = "CONFIRMATION_UNKNOWN ", "CONFIRMATION_UNKNOWN "
+			return tr
+		}, `state "CONFIRMATION_UNKNOWN " is not mapped`},
+		{"an unmapped raw value under a known from state", testRun("run-1", now), func() reconcile.Transition {
+			tr := markPaid(cancelled, "re_c")
+			tr.From, tr.FromRaw = reconcile.ConfirmationUnknown, "CANCELLED"
+			return tr
+		}, `state "CANCELLED" is not mapped`},
+		{"a from state disagreeing with the value read", testRun("run-1", now), func() reconcile.Transition {
+			tr := markPaid(ob, "re_1")
+			tr.From = reconcile.Executing
+			return tr
+		}, "disagrees with the value read"},
+		{"no from state at all", testRun("run-1", now), func() reconcile.Transition {
+			tr := markPaid(ob, "re_1")
+			tr.From, tr.FromRaw = "", ""
+			return tr
+		}, `state "" is not mapped`},
 	}
 	e := newEnv(t, Options{})
-	pgtest.InsertObligations(t, e.pool, ob)
+	pgtest.InsertObligations(t, e.pool, ob, cancelled, blank)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
@@ -619,6 +648,39 @@ func TestNewValidatesTable(t *testing.T) {
 	}
 	if _, err := New(pool, Options{RepeatInterval: -time.Hour}); err == nil {
 		t.Error("New with a negative repeat interval succeeded")
+	}
+}
+
+// UseTypes refuses column types the compare-and-set cannot compare or
+// write, naming the column's configuration field, and keeps the
+// statements it had.
+func TestUseTypesRefuses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Options{})
+	before := e.s.sql()
+	for _, tc := range []struct {
+		name   string
+		change func(*reconcile.ObligationTypes)
+		want   string
+	}{
+		{"uuid provider_id", func(ts *reconcile.ObligationTypes) {
+			ts.ProviderID = reconcile.ColumnType{Name: `"pg_catalog"."uuid"`, Base: `"pg_catalog"."uuid"`, Kind: reconcile.TypeUUID, Display: "uuid"}
+		}, "obligations.columns.provider_id"},
+		{"date paid_at", func(ts *reconcile.ObligationTypes) {
+			ts.PaidAt = reconcile.ColumnType{Name: `"pg_catalog"."date"`, Base: `"pg_catalog"."date"`, Kind: reconcile.TypeOther, Display: "date"}
+		}, `obligations.columns.paid_at: column "paid_at" is date`},
+		{"never read", func(ts *reconcile.ObligationTypes) { *ts = reconcile.ObligationTypes{} }, "obligations.columns.id: the type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			types := reconcile.ReferenceObligationTypes()
+			tc.change(&types)
+			if err := e.s.UseTypes(types); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("UseTypes(%s) = %v, want an error naming %q", tc.name, err, tc.want)
+			}
+			if e.s.sql() != before {
+				t.Errorf("UseTypes(%s) replaced the statements", tc.name)
+			}
+		})
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // one compare-and-set and one audit insert per transition, a round trip
 // each. It exists only to measure what batching buys.
 func (s *Store) applyTransitionsRowByRow(ctx context.Context, tx pgx.Tx, ts []reconcile.Transition, runID string, now time.Time) (int, error) {
-	q := s.ob
+	q := s.sql()
 	update := `UPDATE ` + q.table + ` SET ` + q.state + ` = $2,
 		` + q.providerID + ` = COALESCE(` + q.providerID + `, $5),
 		` + q.paidAt + ` = CASE WHEN $2::text = $6::text THEN COALESCE(` + q.paidAt + `, $7) ELSE ` + q.paidAt + ` END,

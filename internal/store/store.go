@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,7 +60,9 @@ type Store struct {
 	pool  *pgxpool.Pool
 	opts  Options
 	table reconcile.ObligationTable
-	ob    obligationSQL
+	// ob holds the obligations statements, built for the reference
+	// schema's column types until UseTypes gives the table's own.
+	ob atomic.Pointer[obligationSQL]
 
 	// hook, when set (by tests only), runs inside Apply's transaction
 	// after each stage, so that a test can act at a precise point.
@@ -67,9 +70,11 @@ type Store struct {
 }
 
 // obligationSQL holds the quoted identifiers of the obligations table and
-// the statements built from them once, in New.
+// the statements built from them and the columns' types, in New and
+// UseTypes.
 type obligationSQL struct {
 	table, id, state, providerID, leaseExpiresAt, paidAt, updatedAt string
+	types                                                           reconcile.ObligationTypes
 
 	cas     string // the batched compare-and-set with its audit rows
 	current string // the current state and lease of some obligations
@@ -100,11 +105,39 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{pool: pool, opts: opts, table: opts.Table}
-	s.ob = buildObligationSQL(opts.Table)
+	ob := buildObligationSQL(opts.Table, reconcile.ReferenceObligationTypes())
+	s.ob.Store(&ob)
 	return s, nil
 }
 
-func buildObligationSQL(t reconcile.ObligationTable) obligationSQL {
+// UseTypes makes the compare-and-set compare and write each column in its
+// own type (an enum state as the enum, a uuid id as a uuid, a timestamp
+// without time zone as UTC), as types says: what sources.Obligations.Check
+// read from the catalogue, handed over so that the catalogue is read in
+// one place. Until it is called the store assumes the reference schema's
+// types (configs/obligations.sql: text, timestamptz), on which an enum
+// state fails the apply. A type the store cannot compare and write is
+// refused, naming the column's configuration field.
+func (s *Store) UseTypes(types reconcile.ObligationTypes) error {
+	if err := s.table.CheckTypes("obligations", types); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	ob := buildObligationSQL(s.table, types)
+	s.ob.Store(&ob)
+	return nil
+}
+
+// sql returns the obligations statements in use.
+func (s *Store) sql() *obligationSQL { return s.ob.Load() }
+
+// buildObligationSQL builds the statements on the obligations table for
+// columns of types. Every value is a parameter cast to its column's type,
+// as the catalogue names it (quoted from its schema and type name, never
+// from configuration): a value compared with a column is cast to the
+// column's base type (a domain's checks are for writes), a value written
+// to it to the column's own type. The columns themselves are never cast,
+// so that the team's indexes apply.
+func buildObligationSQL(t reconcile.ObligationTable, types reconcile.ObligationTypes) obligationSQL {
 	ident := func(name string) string { return pgx.Identifier{name}.Sanitize() }
 	tableName := pgx.Identifier{t.Table}
 	if t.Schema != "" {
@@ -118,31 +151,47 @@ func buildObligationSQL(t reconcile.ObligationTable) obligationSQL {
 		leaseExpiresAt: ident(t.Columns.LeaseExpiresAt),
 		paidAt:         ident(t.Columns.PaidAt),
 		updatedAt:      ident(t.Columns.UpdatedAt),
+		types:          types,
+	}
+	// texts is parameter n, sent as text[], as an array of type typ; on a
+	// text column the cast would be a no-op and is left out.
+	texts := func(n int, typ string) string {
+		p := fmt.Sprintf("$%d::text[]", n)
+		if typ != `"pg_catalog"."text"` {
+			p += "::" + typ + "[]"
+		}
+		return p
 	}
 	// One statement for every transition of a run: the rows whose state
 	// and lease are still what the matcher read are updated, each writes
 	// its audit row, and the ids returned are those applied. A row a worker
 	// changed meanwhile simply does not match. paid_at and provider_id are
-	// only ever filled, never overwritten.
+	// only ever filled, never overwritten. The time of the run is one
+	// parameter per column type ($9 for the audit, $11 and $12 for paid_at
+	// and updated_at), sent as UTC: a timestamp without time zone stores
+	// the UTC wall clock, and no conversion through the session's TimeZone
+	// happens anywhere.
 	q.cas = `WITH c AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[])
+	SELECT * FROM unnest(` + texts(1, types.ID.Base) + `, ` + texts(2, types.State.Base) + `, ` +
+		texts(3, types.State.Name) + `, $4::` + types.LeaseExpiresAt.Base + `[], ` +
+		texts(5, types.ProviderID.Name) + `, $6::text[], $7::text[])
 		AS c(id, from_raw, to_raw, lease, provider_id, from_state, to_state)
 ), upd AS (
 	UPDATE ` + q.table + ` AS o SET
 		` + q.state + ` = c.to_raw,
 		` + q.providerID + ` = COALESCE(o.` + q.providerID + `, c.provider_id),
-		` + q.paidAt + ` = CASE WHEN c.to_raw = $8 THEN COALESCE(o.` + q.paidAt + `, $9) ELSE o.` + q.paidAt + ` END,
-		` + q.updatedAt + ` = $9
+		` + q.paidAt + ` = CASE WHEN c.to_state = $8 THEN COALESCE(o.` + q.paidAt + `, $11::` + types.PaidAt.Base + `) ELSE o.` + q.paidAt + ` END,
+		` + q.updatedAt + ` = $12::` + types.UpdatedAt.Base + `
 	FROM c
 	WHERE o.` + q.id + ` = c.id AND o.` + q.state + ` = c.from_raw
 		AND o.` + q.leaseExpiresAt + ` IS NOT DISTINCT FROM c.lease
-	RETURNING c.id, c.from_state, c.to_state, c.provider_id
+	RETURNING c.id::text AS id, c.from_state, c.to_state, c.provider_id::text AS provider_id
 )
 INSERT INTO reconcile.transitions (obligation_id, from_state, to_state, provider_id, run_id, at)
-SELECT id, from_state, to_state, provider_id, $10, $9 FROM upd
+SELECT id, from_state, to_state, provider_id, $10, $9::timestamptz FROM upd
 RETURNING obligation_id`
-	q.current = `SELECT ` + q.id + `, ` + q.state + `, ` + q.leaseExpiresAt + ` FROM ` + q.table +
-		` WHERE ` + q.id + ` = ANY($1::text[])`
+	q.current = `SELECT ` + q.id + `::text, ` + q.state + `::text, ` + q.leaseExpiresAt + ` FROM ` + q.table +
+		` WHERE ` + q.id + ` = ANY(` + texts(1, types.ID.Base) + `)`
 	return q
 }
 

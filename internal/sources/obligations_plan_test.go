@@ -1,0 +1,105 @@
+package sources
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reconcile"
+	"reconcile/internal/pgtest"
+)
+
+// TestObligationsReadUsesTeamIndexes: on a team's table of other column
+// types (an enum state, a uuid id, varchar keys, timestamps without time
+// zone) with an index on every column the read filters on, the read and
+// Get can use those indexes: the parameters are cast to the columns'
+// types, never the columns to text. With sequential scans priced out, a
+// single cast column would leave no plan but a Seq Scan.
+func TestObligationsReadUsesTeamIndexes(t *testing.T) {
+	pool, _ := pgtest.NewPool(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA payments;
+	CREATE TYPE payments.cmd_state AS ENUM ('PENDING_APPROVAL', 'APPROVED', 'EXECUTING', 'CONFIRMATION_UNKNOWN',
+		'PAID', 'FAILED', 'REQUIRES_REVIEW', 'CANCELLED');
+	CREATE TABLE payments.commands (
+		id uuid PRIMARY KEY, kind text NOT NULL, idempotency_key varchar(80) NOT NULL, provider text NOT NULL,
+		provider_id varchar(64), target_id varchar(64), amount integer NOT NULL, currency char(3) NOT NULL,
+		state payments.cmd_state NOT NULL, lease_owner text, lease_expires_at timestamp,
+		created_at timestamp NOT NULL, updated_at timestamp NOT NULL, paid_at timestamp);
+	INSERT INTO payments.commands
+		SELECT gen_random_uuid(), 'charge', 'key-' || g, 'stripe', 'py_' || g, NULL, 100, 'USD', 'PAID', NULL, NULL,
+			timestamp '2026-01-01' + g * interval '1 minute', timestamp '2026-01-01' + g * interval '1 minute', NULL
+		FROM generate_series(1, 5000) g;
+	CREATE INDEX ON payments.commands (state);
+	CREATE INDEX ON payments.commands (created_at);
+	CREATE INDEX ON payments.commands (updated_at);
+	CREATE INDEX ON payments.commands (idempotency_key);
+	CREATE INDEX ON payments.commands (provider_id);
+	CREATE INDEX ON payments.commands (target_id);
+	ANALYZE payments.commands`); err != nil {
+		t.Fatal(err)
+	}
+	table := reconcile.DefaultObligationTable()
+	table.Schema, table.Table = "payments", "commands"
+	r, err := NewObligations(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	q, err := r.prepared(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	named := Named{
+		IDs:         []string{"0b0f8a52-3c1e-4a47-9d0a-6f2a1b8c9d01", "not-a-uuid"},
+		Keys:        []string{"key-17", "key-18"},
+		ProviderIDs: []string{"py_17", "re_9"},
+	}
+	readArgs := []any{q.open, from, from.Add(time.Hour), from, from.Add(time.Hour),
+		q.id.apply(named.IDs), q.key.apply(named.Keys), q.providerID.apply(named.ProviderIDs)}
+	if q.targetParam == 9 {
+		readArgs = append(readArgs, q.targetID.apply(named.ProviderIDs))
+	}
+	for _, tc := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"read", q.read, readArgs},
+		{"get", q.get, []any{"0b0f8a52-3c1e-4a47-9d0a-6f2a1b8c9d01"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := explain(t, r, tc.sql, tc.args)
+			if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
+				t.Errorf("plan of the %s does not use the table's indexes:\n%s", tc.name, plan)
+			}
+		})
+	}
+}
+
+// explain returns the plan of sql with args, sequential scans priced out.
+func explain(tb testing.TB, r *Obligations, sql string, args []any) string {
+	tb.Helper()
+	var lines []string
+	err := pgx.BeginFunc(context.Background(), r.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(context.Background(), "SET LOCAL enable_seqscan = off"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(context.Background(), "EXPLAIN "+sql, args...)
+		if err != nil {
+			return err
+		}
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("explain: %v", err)
+	}
+	return strings.Join(lines, "\n")
+}
