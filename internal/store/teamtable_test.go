@@ -252,6 +252,18 @@ func runTeamTable(t *testing.T, tt teamTable) {
 	if s := byID[tt.unmapped].State; s.Known() || byID[tt.unmapped].RawState != "CANCELLED" {
 		t.Errorf("Read: unmapped row's state = %q (raw %q), want an unknown state, raw CANCELLED", s, byID[tt.unmapped].RawState)
 	}
+	// The oldest in scope by state and window, and the named-only read
+	// that coverage adds (docs/design.md, "Coverage"), in the same types.
+	if oldest, err := r.Oldest(ctx, reconcile.Window{From: now.Add(-time.Hour), To: now}); err != nil || !oldest.Equal(created) {
+		t.Errorf("Oldest = %v, %v; want %v (the open rows)", oldest, err, created)
+	}
+	named, err := r.ReadNamed(ctx, sources.Named{IDs: []string{tt.unmapped, "junk"}, Keys: []string{"key-skip"}, ProviderIDs: []string{"7"}})
+	if err != nil {
+		t.Fatalf("ReadNamed: %v", err)
+	}
+	if len(named) != 2 || named[0].IdempotencyKey == named[1].IdempotencyKey {
+		t.Errorf("ReadNamed by id and key = %+v, want the unmapped and the second row", named)
+	}
 
 	// A worker marks the second obligation PAID after the read.
 	exec(fmt.Sprintf(`UPDATE %s SET %s = $1::text::%s, %s = 're_worker' WHERE %s = $2::text::%s`,
