@@ -758,8 +758,19 @@ func (m *matcher) orphanFinding(s int32, target string) {
 		verb = "paid out"
 	}
 	m.add(reconcile.Orphan, "", id, m.ids(nil, s, reconcile.Succeeded), money, money,
-		fmt.Sprintf("%s %s of %s%s was %s by the provider but belongs to no obligation.",
-			capital(m.movNoun(s)), id, money, on, verb))
+		fmt.Sprintf("%s %s of %s%s was %s by the provider but belongs to no obligation%s.",
+			capital(m.movNoun(s)), id, money, on, verb, m.keyless(s)))
+}
+
+// keyless says, for the detail of an unlinked movement, that the
+// provider's events that would tell its idempotency key were not read, so
+// that an obligation could own it under its key unseen; "" when they were.
+func (m *matcher) keyless(mv int32) string {
+	ev, created := m.in.EventsFrom, m.created(mv)
+	if !ev.IsZero() && !ev.After(created) {
+		return ""
+	}
+	return " that its metadata or id names (the provider's events from its time, which alone would tell the idempotency key it was made with, were not read)"
 }
 
 func (m *matcher) suspectFinding(s, twin int32, target string) {
@@ -772,8 +783,8 @@ func (m *matcher) suspectFinding(s, twin int32, target string) {
 		same, outcome = "same "+m.targetNoun(target)+" "+target, "probably paid out twice"
 	}
 	m.add(reconcile.SuspectedDuplicate, o.ID, id, ids, o.Money, money,
-		fmt.Sprintf("%s %s of %s belongs to no obligation but repeats %s %s of %s (%s, same amount, %s apart): %s.",
-			capital(m.movNoun(s)), id, money, m.movNoun(twin), m.movID(twin), o.ID, same,
+		fmt.Sprintf("%s %s of %s belongs to no obligation%s but repeats %s %s of %s (%s, same amount, %s apart): %s.",
+			capital(m.movNoun(s)), id, money, m.keyless(s), m.movNoun(twin), m.movID(twin), o.ID, same,
 			human(absDur(m.created(s).Sub(m.created(twin)))), outcome))
 }
 
