@@ -112,13 +112,18 @@ func TestOlderThanMaxLookbackIsNotPaid(t *testing.T) {
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:old", Kind: reconcile.Charge, IdempotencyKey: "key-old",
 		ProviderID: "ch_old", Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created})
 
-	r := e.runner(false)
-	r.MaxLookback = 7 * 24 * time.Hour
-	out, err := r.Run(t.Context(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
-		Trigger: reconcile.TriggerManual})
-	if err != nil {
-		t.Fatal(err)
+	run := func(maxLookback time.Duration) *runner.Outcome {
+		t.Helper()
+		r := e.runner(false)
+		r.MaxLookback = maxLookback
+		out, err := r.Run(t.Context(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
+			Trigger: reconcile.TriggerManual})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
+	out := run(7 * 24 * time.Hour)
 	if len(out.Transitions) != 0 {
 		t.Fatalf("transitions %v, want none: the records before the max lookback were not read", out.Transitions)
 	}
@@ -143,13 +148,7 @@ func TestOlderThanMaxLookbackIsNotPaid(t *testing.T) {
 		}
 	}
 	// Read as far back as the detail says, the same obligation is marked PAID.
-	r.MaxLookback = 312 * time.Hour
-	out, err = r.Run(t.Context(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
-		Trigger: reconcile.TriggerManual})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Transitions) != 1 || out.Transitions[0].ObligationID != "charge:old" {
+	if out = run(312 * time.Hour); len(out.Transitions) != 1 || out.Transitions[0].ObligationID != "charge:old" {
 		t.Errorf("with a 312h max lookback: transitions %v, want charge:old marked PAID", out.Transitions)
 	}
 }
