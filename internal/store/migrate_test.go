@@ -61,6 +61,9 @@ func TestMigrateConcurrently(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM reconcile.goose_db_version WHERE version_id = 1`); n != 1 {
 		t.Errorf("version 1 recorded %d times, want 1", n)
 	}
+	if n := e.count(`SELECT count(*) FROM reconcile.run_lock`); n != 1 {
+		t.Errorf("reconcile.run_lock holds %d rows, want the one epoch", n)
+	}
 }
 
 // Two processes migrate the same fresh database at once.
@@ -84,5 +87,8 @@ func TestMigrateAcrossProcesses(t *testing.T) {
 	e := &env{tb: t, pool: pool}
 	if n := e.count(`SELECT count(*) FROM reconcile.goose_db_version WHERE version_id = 1`); n != 1 {
 		t.Errorf("version 1 recorded %d times, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.run_lock`); n != 1 {
+		t.Errorf("reconcile.run_lock holds %d rows, want the one epoch", n)
 	}
 }
