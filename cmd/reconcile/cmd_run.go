@@ -78,9 +78,12 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	out, err := r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait, Full: f.full})
 	progress.done()
-	if err != nil {
+	if out == nil {
 		return failed(err)
 	}
+	// A pass that lost its run lock after it applied returns its outcome
+	// with the error: the reconciliation completed, so its report is
+	// printed, and the run still failed.
 	reported = true
 	if f.format.value == "json" {
 		if err := writeJSON(stdout, newReport(out)); err != nil {
@@ -88,6 +91,9 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 	} else {
 		writeText(stdout, out)
+	}
+	if err != nil {
+		return failed(err)
 	}
 	return outcomeError(out, failOn)
 }

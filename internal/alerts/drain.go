@@ -83,32 +83,16 @@ func drain(ctx context.Context, outbox Outbox, now func() time.Time, popts PlanO
 				// goes top-level rather than waiting.
 				thread = roots[m.Parent]
 			}
-			if err := outbox.MarkSending(ctx, m.AlertIDs, now()); err != nil {
-				// Without the intent on record a crash mid-send could post
-				// an unmarked repeat later: send nothing.
-				return st, fmt.Errorf("mark alerts sending: %w", err)
+			o, err := deliver(ctx, outbox, m, thread, now, send)
+			if err != nil {
+				return st, err
 			}
-			o := send(ctx, m, thread)
 			if o.status == statusSent {
-				root := cmpOr(thread, o.ts)
-				roots[i] = root
-				if err := markSent(ctx, outbox, m.AlertIDs, o.channel, root, now()); err != nil {
-					return st, err
-				}
+				roots[i] = cmpOr(thread, o.ts)
 				st.Messages++
 				st.Sent += len(m.AlertIDs)
 				log.Debug("slack message sent", "kind", string(m.Kind), "alerts", len(m.AlertIDs), "in_thread", thread != "")
 				continue
-			}
-			// Every outcome but a send is recorded, a refusal that no retry
-			// can fix included: that clears the send's intent, so the copy
-			// sent once the settings are fixed is not called a repeat.
-			next := o.retryAt
-			if next.IsZero() {
-				next = now()
-			}
-			if err := markAttempt(ctx, outbox, m.AlertIDs, next, o.status == statusUnknown, o.errText); err != nil {
-				return st, err
 			}
 			switch o.status {
 			case statusSkipped:
@@ -136,6 +120,34 @@ func drain(ctx context.Context, outbox Outbox, now func() time.Time, popts PlanO
 			return st, nil
 		}
 	}
+}
+
+// deliver claims, sends and records one message, under the outbox's
+// fence from before the claim until the outcome is recorded (see
+// Outbox.Fence).
+func deliver(ctx context.Context, outbox Outbox, m Message, thread string, now func() time.Time, send sendFunc) (outcome, error) {
+	release, err := outbox.Fence(ctx)
+	if err != nil {
+		return outcome{}, fmt.Errorf("hold the fence for a send: %w", err)
+	}
+	defer release()
+	if err := outbox.MarkSending(ctx, m.AlertIDs, now()); err != nil {
+		// Without the intent on record a crash mid-send could post an
+		// unmarked repeat later: send nothing.
+		return outcome{}, fmt.Errorf("mark alerts sending: %w", err)
+	}
+	o := send(ctx, m, thread)
+	if o.status == statusSent {
+		return o, markSent(ctx, outbox, m.AlertIDs, o.channel, cmpOr(thread, o.ts), now())
+	}
+	// Every outcome but a send is recorded, a refusal that no retry can
+	// fix included: that clears the send's intent, so the copy sent once
+	// the settings are fixed is not called a repeat.
+	next := o.retryAt
+	if next.IsZero() {
+		next = now()
+	}
+	return o, markAttempt(ctx, outbox, m.AlertIDs, next, o.status == statusUnknown, o.errText)
 }
 
 func markSent(ctx context.Context, outbox Outbox, ids []int64, channel, ts string, at time.Time) error {

@@ -30,6 +30,40 @@ type fakeOutbox struct {
 	// without recording it, as a process killed after Slack accepted.
 	sendingErr   error
 	dieAfterSend bool
+	// fenceFailAt fails the Fence call of that number (1-based) with
+	// errFenceLost; fences counts Fence calls, held those not yet
+	// released, and unfenced names the marks made outside a fence.
+	fenceFailAt int
+	fences      int
+	held        int
+	unfenced    []string
+}
+
+// errFenceLost is what a fake Fence fails with.
+var errFenceLost = errors.New("fake: the run lock was lost")
+
+// Fence holds a counted fence until release; a second release is an
+// error of the drain, caught by held going below zero.
+func (o *fakeOutbox) Fence(ctx context.Context) (func(), error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.fences++
+	if o.fences == o.fenceFailAt {
+		return nil, errFenceLost
+	}
+	o.held++
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.held--
+	}, nil
+}
+
+// mark notes a mark made outside a fence. Called under o.mu.
+func (o *fakeOutbox) mark(what string, id int64) {
+	if o.held <= 0 {
+		o.unfenced = append(o.unfenced, fmt.Sprintf("%s %d", what, id))
+	}
 }
 
 type fakeRow struct {
@@ -109,6 +143,7 @@ func (o *fakeOutbox) MarkSending(ctx context.Context, ids []int64, at time.Time)
 		if r == nil {
 			return fmt.Errorf("no alert %d", id)
 		}
+		o.mark("MarkSending", id)
 		if r.sending {
 			r.alert.UnknownOutcome = true
 		}
@@ -128,6 +163,7 @@ func (o *fakeOutbox) MarkSent(ctx context.Context, id int64, channel, ts string,
 		o.dieAfterSend = false
 		return errors.New("process killed")
 	}
+	o.mark("MarkSent", id)
 	r.sentCount++
 	r.sending = false
 	if !r.sent {
@@ -143,6 +179,7 @@ func (o *fakeOutbox) MarkAttempt(ctx context.Context, id int64, next time.Time, 
 	if r == nil {
 		return fmt.Errorf("no alert %d", id)
 	}
+	o.mark("MarkAttempt", id)
 	r.alert.Attempts++
 	r.alert.UnknownOutcome = r.alert.UnknownOutcome || unknown
 	r.sending = false

@@ -31,6 +31,13 @@ type Outbox interface {
 	// message; for firing rows, the ts of its run's summary if that was
 	// sent.
 	Due(ctx context.Context, now time.Time, limit int) ([]reconcile.Alert, error)
+	// Fence is called before each message is claimed (MarkSending) and
+	// sent; release is called once its outcome is recorded. An outbox
+	// drained by a run that holds the run lock proves here that the lock
+	// is still the run's, and keeps another run from beginning until
+	// release, so that the next run finds the message sent or not, never
+	// in flight. It fails when the lock was lost: nothing is sent then.
+	Fence(ctx context.Context) (release func(), err error)
 	// MarkSending records, before a message goes out, the intent to send
 	// it, so that a process that dies before recording the outcome leaves
 	// its rows' outcome unknown: Due then reports UnknownOutcome and the

@@ -624,3 +624,47 @@ func TestNewSlack(t *testing.T) {
 		})
 	}
 }
+
+// Each message is claimed, sent and recorded under one fence of the
+// outbox, released once its outcome is on record; when a fence is refused
+// (the run lost its lock) nothing more is claimed or sent.
+func TestDrainHoldsTheFenceAcrossEachSend(t *testing.T) {
+	h := newHarness(t)
+	h.outbox.add(smallRun("run_1")...)
+	// Two messages go out, the third meets a Slack that stays down: its
+	// failed attempt is recorded under the fence too.
+	h.slack.setScript("ok", "ok", "500", "500", "500", "500")
+	st, err := h.drain(t, h.deliverer(t, nil))
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts, _, _ := h.slack.snapshot()
+	if len(posts) != 2 || st.Deferred == 0 {
+		t.Fatalf("%d posts, %d deferred; want 2 sent and the rest deferred", len(posts), st.Deferred)
+	}
+	if len(h.outbox.unfenced) > 0 || h.outbox.held != 0 {
+		t.Errorf("marks outside a fence: %v; fences still held: %d", h.outbox.unfenced, h.outbox.held)
+	}
+	if h.outbox.fences < len(posts) {
+		t.Errorf("%d fences for %d posts, want one per message at least", h.outbox.fences, len(posts))
+	}
+
+	h = newHarness(t)
+	h.outbox.add(smallRun("run_1")...)
+	h.outbox.fenceFailAt = 2
+	_, err = h.drain(t, h.deliverer(t, nil))
+	if !errors.Is(err, errFenceLost) {
+		t.Fatalf("Drain with the second fence refused = %v, want its error", err)
+	}
+	if posts, _, _ := h.slack.snapshot(); len(posts) != 1 {
+		t.Errorf("%d posts with the second fence refused, want 1", len(posts))
+	}
+	for id := int64(1); id <= int64(len(h.outbox.rows)); id++ {
+		if r := h.outbox.get(id); !r.sent && r.sending {
+			t.Errorf("alert %d was claimed after its fence was refused", id)
+		}
+	}
+	if h.outbox.held != 0 {
+		t.Errorf("%d fences still held after the drain", h.outbox.held)
+	}
+}

@@ -142,6 +142,13 @@ var ErrLocked = errors.New("another reconcile run holds the run lock on this dat
 // Run runs one pass. A pass that could not read everything fails: it
 // reports no findings and marks nothing, because a partial listing proves
 // nothing. A pass that began and failed returns a *FailedRunError naming it.
+//
+// A pass that loses its run lock (its connection ended; another run may
+// hold it now) writes, records and posts nothing more, and returns an
+// error wrapping store.ErrLockLost: before it applied, with nothing
+// written (not even a failed run row); after, with its Outcome as well,
+// since its conclusions stand, but with the mirror unsaved and its alerts
+// left in the outbox for the run that holds the lock.
 func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error) {
 	// Set once the pass has begun, when its log lines carry the id.
 	var begun string
@@ -158,14 +165,22 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	log := r.Logger.With("run_id", run.ID)
 	out := &Outcome{Run: run}
 
+	// lock is nil on a dry run, which writes nothing and takes no lock.
+	var lock *store.Lock
 	if !req.DryRun {
-		lock, err := r.Store.Lock(ctx, req.Wait)
+		var err error
+		lock, err = r.Store.Lock(ctx, req.Wait)
 		if errors.Is(err, store.ErrLocked) {
 			return nil, ErrLocked
 		}
 		if err != nil {
 			return nil, fmt.Errorf("take the run lock: %w", err)
 		}
+		// Every write of the pass proves in its own transaction that the
+		// lock is still this run's (store.WithFence); the checks of Held
+		// below only stop a run that lost it sooner and more clearly.
+		ctx = store.WithFence(ctx, lock)
+		log = log.With("lock_epoch", lock.Epoch())
 		defer func() {
 			// The lock must be released even when ctx was cancelled.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -243,8 +258,14 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		return out, nil
 	}
 	run.Status = reconcile.RunCompleted
+	if err := lostLock(ctx, lock); err != nil {
+		return nil, stopped(err, "before applying")
+	}
 	applied, err := r.Store.Apply(ctx, run, res, now)
 	st.phases.mark("apply")
+	if errors.Is(err, store.ErrLockLost) {
+		return nil, stopped(err, "before applying")
+	}
 	if err != nil {
 		// Nothing of the pass was applied; the run row says why, as for
 		// a read that failed.
@@ -254,10 +275,17 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	}
 	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
 	if r.Mirror != nil {
+		if err := lostLock(ctx, lock); err != nil {
+			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
+		}
 		// Only a completed pass moves the mirror's cursors. A mirror that
 		// could not be saved costs the next pass more reading, nothing
 		// else: the pass stands.
-		if err := r.Mirror.Save(ctx, r.finishSave(st.cover, now, run.ID, st)); err != nil {
+		err := r.Mirror.Save(ctx, r.finishSave(st.cover, now, run.ID, st))
+		if errors.Is(err, store.ErrLockLost) {
+			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
+		}
+		if err != nil {
 			st.plan.report.SaveErr = err
 			log.Warn("the provider mirror was not saved; the next pass reads more", "err", err)
 		} else {
@@ -277,9 +305,15 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		log.Warn("alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL; findings stay in the outbox")
 		return out, nil
 	}
+	if err := lostLock(ctx, lock); err != nil {
+		return out, stopped(err, "after applying, before sending alerts")
+	}
 	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
 	st.phases.mark("alerts")
 	out.Drained = stats
+	if errors.Is(err, store.ErrLockLost) {
+		return out, stopped(err, "while sending alerts (the rest stay in the outbox)")
+	}
 	if err != nil {
 		out.AlertErr = err
 		if errors.Is(err, alerts.ErrPermanent) {
@@ -554,6 +588,24 @@ func mergeObligations(obs, more []reconcile.Obligation) []reconcile.Obligation {
 		slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	}
 	return obs
+}
+
+// lostLock returns Held's error if lock (nil on a dry run) was lost. Other
+// errors of the check (ctx done) are left to the step that follows, which
+// meets them too.
+func lostLock(ctx context.Context, lock *store.Lock) error {
+	if lock == nil {
+		return nil
+	}
+	if err := lock.Held(ctx); errors.Is(err, store.ErrLockLost) {
+		return err
+	}
+	return nil
+}
+
+// stopped says where a pass that lost its run lock stopped.
+func stopped(err error, where string) error {
+	return fmt.Errorf("%w: this run stopped %s; another run may hold it now", err, where)
 }
 
 // recordFailed records a pass that failed, even when ctx was cancelled.

@@ -290,6 +290,13 @@ func (s *simStore) Due(ctx context.Context, now time.Time, limit int) ([]reconci
 	return rows, nil
 }
 
+func (s *simStore) Fence(ctx context.Context) (func(), error) {
+	if s.pc.killed.Load() {
+		return nil, errKilled
+	}
+	return s.inner.Fence(ctx)
+}
+
 func (s *simStore) MarkSending(ctx context.Context, ids []int64, at time.Time) error {
 	if s.pc.killed.Load() {
 		return errKilled

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"reconcile"
 	"reconcile/internal/matcher"
@@ -61,6 +62,10 @@ const (
 // and no second alert. The run row records run.Counts, or res.Counts when
 // run.Counts is zero.
 //
+// Given a run lock with WithFence, the transaction proves that the lock is
+// still the run's and fails with an error wrapping ErrLockLost otherwise;
+// nothing is written then.
+//
 // The transaction runs at REPEATABLE READ. Every outbox row goes with a
 // write to its finding's row (or, for the summary, to some finding's row),
 // and every transition is a write to its obligation's row, so two
@@ -75,7 +80,10 @@ func (s *Store) Apply(ctx context.Context, run reconcile.Run, res matcher.Result
 	}
 	for attempt := 1; ; attempt++ {
 		var out Applied
-		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		// Fenced by the run lock of ctx (WithFence): the check is the
+		// transaction's first statement, so its snapshot is taken under
+		// the fence, and its last, so a lock lost meanwhile is refused.
+		err := inFence(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 			var err error
 			out, err = s.apply(ctx, tx, in, now)
 			return err
@@ -725,6 +733,8 @@ const maxCause = 4000
 // otherwise failed before Apply) as failed, with its cause. Nothing else is
 // written: a partial reading proves nothing. A run already recorded as
 // completed is not overwritten.
+// Like Apply, it is fenced by the run lock of ctx (WithFence): a run
+// whose lock was lost records nothing.
 func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause string) error {
 	if run.ID == "" {
 		return errors.New("record failed run: run has no id")
@@ -732,13 +742,18 @@ func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause st
 	if len(cause) > maxCause {
 		cause = cause[:maxCause] + "…"
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at,
-		finished_at, status, obligations, provider_objects, linked, error)
-	VALUES ($1, $2, $3, $4, $5, $6, 'failed', $7, $8, $9, $10)
-	ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, error = EXCLUDED.error
-	WHERE reconcile.runs.status = 'failed'`,
-		run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
-		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause)
+	var tag pgconn.CommandTag
+	err := inFence(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var err error
+		tag, err = tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at,
+			finished_at, status, obligations, provider_objects, linked, error)
+		VALUES ($1, $2, $3, $4, $5, $6, 'failed', $7, $8, $9, $10)
+		ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, error = EXCLUDED.error
+		WHERE reconcile.runs.status = 'failed'`,
+			run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
+			run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("record failed run %s: %w", run.ID, err)
 	}

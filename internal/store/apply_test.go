@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -724,9 +725,10 @@ func TestRecordFailedRun(t *testing.T) {
 	}
 }
 
-// A dry run does not call Apply; what it may call instead (reads, the
-// lock) writes nothing, and an Apply that is told it is a dry run refuses.
-// The snapshot helper is also shown to see a write.
+// A dry run does not call Apply; what it may call instead (reads) writes
+// nothing, and an Apply that is told it is a dry run refuses. Taking the
+// lock, which a dry run does not, moves its fencing epoch and writes
+// nothing else. The snapshot helper is also shown to see a write.
 func TestDryRunWritesNothing(t *testing.T) {
 	t.Parallel()
 	now := t0()
@@ -768,7 +770,13 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if _, err := e.s.LastRuns(t.Context(), 10); err != nil {
 		t.Error(err)
 	}
-	if diff := cmp.Diff(before, storetest.Take(t, e.pool, reconcile.ObligationTable{})); diff != "" {
+	after := storetest.Take(t, e.pool, reconcile.ObligationTable{})
+	const runLock = `"reconcile"."run_lock"`
+	if got, want := after.Tables[runLock], []string{fmt.Sprintf("(t,%d)", l.Epoch())}; !cmp.Equal(got, want) || l.Epoch() != 1 {
+		t.Errorf("run_lock after one Lock = %v, want %v at epoch 1", got, want)
+	}
+	after.Tables[runLock] = before.Tables[runLock]
+	if diff := cmp.Diff(before, after); diff != "" {
 		t.Errorf("a dry run wrote (-before +after):\n%s", diff)
 	}
 

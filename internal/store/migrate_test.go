@@ -24,16 +24,16 @@ func TestMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Up: %v", err)
 	}
-	want := []string{"00001_init.sql", "00002_mirror.sql", "00003_send_intent.sql"}
-	if diff := cmp.Diff(want, first.Applied); diff != "" || first.Version != 3 {
-		t.Errorf("Up applied %v to version %d, want %v to version 3 %s", first.Applied, first.Version, want, diff)
+	want := []string{"00001_init.sql", "00002_mirror.sql", "00003_send_intent.sql", "00004_run_lock.sql"}
+	if diff := cmp.Diff(want, first.Applied); diff != "" || first.Version != 4 {
+		t.Errorf("Up applied %v to version %d, want %v to version 4 %s", first.Applied, first.Version, want, diff)
 	}
 	again, err := Up(t.Context(), url)
 	if err != nil {
 		t.Fatalf("Up again: %v", err)
 	}
-	if len(again.Applied) != 0 || again.Version != 3 {
-		t.Errorf("Up again applied %v to version %d, want nothing at version 3", again.Applied, again.Version)
+	if len(again.Applied) != 0 || again.Version != 4 {
+		t.Errorf("Up again applied %v to version %d, want nothing at version 4", again.Applied, again.Version)
 	}
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Errorf("CheckSchema after Migrate = %v", err)
@@ -61,6 +61,9 @@ func TestMigrateConcurrently(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM reconcile.goose_db_version WHERE version_id = 1`); n != 1 {
 		t.Errorf("version 1 recorded %d times, want 1", n)
 	}
+	if n := e.count(`SELECT count(*) FROM reconcile.run_lock`); n != 1 {
+		t.Errorf("reconcile.run_lock holds %d rows, want the one epoch", n)
+	}
 }
 
 // Two processes migrate the same fresh database at once.
@@ -84,5 +87,8 @@ func TestMigrateAcrossProcesses(t *testing.T) {
 	e := &env{tb: t, pool: pool}
 	if n := e.count(`SELECT count(*) FROM reconcile.goose_db_version WHERE version_id = 1`); n != 1 {
 		t.Errorf("version 1 recorded %d times, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.run_lock`); n != 1 {
+		t.Errorf("reconcile.run_lock holds %d rows, want the one epoch", n)
 	}
 }

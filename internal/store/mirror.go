@@ -268,12 +268,15 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 }
 
 // Save writes one completed pass's reads and moves the cursors, in one
-// transaction: either all of it is saved or none.
+// transaction: either all of it is saved or none. Given a run lock with
+// WithFence, the transaction proves the lock is still the run's, and
+// fails with an error wrapping ErrLockLost otherwise: the saves of two
+// runs never interleave.
 func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 	if u.RunID == "" {
 		return errors.New("save mirror: no run id")
 	}
-	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := inFence(ctx, m.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// A first pass joins a million rows: in memory, not on disk.
 		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
 			return err

@@ -108,10 +108,19 @@ func (s *Store) MarkSent(ctx context.Context, id int64, channel, ts string, at t
 // intent left by an earlier send that is still unresolved becomes the
 // sticky outcome_unknown flag here, so that a later failed attempt, which
 // clears the intent, does not forget it.
+//
+// The claim is fenced by the run lock of ctx (WithFence), in the same
+// transaction: a run whose lock was lost claims nothing, so sends nothing.
+// (Fence holds the fence across the whole send; MarkSent and MarkAttempt
+// are not fenced, because what Slack did must be recorded whoever holds
+// the lock, or the next drain would post the message again.)
 func (s *Store) MarkSending(ctx context.Context, ids []int64, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE reconcile.outbox
-	SET outcome_unknown = outcome_unknown OR sending_since IS NOT NULL, sending_since = $2
-	WHERE id = ANY($1) AND sent_at IS NULL`, ids, at)
+	err := inFence(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE reconcile.outbox
+		SET outcome_unknown = outcome_unknown OR sending_since IS NOT NULL, sending_since = $2
+		WHERE id = ANY($1) AND sent_at IS NULL`, ids, at)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("mark alerts %v sending: %w", ids, err)
 	}

@@ -26,6 +26,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrLocked: another run holds the run lock of this database.
 	ErrLocked = errors.New("another reconcile run holds the lock on this database")
+	// ErrLockLost: the run lock this run took is no longer its own (its
+	// connection ended, or another run took the lock since), so the run
+	// must write nothing more.
+	ErrLockLost = errors.New("the run lock was lost")
 	// ErrResolved: the finding is resolved, so there is nothing to acknowledge.
 	ErrResolved = errors.New("finding is resolved")
 	// ErrAmbiguous: a fingerprint prefix matches more than one finding.
