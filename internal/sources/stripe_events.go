@@ -89,26 +89,13 @@ func scanHead(b []byte) (objectHead, bool) {
 	}
 	i++
 	for {
-		i = skipSpace(b, i)
-		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
+		key, escaped, start, ok := nextMember(b, i)
+		if !ok {
+			return h, start >= 0
 		}
-		if i >= len(b) || b[i] == '}' {
-			return h, true
-		}
-		if b[i] != '"' {
+		if escaped {
 			return h, false
 		}
-		end, escaped := stringEnd(b, i)
-		if end < 0 || escaped {
-			return h, false
-		}
-		key := b[i+1 : end-1]
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return h, false
-		}
-		start := skipSpace(b, i+1)
 		i = valueEnd(b, start)
 		if i < 0 {
 			return h, false
@@ -216,6 +203,53 @@ func valueEnd(b []byte, i int) int {
 		j++
 	}
 	return j
+}
+
+// nextMember reads the next member of a JSON object that the decoder has
+// already validated, from i (just past the object's '{' or just past a
+// member's value): its key, between the quotes (escaped says whether it
+// holds a backslash), and where its value starts. At the object's end ok
+// is false and at is the index of the closing brace, or -1 where b breaks
+// off. The caller skips the value (valueEnd) or scans into it, and goes
+// on from there.
+func nextMember(b []byte, i int) (key []byte, escaped bool, at int, ok bool) {
+	i = skipSpace(b, i)
+	if i < len(b) && b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	if i >= len(b) || b[i] != '"' {
+		if i < len(b) && b[i] == '}' {
+			return nil, false, i, false
+		}
+		return nil, false, -1, false
+	}
+	end, escaped := stringEnd(b, i)
+	if end < 0 {
+		return nil, false, -1, false
+	}
+	j := skipSpace(b, end)
+	if j >= len(b) || b[j] != ':' {
+		return nil, false, -1, false
+	}
+	return b[i+1 : end-1], escaped, skipSpace(b, j+1), true
+}
+
+// nextElement finds the next element of a JSON array that the decoder has
+// already validated, from i (just past the array's '[' or just past an
+// element): where it starts. At the array's end ok is false and at is the
+// index of the closing bracket, or -1 where b breaks off.
+func nextElement(b []byte, i int) (at int, ok bool) {
+	i = skipSpace(b, i)
+	if i < len(b) && b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	switch {
+	case i >= len(b):
+		return -1, false
+	case b[i] == ']':
+		return i, false
+	}
+	return i, true
 }
 
 // listEvents lists one page of events as stripe-go's event.Client.List
