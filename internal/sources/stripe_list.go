@@ -339,10 +339,16 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 		if !pg.hasMore {
 			return all, nil
 		}
-		if len(pg.ids) == 0 || pg.ids[len(pg.ids)-1] == after {
+		last := ""
+		if len(pg.ids) > 0 {
+			last = pg.ids[len(pg.ids)-1]
+		}
+		// An empty id would start the list again from its first page, and
+		// again: the checks of pages rule it out, and so does this.
+		if last == "" || last == after {
 			return fail(errors.New("stripe said has_more but the page did not advance the cursor"))
 		}
-		after = pg.ids[len(pg.ids)-1]
+		after = last
 	}
 }
 
