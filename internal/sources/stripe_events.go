@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/form"
@@ -89,22 +88,18 @@ func scanHead(b []byte) (objectHead, bool) {
 	}
 	i++
 	for {
-		key, escaped, start, ok := nextMember(b, i)
+		key, plain, start, ok := nextMember(b, i)
 		if !ok {
 			return h, start >= 0
 		}
-		if escaped {
-			return h, false
+		if !plain {
+			return h, false // encoding/json would unescape it, or match it regardless of case
 		}
 		i = valueEnd(b, start)
 		if i < 0 {
 			return h, false
 		}
 		v := b[start:i]
-		if k := string(key); k != "id" && k != "object" && k != "created" &&
-			(strings.EqualFold(k, "id") || strings.EqualFold(k, "object") || strings.EqualFold(k, "created")) {
-			return h, false // encoding/json would match it regardless of case
-		}
 		switch string(key) {
 		case "id", "object":
 			if len(v) < 2 || v[0] != '"' {
@@ -178,25 +173,7 @@ func valueEnd(b []byte, i int) int {
 		end, _ := stringEnd(b, i)
 		return end
 	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, _ := stringEnd(b, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
+		return restEnd(b, i+1)
 	}
 	j := i
 	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
@@ -205,14 +182,40 @@ func valueEnd(b []byte, i int) int {
 	return j
 }
 
+// restEnd is the index just past the object or array that b[i] is inside
+// of, at its top level (just past its opening or past one of its
+// values), or -1.
+func restEnd(b []byte, i int) int {
+	depth := 1
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			end, _ := stringEnd(b, j)
+			if end < 0 {
+				return -1
+			}
+			j = end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
+}
+
 // nextMember reads the next member of a JSON object that the decoder has
 // already validated, from i (just past the object's '{' or just past a
-// member's value): its key, between the quotes (escaped says whether it
-// holds a backslash), and where its value starts. At the object's end ok
-// is false and at is the index of the closing brace, or -1 where b breaks
-// off. The caller skips the value (valueEnd) or scans into it, and goes
-// on from there.
-func nextMember(b []byte, i int) (key []byte, escaped bool, at int, ok bool) {
+// member's value): its key, between the quotes, and where its value
+// starts. plain says that the key is lower case ASCII without an escape,
+// as all of Stripe's are, so that it is the name encoding/json matches
+// (see memberOf). At the object's end ok is false and at is the index of
+// the closing brace, or -1 where b breaks off. The caller skips the value
+// (valueEnd) or scans into it, and goes on from there.
+func nextMember(b []byte, i int) (key []byte, plain bool, at int, ok bool) {
 	i = skipSpace(b, i)
 	if i < len(b) && b[i] == ',' {
 		i = skipSpace(b, i+1)
@@ -223,16 +226,52 @@ func nextMember(b []byte, i int) (key []byte, escaped bool, at int, ok bool) {
 		}
 		return nil, false, -1, false
 	}
-	end, escaped := stringEnd(b, i)
-	if end < 0 {
+	// stringEnd's loop, telling plain keys on the way: this runs for
+	// every key of every page.
+	plain = true
+	j := i + 1
+scan:
+	for {
+		for j < len(b) && keyBytes[b[j]] == keyPlain {
+			j++
+		}
+		if j >= len(b) {
+			return nil, false, -1, false
+		}
+		switch keyBytes[b[j]] {
+		case keyQuote:
+			break scan
+		case keyEscape:
+			j++
+		}
+		plain = false
+		j++
+	}
+	k := skipSpace(b, j+1)
+	if k >= len(b) || b[k] != ':' {
 		return nil, false, -1, false
 	}
-	j := skipSpace(b, end)
-	if j >= len(b) || b[j] != ':' {
-		return nil, false, -1, false
-	}
-	return b[i+1 : end-1], escaped, skipSpace(b, j+1), true
+	return b[i+1 : j], plain, skipSpace(b, k+1), true
 }
+
+// keyBytes sorts the bytes of a key for nextMember.
+var keyBytes = func() (t [256]uint8) {
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = keyFolds
+	}
+	for c := 0x80; c < len(t); c++ {
+		t[c] = keyFolds
+	}
+	t['"'], t['\\'] = keyQuote, keyEscape
+	return t
+}()
+
+const (
+	keyPlain  = iota // lower case ASCII and the like
+	keyQuote         // the key's end
+	keyEscape        // a backslash: the next byte is escaped
+	keyFolds         // a byte encoding/json may match regardless of case
+)
 
 // nextElement finds the next element of a JSON array that the decoder has
 // already validated, from i (just past the array's '[' or just past an

@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -83,14 +84,14 @@ func checkPage(res *stripe.APIResponse, sh shape) error {
 	var have member
 	i++
 	for {
-		key, escaped, start, ok := nextMember(b, i)
+		key, plain, start, ok := nextMember(b, i)
 		if !ok {
 			if start < 0 {
 				return malformed(res, "malformed list page: cut short")
 			}
 			break
 		}
-		m := memberOf(key, escaped) & (mObject | mData | mHasMore)
+		m := memberOf(key, plain) & (mObject | mData | mHasMore)
 		if m == mData && start < len(b) && b[start] == '[' {
 			end, why := checkEntries(b, start, sh)
 			if why != "" {
@@ -172,7 +173,7 @@ func scanEntry(b []byte, i int, sh shape) (end int, have member, id []byte) {
 	}
 	i++
 	for {
-		key, escaped, start, ok := nextMember(b, i)
+		key, plain, start, ok := nextMember(b, i)
 		if !ok {
 			if start < 0 {
 				return -1, have, id
@@ -180,7 +181,7 @@ func scanEntry(b []byte, i int, sh shape) (end int, have member, id []byte) {
 			return start + 1, have, id
 		}
 		// Only an event needs mData, its data.object.
-		m := memberOf(key, escaped) & sh.need
+		m := memberOf(key, plain) & sh.need
 		if m == mData {
 			var good bool
 			i, good = dataObjectHasID(b, start)
@@ -228,14 +229,14 @@ func dataObjectHasID(b []byte, i int) (end int, good bool) {
 	}
 	i++
 	for {
-		key, escaped, start, ok := nextMember(b, i)
+		key, plain, start, ok := nextMember(b, i)
 		if !ok {
 			if start < 0 {
 				return -1, false
 			}
 			return start + 1, good
 		}
-		if memberOf(key, escaped) != mObject {
+		if memberOf(key, plain) != mObject {
 			if i = valueEnd(b, start); i < 0 {
 				return -1, false
 			}
@@ -243,12 +244,36 @@ func dataObjectHasID(b []byte, i int) (end int, good bool) {
 		}
 		// data.object decodes through eventObject, which a null or a
 		// non-object leaves without a head: last one wins.
-		var have member
-		i, have, _ = scanEntry(b, start, shape{need: mID})
-		if i < 0 {
+		if i, good = objectHasID(b, start); i < 0 {
 			return -1, false
 		}
-		good = have&mID != 0
+	}
+}
+
+// objectHasID returns the index past the value at b[i] and whether it is
+// an object whose first id member is a non-empty string. Past that id the
+// rest of the object (a kilobyte of charge) is skipped without reading
+// its keys: the events list is the longest, and an event's object with
+// two ids is not a shape to weigh that against.
+func objectHasID(b []byte, i int) (end int, good bool) {
+	if i >= len(b) || b[i] != '{' {
+		return valueEnd(b, i), false
+	}
+	i++
+	for {
+		key, plain, start, ok := nextMember(b, i)
+		if !ok {
+			if start < 0 {
+				return -1, false
+			}
+			return start + 1, false
+		}
+		if i = valueEnd(b, start); i < 0 {
+			return -1, false
+		}
+		if memberOf(key, plain) == mID {
+			return restEnd(b, i), i-start > 2 && b[start] == '"'
+		}
 	}
 }
 
@@ -279,38 +304,35 @@ func isString(v []byte, s string) bool {
 
 // memberOf is the member a key names, as encoding/json would match it to
 // a field: exactly, or failing that regardless of case, after unescaping;
-// 0 for any other key.
-func memberOf(key []byte, escaped bool) member {
-	if !escaped {
-		switch string(key) {
-		case "id":
-			return mID
-		case "object":
-			return mObject
-		case "amount":
-			return mAmount
-		case "currency":
-			return mCurrency
-		case "status":
-			return mStatus
-		case "created":
-			return mCreated
-		case "type":
-			return mType
-		case "data":
-			return mData
-		case "has_more":
-			return mHasMore
-		}
-		if !folds(key) {
-			return 0 // Stripe's keys: lower case ASCII, no escape
-		}
+// 0 for any other key. A plain key (lower case ASCII, no escape) can only
+// match exactly.
+func memberOf(key []byte, plain bool) member {
+	switch string(key) {
+	case "id":
+		return mID
+	case "object":
+		return mObject
+	case "amount":
+		return mAmount
+	case "currency":
+		return mCurrency
+	case "status":
+		return mStatus
+	case "created":
+		return mCreated
+	case "type":
+		return mType
+	case "data":
+		return mData
+	case "has_more":
+		return mHasMore
+	}
+	if plain {
+		return 0
 	}
 	k := string(key)
-	if escaped {
-		if json.Unmarshal([]byte(`"`+k+`"`), &k) != nil {
-			return 0
-		}
+	if bytes.IndexByte(key, '\\') >= 0 && json.Unmarshal([]byte(`"`+k+`"`), &k) != nil {
+		return 0
 	}
 	for _, n := range memberNames {
 		if strings.EqualFold(k, n.name) {
@@ -318,18 +340,6 @@ func memberOf(key []byte, escaped bool) member {
 		}
 	}
 	return 0
-}
-
-// folds reports whether key may match a lower case ASCII name regardless
-// of case without being equal to it: it has an upper case letter or a
-// byte beyond ASCII (the Kelvin sign folds to k, the long s to s).
-func folds(key []byte) bool {
-	for _, c := range key {
-		if c >= 'A' && c <= 'Z' || c >= 0x80 {
-			return true
-		}
-	}
-	return false
 }
 
 // names lists the members of m, for a message about a page or, inEntry,

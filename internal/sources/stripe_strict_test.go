@@ -1,9 +1,12 @@
 package sources
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -375,5 +378,55 @@ func TestMalformedIsLogged(t *testing.T) {
 	}
 	if strings.Contains(out, "cus_") || strings.Contains(out, "ob-") {
 		t.Errorf("logs quote the body:\n%s", out)
+	}
+}
+
+// BenchmarkCheckPage weighs the checks of a page against stripe-go's
+// decoding of it, which every page costs anyway: full pages of charges and
+// of events as the test server renders them.
+//
+// Run: go test -run '^$' -bench BenchmarkCheckPage ./internal/sources
+func BenchmarkCheckPage(b *testing.B) {
+	e := newEnv(b)
+	benchData(b, e, 300)
+	for _, c := range []struct {
+		list   string
+		sh     shape
+		decode func([]byte) error
+	}{
+		{ListCharges, chargeShape, func(raw []byte) error { return json.Unmarshal(raw, &stripe.ChargeList{}) }},
+		{ListEvents, eventShape, func(raw []byte) error { return json.Unmarshal(raw, &eventPage{}) }},
+	} {
+		req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, e.base+"/v1/"+c.list+"?limit=100", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || checkPage(response(string(raw)), c.sh) != nil || bytes.Count(raw, []byte(`"object":"`+c.sh.what+`"`)) < 100 {
+			b.Fatalf("%s: a full page that passes its check, got %v, %d bytes", c.list, err, len(raw))
+		}
+		resp := &stripe.APIResponse{RawJSON: raw}
+		b.Run(c.list+"/decode", func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if err := c.decode(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.list+"/check", func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if err := checkPage(resp, c.sh); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
