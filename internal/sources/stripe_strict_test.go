@@ -45,6 +45,8 @@ func TestCheckPage(t *testing.T) {
 			"object" : "list" } `, false, ""},
 		{"escaped keys and values", `{"\u006fbject":"li\u0073t","d\u0061ta":[{"\u0069d":"ch_1","\u0061mount":5,"currency":"usd","status":"ok","created":1}],"has_\u006dore":false}`, false, ""},
 		{"keys in another case, as encoding/json matches them", `{"Object":"list","DATA":[{"ID":"ch_1","Amount":5,"Currency":"usd","Status":"ok","Created":1}],"Has_More":false}`, false, ""},
+		{"a key that folds beyond ASCII: the long s of ſtatus", pageOf(`{"id":"ch_1","amount":5,"currency":"usd","ſtatus":"ok","created":1}`), false, ""},
+		{"a key that only looks like one", pageOf(`{"id":"ch_1","amount":5,"currency":"usd","status_":"ok","created":1}`), false, "malformed charge ch_1: no status"},
 		{"a duplicate null leaves the value", pageOf(`{"id":"ch_1","amount":5,"amount":null,"currency":"usd","status":"ok","created":1}`), false, ""},
 		{"an event", pageOf(goodEvent), true, ""},
 
@@ -422,6 +424,7 @@ func BenchmarkCheckPage(b *testing.B) {
 		})
 		b.Run(c.list+"/check", func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
 			for b.Loop() {
 				if err := checkPage(resp, c.sh); err != nil {
 					b.Fatal(err)
