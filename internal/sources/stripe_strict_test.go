@@ -433,3 +433,19 @@ func BenchmarkCheckPage(b *testing.B) {
 		})
 	}
 }
+
+// The other cut body: the whole length announced, half sent, the
+// connection closed. That is a broken transfer, not a malformed answer:
+// retried all the same, and if it persists the list fails, saying so.
+func TestDroppedBodyIsNotMalformed(t *testing.T) {
+	e := newEnv(t)
+	populate(t, e, 20)
+	e.srv.SetFaults(stripetest.Faults{DropEvery: 1})
+	r := e.reader(t, func(o *StripeOptions) { o.Concurrency, o.MaxRetries = 1, 2 })
+	_, err := r.List(t.Context(), window)
+	var le *ListError
+	var re *RequestError
+	if !errors.As(err, &le) || !errors.As(err, &re) || re.Malformed() || re.Attempts != 3 || !strings.Contains(err.Error(), "unexpected EOF") {
+		t.Errorf("List over dropped connections = %v, want a ListError after 3 attempts, an unexpected EOF and not malformed", err)
+	}
+}
