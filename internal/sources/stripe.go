@@ -223,7 +223,8 @@ func sleepContext(ctx context.Context, d time.Duration) error {
 
 // RequestError is a Stripe request that failed for good: after its
 // retries, or at once when no retry can help (a bad key, a bad parameter,
-// Stripe-Should-Retry: false). Its text never holds the API key.
+// Stripe-Should-Retry: false). Its text never holds the API key nor any
+// part of a response body.
 type RequestError struct {
 	// Status is the HTTP status; 0 when no response arrived.
 	Status int
@@ -235,8 +236,9 @@ type RequestError struct {
 	RequestID string
 	Attempts  int
 
-	retry bool
-	cause error // a context error, kept for errors.Is
+	retry     bool
+	malformed bool
+	cause     error // a context error, kept for errors.Is
 }
 
 func (e *RequestError) Error() string {
@@ -270,9 +272,19 @@ func (e *RequestError) NotFound() bool {
 	return e.Status == http.StatusNotFound && e.Code == string(stripe.ErrorCodeResourceMissing)
 }
 
+// Malformed reports whether Stripe answered something the reader could not
+// take for what it asked: a body that is not JSON of the right shape, or a
+// page or an object without a member the reader relies on (see
+// stripe_strict.go). Such an answer is retried, as a 5xx is.
+func (e *RequestError) Malformed() bool { return e.malformed }
+
 // translate turns what stripe-go returned into a RequestError, deciding
 // whether a retry can help.
 func (s *Stripe) translate(err error) *RequestError {
+	var re *RequestError
+	if errors.As(err, &re) {
+		return re // the reader's own check of a response (malformed)
+	}
 	var se *stripe.Error
 	if errors.As(err, &se) {
 		re := &RequestError{
@@ -295,9 +307,14 @@ func (s *Stripe) translate(err error) *RequestError {
 		return re
 	}
 	// No Stripe error: the request or the response broke on the way (a
-	// reset, a timeout, a body cut short). Retrying is the cure.
-	return &RequestError{Message: s.scrub(err.Error()), retry: true}
+	// reset, a timeout, a body cut short), or the body was not JSON of the
+	// right shape. Retrying is the cure.
+	msg := s.scrub(err.Error())
+	return &RequestError{Message: msg, retry: true, malformed: strings.HasPrefix(msg, undecodable)}
 }
+
+// undecodable begins the message of a body stripe-go could not decode.
+const undecodable = "malformed response: undecodable JSON"
 
 // scrub removes the API key and response bodies from a message bound for
 // an error or a log.
@@ -316,7 +333,7 @@ func scrubSecret(msg, key string) string {
 		if i := strings.LastIndex(msg, "): "); i >= 0 {
 			why = ": " + msg[i+3:]
 		}
-		msg = "undecodable JSON response" + why
+		msg = undecodable + why
 	}
 	const most = 400
 	if len(msg) > most {
@@ -363,6 +380,13 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 		}
 		c.retries.Add(1)
 		wait := s.backoff(attempt)
+		if re.malformed {
+			// Retried like a 5xx, but a sign of a fault at Stripe or on
+			// the way that an operator should see even when a retry
+			// mends it. The message names what is missing, never a value.
+			s.log.WarnContext(ctx, "stripe answered a malformed response; retrying", slog.Int("attempt", attempt),
+				slog.String("problem", re.Message), slog.String("request_id", re.RequestID))
+		}
 		s.log.DebugContext(ctx, "stripe request retried", slog.Int("attempt", attempt),
 			slog.Int("status", re.Status), slog.String("code", re.Code), slog.Duration("backoff", wait))
 		if err := s.sleep(ctx, wait); err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/form"
@@ -89,35 +88,18 @@ func scanHead(b []byte) (objectHead, bool) {
 	}
 	i++
 	for {
-		i = skipSpace(b, i)
-		if i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
+		key, plain, start, ok := nextMember(b, i)
+		if !ok {
+			return h, start >= 0
 		}
-		if i >= len(b) || b[i] == '}' {
-			return h, true
+		if !plain {
+			return h, false // encoding/json would unescape it, or match it regardless of case
 		}
-		if b[i] != '"' {
-			return h, false
-		}
-		end, escaped := stringEnd(b, i)
-		if end < 0 || escaped {
-			return h, false
-		}
-		key := b[i+1 : end-1]
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return h, false
-		}
-		start := skipSpace(b, i+1)
 		i = valueEnd(b, start)
 		if i < 0 {
 			return h, false
 		}
 		v := b[start:i]
-		if k := string(key); k != "id" && k != "object" && k != "created" &&
-			(strings.EqualFold(k, "id") || strings.EqualFold(k, "object") || strings.EqualFold(k, "created")) {
-			return h, false // encoding/json would match it regardless of case
-		}
 		switch string(key) {
 		case "id", "object":
 			if len(v) < 2 || v[0] != '"' {
@@ -191,31 +173,122 @@ func valueEnd(b []byte, i int) int {
 		end, _ := stringEnd(b, i)
 		return end
 	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, _ := stringEnd(b, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
+		return restEnd(b, i+1)
 	}
 	j := i
 	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
 		j++
 	}
 	return j
+}
+
+// restEnd is the index just past the object or array that b[i] is inside
+// of, at its top level (just past its opening or past one of its
+// values), or -1.
+func restEnd(b []byte, i int) int {
+	depth := 1
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			end, _ := stringEnd(b, j)
+			if end < 0 {
+				return -1
+			}
+			j = end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
+}
+
+// nextMember reads the next member of a JSON object that the decoder has
+// already validated, from i (just past the object's '{' or just past a
+// member's value): its key, between the quotes, and where its value
+// starts. plain says that the key is lower case ASCII without an escape,
+// as all of Stripe's are, so that it is the name encoding/json matches
+// (see memberOf). At the object's end ok is false and at is the index of
+// the closing brace, or -1 where b breaks off. The caller skips the value
+// (valueEnd) or scans into it, and goes on from there.
+func nextMember(b []byte, i int) (key []byte, plain bool, at int, ok bool) {
+	i = skipSpace(b, i)
+	if i < len(b) && b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	if i >= len(b) || b[i] != '"' {
+		if i < len(b) && b[i] == '}' {
+			return nil, false, i, false
+		}
+		return nil, false, -1, false
+	}
+	// stringEnd's loop, telling plain keys on the way: this runs for
+	// every key of every page.
+	plain = true
+	j := i + 1
+scan:
+	for {
+		for j < len(b) && keyBytes[b[j]] == keyPlain {
+			j++
+		}
+		if j >= len(b) {
+			return nil, false, -1, false
+		}
+		switch keyBytes[b[j]] {
+		case keyQuote:
+			break scan
+		case keyEscape:
+			j++
+		}
+		plain = false
+		j++
+	}
+	k := skipSpace(b, j+1)
+	if k >= len(b) || b[k] != ':' {
+		return nil, false, -1, false
+	}
+	return b[i+1 : j], plain, skipSpace(b, k+1), true
+}
+
+// keyBytes sorts the bytes of a key for nextMember.
+var keyBytes = func() (t [256]uint8) {
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = keyFolds
+	}
+	for c := 0x80; c < len(t); c++ {
+		t[c] = keyFolds
+	}
+	t['"'], t['\\'] = keyQuote, keyEscape
+	return t
+}()
+
+const (
+	keyPlain  = iota // lower case ASCII and the like
+	keyQuote         // the key's end
+	keyEscape        // a backslash: the next byte is escaped
+	keyFolds         // a byte encoding/json may match regardless of case
+)
+
+// nextElement finds the next element of a JSON array that the decoder has
+// already validated, from i (just past the array's '[' or just past an
+// element): where it starts. At the array's end ok is false and at is the
+// index of the closing bracket, or -1 where b breaks off.
+func nextElement(b []byte, i int) (at int, ok bool) {
+	i = skipSpace(b, i)
+	if i < len(b) && b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	switch {
+	case i >= len(b):
+		return -1, false
+	case b[i] == ']':
+		return i, false
+	}
+	return i, true
 }
 
 // listEvents lists one page of events as stripe-go's event.Client.List

@@ -22,6 +22,7 @@ func TestScanHead(t *testing.T) {
 		{"null id", `{"id":null,"object":"charge","created":5}`, objectHead{Object: "charge", Created: 5}, true},
 		{"escaped id declines", `{"id":"ch_\u0031","object":"charge","created":5}`, objectHead{}, false},
 		{"escaped key declines", `{"i\u0064":"ch_1"}`, objectHead{}, false},
+		{"a key in another case declines", `{"ID":"ch_1","object":"charge","created":5}`, objectHead{}, false},
 		{"float created declines", `{"id":"ch_1","object":"charge","created":1.5}`, objectHead{}, false},
 		{"empty", `{}`, objectHead{}, true},
 	}

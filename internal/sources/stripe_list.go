@@ -163,6 +163,9 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 	from, to := ceilUnix(p.objects.From), ceilUnix(p.objects.To)
 	return lister{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
 		it := s.listEvents(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
+		if err := checked(it.Err(), it.List().(*eventPage).LastResponse, eventShape); err != nil {
+			return page{}, err
+		}
 		var pg page
 		for it.Next() {
 			ev := it.Current().(*lightEvent)
@@ -180,8 +183,18 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 			}
 		}
 		pg.hasMore = it.Meta().HasMore
-		return pg, it.Err()
+		return pg, nil
 	}}
+}
+
+// checked is the error of a page's request, or if the page arrived, the
+// reason it cannot be believed (checkPage); stripe-go has fetched and
+// decoded it by the time its Iter is made.
+func checked(err error, res *stripe.APIResponse, sh shape) error {
+	if err != nil {
+		return err
+	}
+	return checkPage(res, sh)
 }
 
 // objectListers read the charges, payment intents and refunds.
@@ -189,6 +202,9 @@ func (s *Stripe) objectListers() []lister {
 	return []lister{
 		{ListCharges, func(ctx context.Context, sp span, after string) (page, error) {
 			it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			if err := checked(it.Err(), it.ChargeList().LastResponse, chargeShape); err != nil {
+				return page{}, err
+			}
 			var pg page
 			for it.Next() {
 				c := it.Charge()
@@ -196,10 +212,13 @@ func (s *Stripe) objectListers() []lister {
 				pg.objects = append(pg.objects, chargeObject(c))
 			}
 			pg.hasMore = it.Meta().HasMore
-			return pg, it.Err()
+			return pg, nil
 		}},
 		{ListPaymentIntents, func(ctx context.Context, sp span, after string) (page, error) {
 			it := s.api.PaymentIntents.List(&stripe.PaymentIntentListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			if err := checked(it.Err(), it.PaymentIntentList().LastResponse, paymentIntentShape); err != nil {
+				return page{}, err
+			}
 			var pg page
 			for it.Next() {
 				p := it.PaymentIntent()
@@ -207,10 +226,13 @@ func (s *Stripe) objectListers() []lister {
 				pg.objects = append(pg.objects, paymentIntentObject(p))
 			}
 			pg.hasMore = it.Meta().HasMore
-			return pg, it.Err()
+			return pg, nil
 		}},
 		{ListRefunds, func(ctx context.Context, sp span, after string) (page, error) {
 			it := s.api.Refunds.List(&stripe.RefundListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			if err := checked(it.Err(), it.RefundList().LastResponse, refundShape); err != nil {
+				return page{}, err
+			}
 			var pg page
 			for it.Next() {
 				r := it.Refund()
@@ -218,7 +240,7 @@ func (s *Stripe) objectListers() []lister {
 				pg.objects = append(pg.objects, refundObject(r))
 			}
 			pg.hasMore = it.Meta().HasMore
-			return pg, it.Err()
+			return pg, nil
 		}},
 	}
 }
@@ -226,9 +248,11 @@ func (s *Stripe) objectListers() []lister {
 // List reads the charges, refunds and payment intents created in w, and
 // the key evidence of the events created in w (and EventGrace after it).
 // The window is split into time slices read concurrently; every page goes
-// through the rate limiter and the retries. If any list cannot be read to
-// its end, List returns a *ListError naming it and its cursor, and no
-// listing: a partial listing would make orphans of what it missed.
+// through the rate limiter and the retries. A page is believed only if it
+// holds what a page must (see checkPage); one that does not is retried.
+// If any list cannot be read to its end, List returns a *ListError naming
+// it and its cursor, and no listing: a partial listing would make orphans
+// of what it missed.
 func (s *Stripe) List(ctx context.Context, w reconcile.Window) (*Listing, error) {
 	if w.To.Before(w.From) {
 		return nil, fmt.Errorf("list stripe: window ends (%s) before it starts (%s)",
@@ -330,10 +354,16 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 		if !pg.hasMore {
 			return all, nil
 		}
-		if len(pg.ids) == 0 || pg.ids[len(pg.ids)-1] == after {
+		last := ""
+		if len(pg.ids) > 0 {
+			last = pg.ids[len(pg.ids)-1]
+		}
+		// An empty id would start the list again from its first page, and
+		// again: the checks of pages rule it out, and so does this.
+		if last == "" || last == after {
 			return fail(errors.New("stripe said has_more but the page did not advance the cursor"))
 		}
-		after = pg.ids[len(pg.ids)-1]
+		after = last
 	}
 }
 
@@ -422,8 +452,10 @@ func merge(results []page) *Listing {
 // same pacing and retries as List, Concurrency at a time. Each distinct
 // non-empty id gets one Lookup, sorted by id: found, not found (Stripe's
 // 404 resource_missing, evidence of absence) or failed (anything else,
-// including an id of no known prefix: a failure proves nothing). The found
-// objects come back sorted by kind, creation time and id.
+// including an id of no known prefix, and an answer without the object's
+// id, amount, currency, status or created, retried first: a failure proves
+// nothing). The found objects come back sorted by kind, creation time and
+// id.
 func (s *Stripe) Retrieve(ctx context.Context, ids []string) ([]reconcile.ProviderObject, []reconcile.Lookup) {
 	uniq := slices.Clone(ids)
 	slices.Sort(uniq)
@@ -467,16 +499,25 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			if err != nil {
 				return err
 			}
+			if err := checkObject(ch.LastResponse, chargeShape, id); err != nil {
+				return err
+			}
 			o = chargeObject(ch)
 		case reconcile.Refund:
 			r, err := s.api.Refunds.Get(id, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
 			if err != nil {
 				return err
 			}
+			if err := checkObject(r.LastResponse, refundShape, id); err != nil {
+				return err
+			}
 			o = refundObject(r)
 		case reconcile.PaymentIntent:
 			p, err := s.api.PaymentIntents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
 			if err != nil {
+				return err
+			}
+			if err := checkObject(p.LastResponse, paymentIntentShape, id); err != nil {
 				return err
 			}
 			o = paymentIntentObject(p)

@@ -720,7 +720,7 @@ func TestScrubSecret(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"Invalid API Key provided: " + testKey, "Invalid API Key provided: <redacted>"},
 		{"Couldn't deserialize JSON (response status: 200, body sample: '{\"metadata\":{\"card\":\"4242 4242 4242 4242\"}'): unexpected end of JSON input",
-			"undecodable JSON response: unexpected end of JSON input"},
+			"malformed response: undecodable JSON: unexpected end of JSON input"},
 		{"plain", "plain"},
 	}
 	for _, tt := range tests {

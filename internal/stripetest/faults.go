@@ -1,6 +1,7 @@
 package stripetest
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -41,6 +42,23 @@ type Faults struct {
 	// (so that a reader fails mid-list, holding a cursor).
 	FailList      string
 	FailListAfter int
+
+	// Malformed answers 200 with a body of that Shape instead of the one
+	// asked for, as a broken proxy or a faulty deploy at the provider
+	// might: every MalformedEvery-th request (0 or 1: every one, a fault
+	// that persists) to MalformedList ("charges", "events", …; "" for
+	// every list) that the shape applies to. The count is of those
+	// requests only (so that "every 2nd" is every other page of that
+	// list, whatever the other lists do), from when the faults were set.
+	// The page shapes (ShapeNoData, ShapeNullData, ShapeNoHasMore,
+	// ShapeNotList) apply to list pages; ShapeEmpty, ShapeTruncated and
+	// Without apply to list pages and to retrievals by id alike. A page
+	// or an object the shape would not change (Without a member nothing
+	// on it has) is served as it is and not counted as malformed.
+	// SetFaults panics on a shape it does not know.
+	Malformed      Shape
+	MalformedList  string
+	MalformedEvery int
 
 	// Latency delays every response (errors included).
 	Latency time.Duration
@@ -86,6 +104,9 @@ func (f Faults) hit(n uint64, every int, p float64, salt uint64) bool {
 // SetFaults replaces the injected faults and restarts their request count
 // and rate limiter.
 func (s *Server) SetFaults(f Faults) {
+	if !f.Malformed.valid() {
+		panic(fmt.Sprintf("stripetest: unknown Malformed shape %q", f.Malformed))
+	}
 	var lim *rate.Limiter
 	if f.RateLimit > 0 {
 		burst := f.RateBurst
@@ -99,6 +120,7 @@ func (s *Server) SetFaults(f Faults) {
 	s.faults, s.limiter = f, lim
 	s.faultSeq.Store(0)
 	s.failSeq.Store(0)
+	s.malformedSeq.Store(0)
 }
 
 func (s *Server) currentFaults() (Faults, *rate.Limiter) {
@@ -117,6 +139,7 @@ type Stats struct {
 	RateLimited  int // 429s served, injected or from RateLimit
 	ServerErrors int // 500s served, injected or from FailList
 	Dropped      int // connections dropped mid-response
+	Malformed    int // 200s served in a malformed shape (Faults.Malformed)
 	Unauthorized int // 401s
 	BadRequests  int // other 4xx: bad parameters, unknown ids and paths
 

@@ -89,6 +89,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reqID, e)
 		return
 	}
+	if bad, ok := s.malform(f, name, !hasID, body); ok {
+		s.count(func(st *Stats) { st.Malformed++ })
+		writeBody(w, reqID, http.StatusOK, bad)
+		return
+	}
 	if f.hit(n, f.DropEvery, f.DropP, saltDrop) && s.drop(w, reqID, body) {
 		return
 	}

@@ -6,8 +6,8 @@
 // (newest first, cursors, created ranges, event type filters, Stripe's
 // parameter errors) and retrieval by id. It refuses and counts every write,
 // so that a test can prove the reconciler sent none, and it injects faults
-// (rate limits, server errors, latency, dropped connections) that are
-// deterministic for a seed.
+// (rate limits, server errors, latency, dropped connections, 200s whose
+// body is malformed) that are deterministic for a seed.
 //
 // Objects are added as reconcile.ProviderObject values; the server renders
 // them as Stripe JSON and generates the events Stripe emits when they are
@@ -60,6 +60,8 @@ type Server struct {
 	limiter  *rate.Limiter
 	faultSeq atomic.Uint64 // authenticated GETs since the faults were set
 	failSeq  atomic.Int64  // requests to FailList since the faults were set
+	// requests Faults.Malformed applies to since the faults were set
+	malformedSeq atomic.Uint64
 
 	seq atomic.Uint64 // requests received, for request ids
 

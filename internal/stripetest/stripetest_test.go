@@ -1,6 +1,7 @@
 package stripetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -530,4 +531,181 @@ func TestAddRefusesBadObjects(t *testing.T) {
 	if _, err := s.AddEvent(Event{Type: "charge.updated", ObjectID: "ch_nope"}); err == nil {
 		t.Error("AddEvent about an unknown object = nil, want an error")
 	}
+}
+
+// rawGet returns a response's status, Content-Length header and body as
+// sent.
+func rawGet(tb testing.TB, base, path string) (int, string, []byte) {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(tb.Context(), http.MethodGet, base+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		tb.Fatalf("GET %s: read body: %v", path, err)
+	}
+	return res.StatusCode, res.Header.Get("Content-Length"), body
+}
+
+func TestMalformed(t *testing.T) {
+	newServer := func(t *testing.T, f Faults) (*Server, string) {
+		s := New(testKey)
+		fiveCharges(t, s)
+		s.SetFaults(f)
+		return s, start(t, s)
+	}
+	// members decodes a body's top-level members, or fails.
+	members := func(t *testing.T, body []byte) map[string]json.RawMessage {
+		t.Helper()
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatalf("malformed body is not JSON: %v: %s", err, body)
+		}
+		return m
+	}
+	entries := func(t *testing.T, body []byte) []map[string]json.RawMessage {
+		t.Helper()
+		var out []map[string]json.RawMessage
+		if err := json.Unmarshal(members(t, body)["data"], &out); err != nil || len(out) == 0 {
+			t.Fatalf("data = %s, %v; want entries", members(t, body)["data"], err)
+		}
+		return out
+	}
+	tests := []struct {
+		shape Shape
+		check func(t *testing.T, page []byte)
+	}{
+		{ShapeEmpty, func(t *testing.T, page []byte) {
+			if m := members(t, page); len(m) != 0 {
+				t.Errorf("page = %s, want {}", page)
+			}
+		}},
+		{ShapeNoData, func(t *testing.T, page []byte) {
+			m := members(t, page)
+			if _, ok := m["data"]; ok || string(m["object"]) != `"list"` || string(m["has_more"]) != "false" {
+				t.Errorf("page = %s, want a list without data", page)
+			}
+		}},
+		{ShapeNullData, func(t *testing.T, page []byte) {
+			if m := members(t, page); string(m["data"]) != "null" || string(m["object"]) != `"list"` {
+				t.Errorf("page = %s, want a list with data null", page)
+			}
+		}},
+		{ShapeNoHasMore, func(t *testing.T, page []byte) {
+			m := members(t, page)
+			if _, ok := m["has_more"]; ok || len(entries(t, page)) != 6 {
+				t.Errorf("page = %s, want the six charges and no has_more", page)
+			}
+		}},
+		{ShapeNotList, func(t *testing.T, page []byte) {
+			if m := members(t, page); string(m["object"]) != `"search_result"` || len(entries(t, page)) != 6 {
+				t.Errorf("page = %s, want the six charges in a search_result", page)
+			}
+		}},
+		{Without("amount"), func(t *testing.T, page []byte) {
+			for _, e := range entries(t, page) {
+				if _, ok := e["amount"]; ok || e["currency"] == nil || e["id"] == nil || e["amount_refunded"] == nil {
+					t.Errorf("entry = %v, want every member but amount", e)
+				}
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.shape), func(t *testing.T) {
+			s, base := newServer(t, Faults{Malformed: tt.shape, MalformedList: ListCharges})
+			status, _, page := rawGet(t, base, "/v1/charges")
+			if status != http.StatusOK {
+				t.Fatalf("status = %d, want 200", status)
+			}
+			tt.check(t, page)
+			// Other lists are served as they are.
+			if r := get(t, base, "/v1/events", nil); r.body["object"] != "list" || r.body["has_more"] != false {
+				t.Errorf("events beside malformed charges = %v", r.body)
+			}
+			if st := s.Stats(); st.Malformed != 1 || st.Pages[ListCharges] != 0 || st.Objects[ListCharges] != 0 {
+				t.Errorf("stats = %+v, want one malformed page, none of charges delivered", st)
+			}
+		})
+	}
+
+	t.Run("every other page of one list", func(t *testing.T) {
+		s, base := newServer(t, Faults{Malformed: ShapeNullData, MalformedList: ListCharges, MalformedEvery: 2})
+		var shapes []string
+		for range 4 {
+			get(t, base, "/v1/charges/ch_1", nil) // page shapes spare retrievals, which do not count
+			r := get(t, base, "/v1/charges", nil)
+			if r.body["data"] == nil {
+				shapes = append(shapes, "null")
+			} else {
+				shapes = append(shapes, "list")
+			}
+		}
+		if want := []string{"list", "null", "list", "null"}; !slices.Equal(shapes, want) {
+			t.Errorf("pages = %v, want %v", shapes, want)
+		}
+		if got := s.Stats().Malformed; got != 2 {
+			t.Errorf("Malformed = %d, want 2", got)
+		}
+	})
+	t.Run("truncated", func(t *testing.T) {
+		_, plain := newServer(t, Faults{})
+		_, whole, full := rawGet(t, plain, "/v1/charges")
+		_, base := newServer(t, Faults{Malformed: ShapeTruncated})
+		for _, path := range []string{"/v1/charges", "/v1/charges/ch_1"} {
+			status, length, body := rawGet(t, base, path)
+			if status != http.StatusOK || length != fmt.Sprint(len(body)) || json.Valid(body) || len(body) == 0 {
+				t.Errorf("GET %s = %d, Content-Length %s, %d bytes, valid JSON %t; want 200, cut JSON, its length announced",
+					path, status, length, len(body), json.Valid(body))
+			}
+			if path == "/v1/charges" && (!bytes.HasPrefix(full, body) || fmt.Sprint(2*len(body)) != whole && fmt.Sprint(2*len(body)+1) != whole) {
+				t.Errorf("truncated page = %d bytes, want the first half of the %s bytes", len(body), whole)
+			}
+		}
+	})
+	t.Run("retrievals and events", func(t *testing.T) {
+		s := New(testKey)
+		mustAdd(t, s, "k", charge("ch_1", t0))
+		base := start(t, s)
+		s.SetFaults(Faults{Malformed: Without("currency")})
+		if r := get(t, base, "/v1/charges/ch_1", nil); r.body["id"] != "ch_1" || r.body["currency"] != nil || r.body["amount"] == nil {
+			t.Errorf("charge without currency = %v", r.body)
+		}
+		s.SetFaults(Faults{Malformed: ShapeEmpty, MalformedList: ListCharges})
+		if r := get(t, base, "/v1/charges/ch_1", nil); len(r.body) != 0 {
+			t.Errorf("empty charge = %v, want {}", r.body)
+		}
+		s.SetFaults(Faults{Malformed: Without("data.object"), MalformedList: ListEvents})
+		_, _, page := rawGet(t, base, "/v1/events")
+		for _, e := range entries(t, page) {
+			var data map[string]json.RawMessage
+			if err := json.Unmarshal(e["data"], &data); err != nil || len(data) != 0 || e["type"] == nil {
+				t.Errorf("event %s: type %s, data %s; want its type and data {}", e["id"], e["type"], e["data"])
+			}
+		}
+		// A member nothing has changes nothing: served, not counted.
+		s.SetFaults(Faults{Malformed: Without("amount"), MalformedList: ListEvents})
+		s.ResetStats()
+		if r := get(t, base, "/v1/events", nil); len(ids(t, r)) != 1 || s.Stats().Malformed != 0 {
+			t.Errorf("events without an amount they never had: %v, stats %+v", r.body, s.Stats())
+		}
+	})
+	t.Run("unknown shape panics", func(t *testing.T) {
+		for _, sh := range []Shape{"nonsense", Without(""), Without("data.")} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("SetFaults(Malformed: %q) did not panic", sh)
+					}
+				}()
+				New(testKey).SetFaults(Faults{Malformed: sh})
+			}()
+		}
+	})
 }
