@@ -12,7 +12,7 @@ import (
 // FaultKinds are the rows of the coverage table: the faults injected and
 // the step boundaries passes were killed at, in the order printed.
 var FaultKinds = []string{
-	"stripe_429", "stripe_5xx", "stripe_drop", "stripe_timeout", "stripe_missing_page", "stripe_lookup_fail",
+	"stripe_429", "stripe_5xx", "stripe_drop", "stripe_timeout", "stripe_missing_page", "stripe_malformed", "stripe_lookup_fail",
 	"slack_429", "slack_5xx", "slack_down", "slack_bad_auth", "slack_lost_response", "slack_lost_request",
 	"kill_after_page", "kill_after_apply", "kill_after_send",
 	"two_at_once_nowait", "two_at_once_wait", "worker_interleave",

@@ -391,6 +391,9 @@ func (p *simProvider) read(list func() error) error {
 	if st.Dropped > 0 {
 		pc.fired["stripe_drop"] = true
 	}
+	if st.Malformed > 0 {
+		pc.fired["stripe_malformed"] = true
+	}
 	if pc.killed.Load() {
 		return errKilled
 	}

@@ -92,7 +92,19 @@ func (w *world) drawPlan(kill bool) passPlan {
 	if w.chance(0.5) {
 		f := stripetest.Faults{Seed: w.rng.Uint64()}
 		for range 1 + w.rng.IntN(2) {
-			switch w.rng.IntN(6) {
+			switch w.rng.IntN(7) {
+			case 6:
+				// 200s in a broken shape: now and then (retried past) or on
+				// every request to one list (the pass must fail).
+				shapes := []stripetest.Shape{stripetest.ShapeEmpty, stripetest.ShapeNoData, stripetest.ShapeNullData,
+					stripetest.ShapeNoHasMore, stripetest.ShapeNotList, stripetest.ShapeTruncated,
+					stripetest.Without("amount"), stripetest.Without("currency"), stripetest.Without("status"),
+					stripetest.Without("created"), stripetest.Without("id")}
+				f.Malformed = shapes[w.rng.IntN(len(shapes))]
+				f.MalformedList = []string{"", stripetest.ListEvents, stripetest.ListCharges, stripetest.ListRefunds}[w.rng.IntN(4)]
+				if w.chance(0.6) {
+					f.MalformedEvery = 2 + w.rng.IntN(3)
+				}
 			case 5:
 				// One timeout the reader's retry gets past, or a request that
 				// times out on every retry and fails the pass.
