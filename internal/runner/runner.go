@@ -174,7 +174,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			return nil, ErrLocked
 		}
 		if err != nil {
-			return nil, fmt.Errorf("take the run lock: %w", err)
+			return nil, err // the store's error says it was taking the run lock
 		}
 		// Every write of the pass proves in its own transaction that the
 		// lock is still this run's (store.WithFence); the checks of Held

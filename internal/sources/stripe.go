@@ -335,6 +335,12 @@ func scrubSecret(msg, key string) string {
 		}
 		msg = undecodable + why
 	}
+	// stripe-go hands over a whole error response's body as the message
+	// when it holds no Stripe error (a proxy's page, a JSON without
+	// "error"): it is another party's data, so none of it is kept.
+	if t := strings.TrimSpace(msg); strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") || strings.HasPrefix(t, "<") {
+		msg = "an answer that is not a Stripe error (body not shown)"
+	}
 	const most = 400
 	if len(msg) > most {
 		msg = msg[:most] + "…"

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -722,10 +724,39 @@ func TestScrubSecret(t *testing.T) {
 		{"Couldn't deserialize JSON (response status: 200, body sample: '{\"metadata\":{\"card\":\"4242 4242 4242 4242\"}'): unexpected end of JSON input",
 			"malformed response: undecodable JSON: unexpected end of JSON input"},
 		{"plain", "plain"},
+		// stripe-go's message for an error response without a Stripe
+		// error is the whole body.
+		{`{"customer": {"email": "jane@example.com"}}`, "an answer that is not a Stripe error (body not shown)"},
+		{" <html><body>card 4242 4242 4242 4242</body></html>", "an answer that is not a Stripe error (body not shown)"},
 	}
 	for _, tt := range tests {
 		if got := scrubSecret(tt.in, testKey); got != tt.want {
 			t.Errorf("scrubSecret(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// A gateway's error page, or a JSON error answer without Stripe's "error",
+// reaches no error text: stripe-go makes the whole body the message.
+func TestForeignErrorBodyIsNotShown(t *testing.T) {
+	for _, body := range []string{`{"detail": {"email": "jane@example.com", "card": "4242424242424242"}}`,
+		"<html>upstream for jane@example.com failed</html>"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, body)
+		}))
+		r, err := NewStripe(StripeOptions{APIKey: testKey, BaseURL: srv.URL, Rate: math.Inf(1), MaxRetries: 1,
+			RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.List(t.Context(), window)
+		srv.Close()
+		if err == nil {
+			t.Fatalf("List against a 502 = nil error")
+		}
+		if msg := err.Error(); strings.Contains(msg, "jane@") || strings.Contains(msg, "4242") {
+			t.Errorf("List against a 502 with body %q: error %q", body, msg)
 		}
 	}
 }
