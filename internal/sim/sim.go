@@ -6,7 +6,7 @@
 // the Stripe test server and the Slack fake misbehave; and reconciler
 // passes run at random points, two at once, or are killed at a step
 // boundary and restarted. An oracle that knows what the provider really
-// did checks the invariants of issue 7 (I1–I8) after every pass.
+// did checks the invariants I1–I9 after every pass.
 //
 // Everything real runs: the runner, the stripe-go reader against
 // stripetest over HTTP, the obligations reader, the store and the provider
@@ -49,7 +49,12 @@
 //     sends only what was already due; a dry run writes and sends nothing;
 //   - I8: no canary (keys, tokens, the database password, card numbers, an
 //     e-mail address) in the logs, Slack, returned errors or stored error
-//     texts.
+//     texts;
+//   - I9: window independence (docs/design.md, "Coverage"): for every
+//     obligation the pass decided on within reach of max_lookback and
+//     Stripe's events, the PAID decision and the critical and high
+//     findings of the oracle's pass over the whole history at the same
+//     moment; none marked PAID beyond.
 package sim
 
 import (
