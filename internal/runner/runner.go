@@ -377,11 +377,12 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 	// The obligations: those in scope of w by state and window and those
 	// the subject's objects name are decided on; the others the records
 	// read name are read only to link them.
-	obs, err := r.Obligations.Read(ctx, w, Named(listing, r.Matcher))
+	named := Named(listing, r.Matcher)
+	obs, err := r.Obligations.Read(ctx, w, named)
 	if err != nil {
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
-	subject := Named(subjectOf(listing, w), r.Matcher)
+	subject := namedIf(listing, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
 	oldest := time.Time{}
 	for i := range obs {
 		if decides(&obs[i], w, subject) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
@@ -398,16 +399,19 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 		}
 		listing, keysFrom = join(older, kf, listing, keysFrom, cover.From)
 		cover.From, st.cover.From = from, from
-		more, err := r.Obligations.ReadNamed(ctx, Named(older, r.Matcher))
+		olderNamed := Named(older, r.Matcher)
+		named.ProviderIDs = slices.Compact(slices.Sorted(slices.Values(append(named.ProviderIDs, olderNamed.ProviderIDs...))))
+		more, err := r.Obligations.ReadNamed(ctx, olderNamed)
 		if err != nil {
 			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 		}
 		obs = mergeObligations(obs, more)
 		log.Info("read further back for obligations the window's records name", "from", from, "obligations", len(more))
 	}
+	decided := make([]bool, len(obs))
 	var context []string
 	for i := range obs {
-		if !decides(&obs[i], w, subject) {
+		if decided[i] = decides(&obs[i], w, subject); !decided[i] {
 			context = append(context, obs[i].ID)
 		}
 	}
@@ -416,11 +420,11 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 
 	objects := listing.Objects
 	// Every listed object's id, sorted, to find what the listing lacks.
-	listed := Named(listing, r.Matcher).ProviderIDs
+	listed := named.ProviderIDs
 	var missing []string
 	for i := range obs {
 		o := &obs[i]
-		if !decides(o, w, subject) {
+		if !decided[i] {
 			continue
 		}
 		for _, id := range []string{o.ProviderID, o.TargetID} {
@@ -536,28 +540,6 @@ func join(older *sources.Listing, olderKeys time.Time, l *sources.Listing, later
 	return joined, olderKeys
 }
 
-// subjectOf is the part of a listing created in w: the objects a pass is
-// about, and the key evidence of those objects.
-func subjectOf(l *sources.Listing, w reconcile.Window) *sources.Listing {
-	sub := &sources.Listing{}
-	for _, o := range l.Objects {
-		if w.Contains(o.Created) {
-			sub.Objects = append(sub.Objects, o)
-		}
-	}
-	ids := make([]string, len(sub.Objects))
-	for i, o := range sub.Objects {
-		ids[i] = o.ID
-	}
-	slices.Sort(ids)
-	for _, k := range l.Keys {
-		if _, ok := slices.BinarySearch(ids, k.ObjectID); ok {
-			sub.Keys = append(sub.Keys, k)
-		}
-	}
-	return sub
-}
-
 // decides reports whether a pass about w decides on o: it is EXECUTING or
 // CONFIRMATION_UNKNOWN, was created or updated in w, or the objects
 // created in w name it (subject). The obligations the other records read
@@ -622,8 +604,19 @@ func (r *Runner) recordFailed(ctx context.Context, log *slog.Logger, run reconci
 // events, and the object ids themselves (an obligation's provider_id or
 // target_id).
 func Named(l *sources.Listing, opts matcher.Options) sources.Named {
+	return namedIf(l, opts, func(reconcile.ProviderObject) bool { return true })
+}
+
+// namedIf is what the listed objects that keep keeps name, and the keys
+// of the events about them.
+func namedIf(l *sources.Listing, opts matcher.Options, keep func(reconcile.ProviderObject) bool) sources.Named {
 	var n sources.Named
+	all := true
 	for _, o := range l.Objects {
+		if !keep(o) {
+			all = false
+			continue
+		}
 		n.ProviderIDs = append(n.ProviderIDs, o.ID)
 		if id := o.Metadata[opts.MetadataObligationID]; id != "" {
 			n.IDs = append(n.IDs, id)
@@ -632,10 +625,14 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 			n.Keys = append(n.Keys, k)
 		}
 	}
+	slices.Sort(n.ProviderIDs)
+	n.ProviderIDs = slices.Compact(n.ProviderIDs)
 	for _, k := range l.Keys {
-		n.Keys = append(n.Keys, k.Key)
+		if _, kept := slices.BinarySearch(n.ProviderIDs, k.ObjectID); all || kept {
+			n.Keys = append(n.Keys, k.Key)
+		}
 	}
-	for _, s := range []*[]string{&n.IDs, &n.Keys, &n.ProviderIDs} {
+	for _, s := range []*[]string{&n.IDs, &n.Keys} {
 		slices.Sort(*s)
 		*s = slices.Compact(*s)
 	}
