@@ -186,3 +186,41 @@ func TestEvidenceNamesAnotherObligation(t *testing.T) {
 		t.Errorf("decided on %v with %d read to link; want refund:b read only to link", out.Result.ObligationIDs, out.Context)
 	}
 }
+
+// The stretch an incremental pass lists before the mirror's joins the
+// mirror, idempotency keys included: the next pass reads it from there,
+// and decides what rests on it (a worker's expired lease, proved paid by
+// the charge its key made).
+func TestOlderStretchJoinsTheMirror(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	usd := reconcile.Money{Amount: 4200, Currency: "usd"}
+	start := e.clock
+	e.pass(true, runner.Request{Window: reconcile.Window{From: start.Add(-24 * time.Hour), To: start}})
+
+	// An obligation from five days back, which no pass has read so far,
+	// executing under a lease until 90 minutes after start.
+	created := start.Add(-5 * 24 * time.Hour)
+	e.add("key-5d", reconcile.ProviderObject{ID: "ch_5d", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
+		Created: created.Add(time.Minute)})
+	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:5d", Kind: reconcile.Charge, IdempotencyKey: "key-5d",
+		Money: usd, State: reconcile.Executing, LeaseOwner: "w", LeaseExpiresAt: start.Add(90 * time.Minute),
+		CreatedAt: created, UpdatedAt: created})
+
+	e.clock = start.Add(time.Hour)
+	second := e.pass(true, runner.Request{Window: reconcile.Window{From: e.clock.Add(-24 * time.Hour), To: e.clock}})
+	if second.Sync.Mode != runner.SyncIncremental || !second.Sync.Older.Valid() || len(second.Transitions) != 0 {
+		t.Fatalf("second pass: mode %q (%s), older %v, transitions %v; want incremental, listing the stretch before the mirror, no transition",
+			second.Sync.Mode, second.Sync.Reason, second.Sync.Older, second.Transitions)
+	}
+
+	e.clock = start.Add(2 * time.Hour)
+	third := e.pass(true, runner.Request{Window: reconcile.Window{From: e.clock.Add(-24 * time.Hour), To: e.clock}})
+	if third.Sync.Mode != runner.SyncIncremental || third.Sync.Older.Valid() {
+		t.Errorf("third pass: mode %q (%s), older %v; want incremental from the mirror alone", third.Sync.Mode, third.Sync.Reason, third.Sync.Older)
+	}
+	if third.Partial != 0 || len(third.Transitions) != 1 || third.Transitions[0].ProviderID != "ch_5d" {
+		t.Errorf("third pass: %d obligations partly read (events from %s, covered from %s), transitions %v; want charge:5d marked PAID by ch_5d",
+			third.Partial, third.EventsFrom, third.Covered.From, third.Transitions)
+	}
+}

@@ -518,6 +518,9 @@ func (r *Runner) listOlder(ctx context.Context, w reconcile.Window, now time.Tim
 			keysFrom = later(w.From, p.keysFrom)
 		}
 	}
+	if ev := later(w.From, now.Add(-sources.EventRetention)); ev.Before(w.To) {
+		st.keysRead = append(st.keysRead, reconcile.Window{From: ev, To: w.To})
+	}
 	return l, keysFrom, nil
 }
 
@@ -604,17 +607,17 @@ func (r *Runner) recordFailed(ctx context.Context, log *slog.Logger, run reconci
 // events, and the object ids themselves (an obligation's provider_id or
 // target_id).
 func Named(l *sources.Listing, opts matcher.Options) sources.Named {
-	return namedIf(l, opts, func(reconcile.ProviderObject) bool { return true })
+	return namedIf(l, opts, nil)
 }
 
 // namedIf is what the listed objects that keep keeps name, and the keys
-// of the events about them.
+// of the events about them; with keep nil, what every object and every
+// event names.
 func namedIf(l *sources.Listing, opts matcher.Options, keep func(reconcile.ProviderObject) bool) sources.Named {
 	var n sources.Named
-	all := true
+	all := keep == nil
 	for _, o := range l.Objects {
-		if !keep(o) {
-			all = false
+		if !all && !keep(o) {
 			continue
 		}
 		n.ProviderIDs = append(n.ProviderIDs, o.ID)

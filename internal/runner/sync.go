@@ -206,6 +206,9 @@ type readState struct {
 	// cover is the creation-time window of the provider's records the
 	// pass reads (docs/design.md, "Coverage").
 	cover reconcile.Window
+	// keysRead are the stretches over which listOlder read the key
+	// evidence whole, for the mirror's keys cursor.
+	keysRead []reconcile.Window
 	// phases time the pass's steps.
 	phases phaseClock
 }
@@ -484,6 +487,12 @@ func (r *Runner) finishSave(w reconcile.Window, now time.Time, runID string, st 
 		u.Cursors.Keys = read
 		if p.cur.Keys.Valid() {
 			u.Cursors.Keys = extend(p.cur.Keys, read)
+		}
+		// The stretches an incremental pass listed before the mirror's
+		// (or further back, for an obligation only its subject named)
+		// join the keys the mirror holds.
+		for _, kr := range st.keysRead {
+			u.Cursors.Keys = extend(u.Cursors.Keys, kr)
 		}
 	}
 	switch {

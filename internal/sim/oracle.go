@@ -201,9 +201,7 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 		}
 	}
 
-	// Links, by every route, to obligations read of the same class. Key
-	// evidence is known of the objects listed (their creation events are
-	// read with them).
+	// Links, by every route, to obligations read of the same class.
 	read := func(id string) bool { return e.scope[id] || e.context[id] }
 	byKey := map[string]string{}
 	for _, id := range t.oblIDs {
@@ -225,7 +223,10 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 				add(id)
 			}
 		}
-		if e.listed[xid] && x.Key != "" {
+		// Events are read from the coverage's start to a minute past now:
+		// the key of an object created as the pass began is known even
+		// where only a retrieval returned the object.
+		if c := x.Created.Unix(); x.Key != "" && c >= ceilUnix(e.cover.From) && c < ceilUnix(now)+eventGrace {
 			add(byKey[x.Key])
 		}
 		add(x.Meta["obligation_id"])
