@@ -201,17 +201,27 @@ func (w *world) checkTransitions(pc *passCtl, newTr []transitionRow, after dbSta
 			w.violate("I1", n, "%s marked PAID by %s without exactly one succeeded movement of %s: %s",
 				id, t.ProviderID, read.Money, w.describeObl(e, id))
 		}
-		// The truth beyond what the pass could see: money may have moved
-		// for it outside the window too (a limit of windows, reported).
-		all := 0
+		// The truth beyond what the pass could link: money may also have
+		// moved for it under a fresh key with no metadata, which nothing
+		// ties to it (a limit of any reconciliation, reported: the pass
+		// shows such an object as an orphan). One it did not even read
+		// would be a hole in its coverage.
+		var extra, unread []string
 		for _, x := range e.truth.objectsFor(id) {
-			if x.Status == reconcile.Succeeded {
-				all++
+			if x.Status == reconcile.Succeeded && x.ID != t.ProviderID {
+				extra = append(extra, x.ID)
+				if !e.input[x.ID] && x.Created.Unix() < pc.start.Unix() {
+					unread = append(unread, x.ID)
+				}
 			}
 		}
-		if all > 1 {
-			w.rep.WindowLimited++
-			w.tracef("pass %d: %s marked PAID on the window's evidence; %d succeeded movements in all", n, id, all)
+		if len(unread) > 0 {
+			w.violate("I9", n, "%s marked PAID by %s, but the pass did not read %v, which moved money for it too: %s",
+				id, t.ProviderID, unread, w.describeObl(e, id))
+		}
+		if len(extra) > 0 {
+			w.rep.Unlinkable++
+			w.tracef("pass %d: %s marked PAID by %s; %v moved money for it too, under keys nothing ties to it", n, id, t.ProviderID, extra)
 		}
 		adopt(o, t, pc.start)
 	}

@@ -181,10 +181,11 @@ type Report struct {
 	Digest string
 	// Trace is the history, one line per event, run ids left out.
 	Trace []string
-	// WindowLimited counts PAID transitions that the pass's evidence
-	// justified while money had also moved for the obligation outside
-	// what the pass could see (a design limit of windows, not a bug).
-	WindowLimited int
+	// Unlinkable counts PAID transitions that the pass's evidence
+	// justified while money had also moved for the obligation in an object
+	// nothing ties to it (a fresh key and no metadata), which the pass read
+	// and reported as an orphan: a limit of any reconciliation, not a bug.
+	Unlinkable int
 	// Known counts known deviations by id (see known).
 	Known map[string]int
 	// Stats counts what passes did (how they read the provider).

@@ -117,7 +117,7 @@ func TestSim(t *testing.T) {
 					cov.Merge(rep.Coverage)
 					steps += rep.Steps
 					passes += rep.Passes
-					limited += rep.WindowLimited
+					limited += rep.Unlinkable
 					if len(rep.Violations) > 0 {
 						failed = append(failed, rep)
 					}
@@ -139,7 +139,7 @@ func TestSim(t *testing.T) {
 	if infraErr != nil {
 		t.Fatal(infraErr)
 	}
-	t.Logf("%d seeds, %d steps, %d passes in %s; %d seeds with violations %v; known deviations %v; %d PAID on window-limited evidence",
+	t.Logf("%d seeds, %d steps, %d passes in %s; %d seeds with violations %v; known deviations %v; %d PAID while money also moved under a key nothing ties to the obligation",
 		n, steps, passes, time.Since(start).Round(time.Millisecond), len(failed), byInv, known, limited)
 	t.Logf("pass statistics: %v", stats)
 	t.Logf("coverage (passes in which the fault fired with an obligation of the state in scope; least cell %d):\n%s", cov.Min(), cov)
