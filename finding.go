@@ -41,10 +41,11 @@ func ParseSeverity(s string) (Severity, bool) {
 	return sev, sev.Rank() > 0
 }
 
-// FindingKind names one kind of disagreement (DESIGN.md §3).
+// FindingKind names one kind of disagreement; Kinds says everything else
+// about each (docs/design.md, "Findings").
 type FindingKind string
 
-// The finding kinds of DESIGN.md §3.
+// The finding kinds.
 const (
 	Duplicate           FindingKind = "duplicate"
 	SuspectedDuplicate  FindingKind = "suspected_duplicate"
@@ -56,24 +57,6 @@ const (
 	UnresolvedUnknown   FindingKind = "unresolved_unknown"
 	ConflictingLink     FindingKind = "conflicting_link"
 )
-
-// FindingKinds lists every kind, most severe first.
-var FindingKinds = []FindingKind{Duplicate, PaidWithoutEvidence, StatusMismatch,
-	SuspectedDuplicate, Orphan, AmountMismatch, ConflictingLink, StaleLease, UnresolvedUnknown}
-
-// Severity is the kind's fixed severity; kinds outside DESIGN's table are
-// informational.
-func (k FindingKind) Severity() Severity {
-	switch k {
-	case Duplicate, PaidWithoutEvidence, StatusMismatch:
-		return Critical
-	case SuspectedDuplicate, Orphan, AmountMismatch, ConflictingLink:
-		return High
-	case StaleLease, UnresolvedUnknown:
-		return Warning
-	}
-	return Info
-}
 
 // Finding is one disagreement between the obligations and the provider.
 type Finding struct {

@@ -278,19 +278,12 @@ func compareItems(a, b item) int {
 	return cmp.Or(
 		cmp.Compare(a.fam, b.fam),
 		cmp.Compare(severityOf(b.row.Finding).Rank(), severityOf(a.row.Finding).Rank()),
-		cmp.Compare(kindOrder(a.row.Finding.Kind), kindOrder(b.row.Finding.Kind)),
+		cmp.Compare(a.row.Finding.Kind.Order(), b.row.Finding.Kind.Order()),
 		strings.Compare(string(a.row.Finding.Kind), string(b.row.Finding.Kind)),
 		strings.Compare(a.row.Finding.ObligationID, b.row.Finding.ObligationID),
 		slices.Compare(a.row.Finding.ProviderIDs, b.row.Finding.ProviderIDs),
 		cmp.Compare(a.row.ID, b.row.ID),
 	)
-}
-
-func kindOrder(k reconcile.FindingKind) int {
-	if i := slices.Index(reconcile.FindingKinds, k); i >= 0 {
-		return i
-	}
-	return len(reconcile.FindingKinds)
 }
 
 func severityOf(f reconcile.Finding) reconcile.Severity {

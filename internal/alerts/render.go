@@ -23,27 +23,11 @@ const (
 	ackHint   = `reconcile ack FINGERPRINT --reason "…"`
 )
 
-// kindLabel names a finding kind for finance.
+// kindLabel names a finding kind for finance (reconcile.Kinds); a kind
+// the table does not know is named by its own words.
 func kindLabel(k reconcile.FindingKind) string {
-	switch k {
-	case reconcile.Duplicate:
-		return "Duplicate payment"
-	case reconcile.SuspectedDuplicate:
-		return "Suspected duplicate"
-	case reconcile.Orphan:
-		return "Money moved without an obligation"
-	case reconcile.PaidWithoutEvidence:
-		return "Paid without evidence"
-	case reconcile.AmountMismatch:
-		return "Amount mismatch"
-	case reconcile.StatusMismatch:
-		return "Status mismatch"
-	case reconcile.StaleLease:
-		return "Stalled payment (stale lease)"
-	case reconcile.UnresolvedUnknown:
-		return "Outcome still unknown"
-	case reconcile.ConflictingLink:
-		return "Conflicting link"
+	if l := k.Info().Label; l != "" {
+		return l
 	}
 	s := clean(strings.ReplaceAll(string(k), "_", " "), 60, true)
 	if s == "" {
@@ -52,27 +36,11 @@ func kindLabel(k reconcile.FindingKind) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// kindAction is the one line that says what a person does next.
+// kindAction is the one line that says what a person does next
+// (reconcile.Kinds).
 func kindAction(k reconcile.FindingKind) string {
-	switch k {
-	case reconcile.Duplicate:
-		return "Confirm with the customer and recover the extra money; do not retry the obligation."
-	case reconcile.SuspectedDuplicate:
-		return "Check whether this second movement of the same amount was intended; if not, recover it from the customer's account and record why."
-	case reconcile.Orphan:
-		return "Find who moved this money outside the workflow; record it against an obligation or reverse it."
-	case reconcile.PaidWithoutEvidence:
-		return "Look for the payment in the Stripe dashboard before anyone tells the customer it is paid; if there is none, send the obligation back for review."
-	case reconcile.AmountMismatch:
-		return "Compare the two amounts and settle the difference with the customer; correct the obligation if it is the one that is wrong."
-	case reconcile.StatusMismatch:
-		return "Compare the obligation's state with Stripe's record and correct the obligation by hand; do not retry it until they agree."
-	case reconcile.StaleLease:
-		return "A worker stopped mid-payment: check Stripe before anyone retries, then let the workflow resume or fail the obligation."
-	case reconcile.UnresolvedUnknown:
-		return "Stripe shows no successful payment for it yet: confirm with Stripe before retrying, and retry only with the same idempotency key."
-	case reconcile.ConflictingLink:
-		return "One Stripe object is linked to two obligations: decide which one it belongs to and correct the other's provider id or metadata."
+	if d := k.Info().Do; d != "" {
+		return d
 	}
 	return "Review it with `" + traceHint + "`."
 }
@@ -277,7 +245,7 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 		kinds = append(kinds, k)
 	}
 	slices.SortFunc(kinds, func(a, b reconcile.FindingKind) int {
-		if d := kindOrder(a) - kindOrder(b); d != 0 {
+		if d := a.Order() - b.Order(); d != 0 {
 			return d
 		}
 		return strings.Compare(string(a), string(b))
@@ -526,7 +494,7 @@ func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Mess
 			kinds = append(kinds, it.row.Finding.Kind)
 		}
 	}
-	slices.SortFunc(kinds, func(a, b reconcile.FindingKind) int { return kindOrder(a) - kindOrder(b) })
+	slices.SortFunc(kinds, func(a, b reconcile.FindingKind) int { return a.Order() - b.Order() })
 
 	var blocks []slack.Block
 	possible := k.unknown || anyUnknown(rows)
@@ -596,7 +564,7 @@ func renderOverflow(items []item, parent int) Message {
 		if a.fam != b.fam {
 			return int(a.fam - b.fam)
 		}
-		if d := kindOrder(a.kind) - kindOrder(b.kind); d != 0 {
+		if d := a.kind.Order() - b.kind.Order(); d != 0 {
 			return d
 		}
 		return strings.Compare(string(a.kind), string(b.kind))

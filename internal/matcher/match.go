@@ -11,12 +11,11 @@ import (
 	"reconcile"
 )
 
-// Unverified is an informational finding kind of the matcher's own
-// (DESIGN.md §3 allows them): a PAID obligation to which nothing links,
-// where the run could not prove absence either (the listing did not cover
-// its time, or the lookup of the object it names failed). Reported only
-// when Options.ReportUnverified is set.
-const Unverified reconcile.FindingKind = "unverified"
+// Unverified is the informational kind reconcile.Unverified: a PAID
+// obligation to which nothing links, where the run could not prove absence
+// either (the listing did not cover its time, or the lookup of the object
+// it names failed). Reported only when Options.ReportUnverified is set.
+const Unverified = reconcile.Unverified
 
 // Link routes as small integers, in priority order, so that "keep the
 // highest-priority route" is a min.
