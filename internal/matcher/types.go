@@ -11,7 +11,15 @@
 // intent); keys and metadata link the movement of the object carrying them.
 // A movement reaching two obligations is a conflict for each.
 //
-// Decisions DESIGN.md leaves open, taken here:
+// Where each rule lives, one file a family, each opening with its rule:
+// link.go (linking and conflicts), duplicates.go (duplicates and suspected
+// duplicates), orphans.go, evidence.go (the PAID decision, mismatches of
+// money and state, paid without evidence), outcomes.go (stale leases and
+// unknown outcomes). world.go numbers and indexes the input so that a rule
+// asks its question in a word; match.go runs the rules in order and
+// builds the result; words.go holds the words findings use.
+//
+// Decisions the design leaves open, taken here:
 //   - Unlinked succeeded objects created outside Input.Subject are not
 //     orphans: they were read as evidence for the obligations the run
 //     decides on (the coverage before and after the subject, or retrieved

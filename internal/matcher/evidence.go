@@ -1,0 +1,423 @@
+package matcher
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+)
+
+// Evidence and the PAID decision (docs/design.md, "The PAID rule"). Each
+// obligation the run decides on is judged against the movements that reach
+// it. It is marked PAID only from CONFIRMATION_UNKNOWN, or EXECUTING with
+// an expired lease, when exactly one succeeded movement reaches it, of its
+// exact money, nothing pending or conflicting clouds the evidence, no
+// duplicate, suspected duplicate or mismatch was found for it, and the run
+// read every record that could show a second payment ("Coverage"). The
+// mismatches of money and of state, conflicts, and paid-without-evidence
+// are decided here too.
+
+// evaluateObligations classifies every obligation against the movements
+// reaching it and decides its PAID transition.
+func (m *matcher) evaluateObligations() {
+	var succ, failed, stale, conflicts []int32 // scratch, reused
+	for i := range m.nObls() {
+		if !m.decides(i) {
+			continue
+		}
+		o := m.obl(i)
+		read := m.recordsRead(o)
+		if !read {
+			m.partial = append(m.partial, o.ID)
+		}
+		movs := m.movementsOf(i)
+		succ, failed, stale, conflicts = succ[:0], failed[:0], stale[:0], conflicts[:0]
+		live := 0
+		for _, mv := range movs {
+			v := &m.movs[mv]
+			if v.conflict {
+				conflicts = append(conflicts, mv)
+				continue
+			}
+			switch v.status {
+			case mSucceeded:
+				succ = append(succ, mv)
+			case mPendingLive:
+				live++
+			case mPendingStale:
+				stale = append(stale, mv)
+			default:
+				failed = append(failed, mv)
+			}
+		}
+		// Fast path: the overwhelmingly common settled obligation.
+		if o.State == reconcile.Paid && len(movs) == 1 && len(succ) == 1 && m.moneyEq(succ[0], o.Money) {
+			continue
+		}
+		m.sortMovs(succ)
+		m.sortMovs(failed)
+		m.sortMovs(stale)
+		m.sortMovs(conflicts)
+
+		blocked := m.suspected[i] // a duplicate, mismatch or conflict: never PAID
+		for _, mv := range conflicts {
+			m.conflictFinding(o, mv)
+			blocked = true
+		}
+		if len(succ) >= 2 {
+			m.duplicateFinding(o, succ)
+			blocked = true
+		}
+		if m.amountFinding(o, succ) {
+			blocked = true
+		}
+		// Outcome findings speak only when every linked movement is
+		// final (or past its grace) and no conflict clouds the evidence.
+		settled := len(conflicts) == 0 && live == 0
+		leaseLive := o.LeaseLive(m.now)
+		canMark := o.State == reconcile.ConfirmationUnknown || o.State == reconcile.Executing && !leaseLive
+		proven := canMark && !blocked && settled && len(succ) == 1 && m.moneyEq(succ[0], o.Money)
+		switch o.State {
+		case reconcile.Paid:
+			if settled && len(succ) == 0 {
+				switch {
+				case len(failed) > 0:
+					m.paidFailedFinding(o, failed)
+				case len(stale) > 0:
+					m.paidStaleFinding(o, stale)
+				default:
+					m.absenceFinding(o)
+				}
+			}
+		case reconcile.FailedState, reconcile.Approved, reconcile.PendingApproval, reconcile.RequiresReview:
+			if len(succ) > 0 {
+				m.movedFinding(o, succ)
+				blocked = true
+			}
+		case reconcile.Executing:
+			switch {
+			case proven && !read:
+				m.unconfirmedFinding(reconcile.StaleLease, o, succ[0])
+			case !leaseLive && settled && len(succ) == 0:
+				m.staleLeaseFinding(o, failed, stale)
+			}
+		case reconcile.ConfirmationUnknown:
+			switch {
+			case proven && !read:
+				m.unconfirmedFinding(reconcile.UnresolvedUnknown, o, succ[0])
+			case settled && len(succ) == 0:
+				m.unknownFinding(o, failed, stale)
+			}
+		default:
+			// A state the configuration does not map: never transitioned,
+			// and money moved for it is a disagreement (docs/design.md,
+			// "Findings").
+			if !o.State.Known() && len(succ) > 0 {
+				m.movedFinding(o, succ)
+			}
+		}
+		// PAID only where every record that could show a second payment
+		// was read: the evidence is whole (docs/design.md, "Coverage").
+		if proven && read {
+			m.res.Transitions = append(m.res.Transitions, reconcile.Transition{
+				ObligationID:       o.ID,
+				From:               o.State,
+				To:                 reconcile.Paid,
+				FromRaw:            o.RawState,
+				FromLeaseExpiresAt: o.LeaseExpiresAt,
+				ProviderID:         m.evidenceID(o, succ[0]),
+			})
+		}
+	}
+}
+
+// evidenceID is the provider id a transition records: the id the
+// obligation names if it is part of the movement, else the intent's id for
+// an intent's group, else the object's.
+func (m *matcher) evidenceID(o *reconcile.Obligation, mv int32) string {
+	if o.ProviderID != "" && m.movementOf(o.ProviderID) == mv {
+		return o.ProviderID
+	}
+	return m.movID(mv)
+}
+
+// moneyEq reports whether every succeeded member of movement mv moved
+// exactly want (an intent and its charge normally agree; if they do not,
+// the movement is not proof of the obligation's money).
+func (m *matcher) moneyEq(mv int32, want reconcile.Money) bool {
+	_, off := m.offMoney(mv, want)
+	return !off
+}
+
+// offMoney returns money of movement mv that differs from want: the
+// movement's own if it differs, else that of the succeeded member with
+// the smallest id that differs.
+func (m *matcher) offMoney(mv int32, want reconcile.Money) (reconcile.Money, bool) {
+	if mon := m.money(mv); !sameMoney(mon, want) {
+		return mon, true
+	}
+	var found *reconcile.ProviderObject
+	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
+		p := m.obj(j)
+		if p.Status == reconcile.Succeeded && !sameMoney(p.Money, want) && (found == nil || p.ID < found.ID) {
+			found = p
+		}
+	}
+	if found == nil {
+		return reconcile.Money{}, false
+	}
+	return found.Money, true
+}
+
+// amountFinding reports the succeeded movements whose money differs from
+// the obligation's; it reports whether there were any.
+func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
+	var bad []int32
+	var off []reconcile.Money
+	for _, mv := range succ {
+		if mon, ok := m.offMoney(mv, o.Money); ok {
+			bad = append(bad, mv)
+			off = append(off, mon)
+		}
+	}
+	if len(bad) == 0 {
+		return false
+	}
+	var ids []string
+	var diff sum
+	foreign := ""
+	for k, mv := range bad {
+		ids = m.ids(ids, mv, reconcile.Succeeded)
+		mon := off[k]
+		if sameCurrency(mon.Currency, o.Money.Currency) {
+			d := sum{v: mon.Amount}.add(-o.Money.Amount)
+			if d.v < 0 {
+				d = sum{}.add(-d.v)
+			}
+			diff = diff.add(d.v).or(d)
+		} else if c := strings.ToLower(mon.Currency); foreign == "" || c < foreign {
+			foreign = c
+		}
+	}
+	currency := o.Money.Currency
+	if foreign != "" {
+		diff, currency = sum{}, foreign
+		for _, mon := range off {
+			if sameCurrency(mon.Currency, foreign) {
+				diff = diff.add(mon.Amount)
+			}
+		}
+	}
+	atRisk := reconcile.Money{Amount: diff.v, Currency: currency}
+	noun, verb, _ := oblWords(o.Kind)
+	var detail string
+	switch mon := off[0]; {
+	case len(bad) > 1:
+		parts := make([]string, len(bad))
+		for k, mv := range bad {
+			parts[k] = fmt.Sprintf("%s %s", off[k], m.movID(mv))
+		}
+		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s other amounts for it (%s).",
+			noun, o.ID, o.Money, verb, strings.Join(parts, ", "))
+	case !sameCurrency(mon.Currency, o.Money.Currency):
+		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s), in another currency.",
+			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]))
+	default:
+		more := "more"
+		if mon.Amount < o.Money.Amount {
+			more = "less"
+		}
+		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s): %s %s than approved.",
+			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]), diff.text(currency), more)
+	}
+	m.add(reconcile.AmountMismatch, o.ID, "", ids, o.Money, atRisk, detail)
+	return true
+}
+
+func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
+	obls := []string{m.oblIDs[m.movs[mv].link.obl]}
+	for _, l := range m.more[mv] {
+		obls = append(obls, m.obl(l.obl).ID)
+	}
+	slices.Sort(obls)
+	money, id := m.money(mv), m.movID(mv)
+	m.add(reconcile.ConflictingLink, o.ID, id, m.ids(nil, mv, ""), o.Money, money,
+		fmt.Sprintf("The provider's %s %s of %s is claimed by %s obligations (%s): it cannot count for any of them until someone decides which it belongs to.",
+			m.movNoun(mv), id, money, count(len(obls)), strings.Join(obls, ", ")))
+}
+
+// paidFailedFinding: PAID, but every provider record of it failed or was
+// canceled.
+func (m *matcher) paidFailedFinding(o *reconcile.Obligation, failed []int32) {
+	var ids []string
+	for _, mv := range failed {
+		ids = m.ids(ids, mv, "")
+	}
+	noun, _, _ := oblWords(o.Kind)
+	what := "failed"
+	if len(failed) == 1 && m.obj(m.movs[failed[0]].rep).Status == reconcile.Canceled {
+		what = "was canceled"
+	}
+	rec := "record of it (" + m.movIDs(failed) + ") " + what
+	if len(failed) > 1 {
+		rec = "records of it (" + m.movIDs(failed) + ") all failed or were canceled"
+	}
+	outcome := ": no money moved."
+	if gap := m.unread(o); gap != "" {
+		outcome = ", and nothing else read belongs to it; " + gap + "."
+	}
+	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is marked paid, but the provider's %s%s", noun, o.ID, o.Money, rec, outcome))
+}
+
+// paidStaleFinding: PAID, but its provider record is still pending long
+// after the grace period: that is no evidence that money moved.
+func (m *matcher) paidStaleFinding(o *reconcile.Obligation, stale []int32) {
+	var ids []string
+	for _, mv := range stale {
+		ids = m.ids(ids, mv, "")
+	}
+	noun, _, _ := oblWords(o.Kind)
+	outcome := ": no money has moved yet."
+	if gap := m.unread(o); gap != "" {
+		outcome = ", and nothing else read belongs to it; " + gap + "."
+	}
+	m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is marked paid, but the provider's record of it (%s) is still pending after %s%s",
+			noun, o.ID, o.Money, m.movIDs(stale), human(m.now.Sub(m.created(stale[0]))), outcome))
+}
+
+// absenceFinding: PAID and nothing links to it. Absence is claimed only on
+// evidence of absence: the object it names was looked up and does not
+// exist, or the listing (and, for an obligation that only its key could
+// link, the events) covered its whole time. Anything less proves nothing.
+func (m *matcher) absenceFinding(o *reconcile.Obligation) {
+	noun, _, _ := oblWords(o.Kind)
+	skew := m.opts.ClockSkew
+	from, to := o.CreatedAt.Add(-skew), maxTime(o.UpdatedAt, o.PaidAt).Add(skew)
+	listed := m.in.Listed.Valid() && m.in.Listed.Covers(from, to)
+	wrongKind := ""
+	if o.ProviderID != "" {
+		if mv := m.movementOf(o.ProviderID); mv >= 0 {
+			// It names a record that exists but is of another kind, so
+			// it could not link; as without a provider id, only a key
+			// or metadata could have.
+			wrongKind = fmt.Sprintf(" (the provider record it names, %s, is a %s)", o.ProviderID, m.movNoun(mv))
+		}
+	}
+	if o.ProviderID != "" && wrongKind == "" {
+		l, looked := m.lookups[o.ProviderID]
+		switch {
+		case looked && l.Result == reconcile.LookupNotFound:
+			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money,
+				fmt.Sprintf("%s %s of %s is marked paid, but the provider has no record %s: it was looked up and does not exist.",
+					noun, o.ID, o.Money, o.ProviderID))
+			return
+		case looked && l.Result == reconcile.LookupFailed:
+			reason := "failed"
+			if l.Err != "" {
+				reason += " (" + l.Err + ")"
+			}
+			m.unverified(o, []string{o.ProviderID}, fmt.Sprintf("the lookup of %s %s", o.ProviderID, reason))
+			return
+		case looked:
+			m.unverified(o, []string{o.ProviderID}, fmt.Sprintf("%s exists but was not among the records read", o.ProviderID))
+			return
+		}
+		if listed {
+			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money,
+				fmt.Sprintf("%s %s of %s is marked paid with provider record %s, but the provider has no such record between %s and %s.",
+					noun, o.ID, o.Money, o.ProviderID, stamp(m.in.Listed.From), stamp(m.in.Listed.To)))
+			return
+		}
+		m.unverified(o, []string{o.ProviderID}, "the provider's records of its time were not all read")
+		return
+	}
+	// Without a provider id only its key or metadata can link it; the key
+	// is known only from events, so they must cover its time too.
+	events := !m.in.EventsFrom.IsZero() && !m.in.EventsFrom.After(from)
+	var ids []string
+	if wrongKind != "" {
+		ids = []string{o.ProviderID}
+	}
+	if listed && events {
+		m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
+			fmt.Sprintf("%s %s of %s is marked paid, but nothing the provider recorded between %s and %s belongs to it%s.",
+				noun, o.ID, o.Money, stamp(m.in.Listed.From), stamp(m.in.Listed.To), wrongKind))
+		return
+	}
+	m.unverified(o, ids, "the provider's records and events of its time were not all read"+wrongKind)
+}
+
+func (m *matcher) unverified(o *reconcile.Obligation, ids []string, why string) {
+	if !m.opts.ReportUnverified {
+		return
+	}
+	noun, _, _ := oblWords(o.Kind)
+	m.add(Unverified, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s is marked paid and no provider record links to it, but this could not be checked: %s.",
+			noun, o.ID, o.Money, why))
+}
+
+// movedFinding: money moved for an obligation that says it must not have.
+func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
+	var ids []string
+	for _, mv := range succ {
+		ids = m.ids(ids, mv, reconcile.Succeeded)
+	}
+	noun, verb, _ := oblWords(o.Kind)
+	var state string
+	switch o.State {
+	case reconcile.FailedState:
+		state = "is marked failed"
+	case reconcile.Approved:
+		state = "is approved and waiting to be executed"
+	case reconcile.PendingApproval:
+		state = "is still awaiting approval"
+	case reconcile.RequiresReview:
+		state = "is held for review"
+	default:
+		state = fmt.Sprintf("is in state %q, which the reconciler's configuration does not map (so it is never marked paid)", o.RawState)
+	}
+	moved := fmt.Sprintf("%s for it (%s)", m.money(succ[0]), m.movID(succ[0]))
+	if len(succ) > 1 {
+		moved = fmt.Sprintf("money for it %s (%s)", times(len(succ)), m.movIDs(succ))
+	}
+	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
+		fmt.Sprintf("%s %s of %s %s, but the provider already %s %s.", noun, o.ID, o.Money, state, verb, moved))
+}
+
+// recordsRead reports whether the run read every provider record that can
+// bear on a decision about o: the listings and the key evidence reach back
+// to Options.RecordsFrom of its creation and the listings on to now
+// (docs/design.md, "Coverage").
+func (m *matcher) recordsRead(o *reconcile.Obligation) bool {
+	return m.unread(o) == ""
+}
+
+// unread says, as a clause of a finding's detail, what the run did not
+// read of the records a decision about o rests on, and how to read it;
+// "" when it read them all.
+func (m *matcher) unread(o *reconcile.Obligation) string {
+	from := m.opts.RecordsFrom(o.CreatedAt)
+	l, ev := m.in.Listed, m.in.EventsFrom
+	switch {
+	case !l.Valid():
+		return "no listing of the provider's records was read"
+	case l.To.Before(m.now):
+		return fmt.Sprintf("the provider's records created after %s were not read", stamp(l.To))
+	case l.From.After(from):
+		// Whole days, rounded up: what max_lookback must reach.
+		hours := int64((m.now.Sub(from) + 24*time.Hour - 1) / (24 * time.Hour) * 24)
+		return fmt.Sprintf("the provider's records before %s were not read (it was created %s; "+
+			"a max_lookback of at least %dh reads back that far)", stamp(l.From), stamp(o.CreatedAt), hours)
+	case ev.IsZero():
+		return "no provider events were read, and only they tell which idempotency key made each record"
+	case ev.After(from):
+		return fmt.Sprintf("the provider's events before %s, which tell which idempotency key made each record, "+
+			"were not read (Stripe keeps events 30 days; only what the reconciler's mirror kept is older)", stamp(ev))
+	}
+	return ""
+}
