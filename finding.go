@@ -80,7 +80,7 @@ type Finding struct {
 	Detail string
 }
 
-// Fingerprint is DESIGN.md §3's stable identity of a finding: its kind and
+// Fingerprint is the stable identity of a finding (docs/design.md, "Findings"): its kind and
 // obligation id, plus the provider object's id where the finding is about
 // an object rather than an obligation (orphan, suspected duplicate,
 // conflict). Pass objectID empty for the others.

@@ -4,7 +4,7 @@
 //
 // It is the bottom of the house: every other package speaks these types and
 // this one imports the standard library only. Data flows one way:
-// sources → matcher → store → alerts (see DESIGN.md §7).
+// sources → matcher → store → alerts (docs/design.md, "The house").
 package reconcile
 
 import (
@@ -96,7 +96,7 @@ type Lookup struct {
 // the store translate at the boundary, so the rest of the code sees these.
 type State string
 
-// The canonical obligation states (DESIGN.md §1).
+// The canonical obligation states (docs/design.md, "States and who moves them").
 const (
 	PendingApproval     State = "PENDING_APPROVAL"
 	Approved            State = "APPROVED"

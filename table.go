@@ -7,7 +7,7 @@ import (
 
 // ObligationTable maps the reconciler's view of obligations onto a team's
 // own table: its name, its columns and its state values. The defaults are
-// DESIGN.md §1's reference schema. Names are validated here and quoted
+// reference schema (docs/design.md, "Obligations"). Names are validated here and quoted
 // where SQL is built (pgx.Identifier); they are never pasted into SQL raw.
 type ObligationTable struct {
 	Schema  string            `yaml:"schema" json:"schema"` // empty: the search path
@@ -35,7 +35,7 @@ type ObligationColumns struct {
 	PaidAt         string `yaml:"paid_at" json:"paid_at"`
 }
 
-// DefaultObligationTable is the reference schema of DESIGN.md §1.
+// DefaultObligationTable is the reference schema (docs/design.md, "Obligations").
 func DefaultObligationTable() ObligationTable {
 	states := make(map[State]string, len(States))
 	for _, s := range States {

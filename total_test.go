@@ -30,7 +30,7 @@ func TestSumByCurrency(t *testing.T) {
 	}
 }
 
-// Sums past int64 are exact, never wrapped (issue 12, item 7): two
+// Sums past int64 are exact, never wrapped (docs/design.md, "Findings"): two
 // findings of MaxInt64 cents each are USD 184,467,440,737,095,516.14, not
 // USD -0.02.
 func TestSumByCurrencyBeyondInt64(t *testing.T) {

@@ -1,4 +1,4 @@
--- The reference obligations table (DESIGN.md §1). The payment workflow
+-- The reference obligations table (docs/design.md, "Obligations"). The payment workflow
 -- writes it; the reconciler reads it and only ever changes state,
 -- provider_id, paid_at and updated_at, by compare-and-set.
 CREATE TABLE obligations (

@@ -1,5 +1,5 @@
 // Command reconcile-bench prints the reconciler's performance table side
-// by side in one run (issue 8): (a) the matcher at 10k/100k/1M next to a
+// by side in one run: (a) the matcher at 10k/100k/1M next to a
 // bare hash join over the same data, (b) fetching from the Stripe test
 // server paced under the test-mode rate limit and unpaced, (c) applying
 // 100k transitions batched and row by row and reading a million

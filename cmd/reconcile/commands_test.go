@@ -99,8 +99,8 @@ func TestTextReport(t *testing.T) {
 
 // Two charges of 9,223,372,036,854,775,807 cents that no obligation
 // accounts for are exact alone; their sum at risk is exact too, in the
-// text report and in Slack's summary, not wrapped to USD -0.02 (issue 12,
-// item 7).
+// text report and in Slack's summary, not wrapped to USD -0.02 (docs/design.md,
+// "Findings").
 func TestAtRiskBeyondInt64(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now().UTC().Truncate(time.Second)

@@ -35,7 +35,7 @@ func main() {
 	os.Exit(exitCode(err, os.Stderr))
 }
 
-// The exit statuses of DESIGN.md §6.
+// The exit statuses (docs/design.md, "Runs and the lock").
 const (
 	exitOK       = 0
 	exitFailed   = 1

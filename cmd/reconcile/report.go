@@ -15,7 +15,7 @@ import (
 	"reconcile/internal/runner"
 )
 
-// report is DESIGN.md §6's JSON report, field for field: other tools parse
+// report is the run's JSON report (README.md, "The JSON report"), field for field: other tools parse
 // it, so no field is renamed or removed. Fields added since are omitted
 // when empty, so that a report without them reads as before.
 type report struct {

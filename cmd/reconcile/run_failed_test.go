@@ -58,7 +58,7 @@ func checkFailure(t *testing.T, name string, m map[string]any, want string, want
 }
 
 // A failed `run --format json` still prints one JSON object on stdout,
-// where the README's crontab keeps it (issue 12, item 8); the text format
+// where the README's crontab keeps it (README.md, "The JSON report"); the text format
 // prints nothing there. The exit status is unchanged.
 func TestRunFailedPrintsOneObject(t *testing.T) {
 	e := newEnv(t)

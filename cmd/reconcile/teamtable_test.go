@@ -12,7 +12,7 @@ import (
 	"reconcile"
 )
 
-// A team's own table, as issue 12 reported it: the state a PostgreSQL
+// A team's own table, as teams have it: the state a PostgreSQL
 // enum spelled in lower case, a uuid id, times without time zone, the
 // currency in upper case, and rows in states the configuration does not
 // map. `reconcile run` marks the lost answer PAID (it used to fail every

@@ -3,7 +3,7 @@
 // now in, messages out), renders them as Block Kit within Slack's limits
 // with every outside string redacted and escaped, and delivers them through
 // slack-go, marking a row sent only after Slack accepted the message that
-// carries it (DESIGN.md §5).
+// carries it (docs/design.md, "The schema reconcile").
 //
 // Deciding what is due (first alert, change, repeat after the repeat
 // interval, resolution, acknowledgement) is the store's: the planner adds
@@ -272,7 +272,7 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 }
 
 // compareItems orders a group's lines: by family, most severe first, by
-// kind in DESIGN's order, then by ids, so that a plan does not depend on
+// kind in the order of reconcile.Kinds, then by ids, so that a plan does not depend on
 // the order the outbox returned rows in.
 func compareItems(a, b item) int {
 	return cmp.Or(

@@ -524,8 +524,8 @@ func violations(text string, blocks []slack.Block) []string {
 }
 
 // Money at risk summed past int64 is shown exactly, in the summary and in
-// the overflow message, never wrapped to a negative amount (issue 12,
-// item 7).
+// the overflow message, never wrapped to a negative amount (docs/design.md,
+// "Findings").
 func TestPlanAtRiskBeyondInt64(t *testing.T) {
 	const maxI = math.MaxInt64
 	s := sampleSummary(1)

@@ -82,7 +82,7 @@ type MetricsConfig struct {
 	Listen string `yaml:"listen"` // e.g. 127.0.0.1:9090; empty: off
 }
 
-// Env is what comes from the environment (DESIGN.md §6).
+// Env is what comes from the environment (README.md, "Configuration").
 type Env struct {
 	DatabaseURL     Secret
 	StripeAPIKey    Secret

@@ -30,8 +30,8 @@ func bucketName(b uint8) Bucket {
 }
 
 // Match links every provider object of in to the obligations of in,
-// classifies every disagreement into findings (DESIGN.md §3) and decides
-// the PAID transitions (DESIGN.md §4). It is a pure function of its
+// classifies every disagreement into findings (docs/design.md, "Findings") and decides
+// the PAID transitions (docs/design.md, "The PAID rule"). It is a pure function of its
 // arguments: the result does not depend on the order of any input slice,
 // and duplicated input records (the same id twice) count once.
 func Match(in Input, now time.Time, opts Options) Result {

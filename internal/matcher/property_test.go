@@ -313,7 +313,7 @@ func deepCopy(in Input) Input {
 }
 
 // oracle is a naive, quadratic re-derivation of the links and money
-// movements, written from DESIGN.md §3 independently of the hash joins.
+// movements, written from docs/design.md independently of the hash joins.
 type oracle struct {
 	now   time.Time
 	opts  Options

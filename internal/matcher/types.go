@@ -1,5 +1,5 @@
 // Package matcher links provider objects to obligations and classifies
-// every disagreement (DESIGN.md §3–4). It is pure: standard library only,
+// every disagreement (docs/design.md, "Linking", "Findings", "The PAID rule"). It is pure: standard library only,
 // no I/O, no clock (now comes in), no randomness. Every decision is a
 // function of Match's arguments.
 //
@@ -47,7 +47,7 @@ import (
 
 // Input is everything one run read.
 type Input struct {
-	// Obligations in scope (DESIGN.md §3): every EXECUTING and
+	// Obligations in scope (docs/design.md, "Coverage"): every EXECUTING and
 	// CONFIRMATION_UNKNOWN one, those created or updated in the window, and
 	// those that a listed object names.
 	Obligations []reconcile.Obligation
@@ -81,7 +81,7 @@ type Input struct {
 	Context []string
 }
 
-// Options are the matcher's tunables; DefaultOptions gives DESIGN's values.
+// Options are the matcher's tunables; DefaultOptions gives the defaults.
 type Options struct {
 	// DuplicateWindow bounds how far apart in time an unlinked object and
 	// its linked twin may be to be a suspected duplicate.
@@ -98,7 +98,7 @@ type Options struct {
 	MetadataIdempotencyKey string
 	// ReportUnverified adds an info finding of kind Unverified for every
 	// PAID obligation to which nothing links but whose absence could not be
-	// proved either (DESIGN.md §3 allows informational kinds). Off by
+	// proved either (an informational kind, reconcile.Unverified). Off by
 	// default: such findings come and go with the window and are not for
 	// finance.
 	ReportUnverified bool
@@ -137,7 +137,7 @@ func (o Options) CoverFrom(subject reconcile.Window, oldest, now time.Time, maxL
 	return from
 }
 
-// DefaultOptions returns DESIGN.md's defaults.
+// DefaultOptions returns the defaults of configs/reconcile.yaml.
 func DefaultOptions() Options {
 	return Options{
 		DuplicateWindow:        24 * time.Hour,

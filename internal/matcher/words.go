@@ -140,7 +140,7 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// sameCurrency compares ISO currency codes as DESIGN says: without regard
+// sameCurrency compares ISO currency codes as docs/design.md ("Linking") says: without regard
 // to case (a team's table may say USD where Stripe says usd).
 func sameCurrency(a, b string) bool { return a == b || strings.EqualFold(a, b) }
 

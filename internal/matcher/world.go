@@ -98,7 +98,7 @@ const (
 )
 
 // movement is one money movement: a refund, a charge on its own, or a
-// payment intent together with its charges (DESIGN.md §3: never a
+// payment intent together with its charges (docs/design.md, "Linking": never a
 // duplicate of each other). It holds no pointers, so that a million of
 // them cost the garbage collector nothing to scan.
 type movement struct {

@@ -85,7 +85,7 @@ func NewPool(tb testing.TB) (*pgxpool.Pool, string) {
 }
 
 // NewObligations returns a pool on a fresh database holding the reference
-// obligations table of DESIGN.md §1.
+// obligations table (docs/design.md, "Obligations").
 func NewObligations(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
 	pool, dbURL := NewPool(tb)

@@ -1,5 +1,5 @@
 // Package runner runs one reconciliation pass: sources → matcher → store →
-// alerts (DESIGN.md §7). The command, the scheduler and the simulation all
+// alerts (docs/design.md, "The house"). The command, the scheduler and the simulation all
 // run passes through it, so there is one way through the house.
 package runner
 
@@ -546,7 +546,7 @@ func join(older *sources.Listing, olderKeys time.Time, l *sources.Listing, later
 // decides reports whether a pass about w decides on o: it is EXECUTING or
 // CONFIRMATION_UNKNOWN, was created or updated in w, or the objects
 // created in w name it (subject). The obligations the other records read
-// name are read only to link them (DESIGN's scope, docs/design.md,
+// name are read only to link them (docs/design.md,
 // "Coverage").
 func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named) bool {
 	if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {

@@ -12,7 +12,7 @@ import (
 )
 
 // The matcher's defaults, which the runner is wired with; the oracle
-// states DESIGN.md's rules with them independently of the matcher.
+// states docs/design.md's rules with them independently of the matcher.
 const (
 	duplicateWindow = 24 * time.Hour
 	pendingGrace    = 72 * time.Hour
@@ -27,7 +27,7 @@ const (
 // the provider's records over its coverage (docs/design.md, "Coverage"),
 // the objects obligations it decides on name (retrieved, unless
 // retrievals failed), key evidence from the events of that coverage, and
-// the obligations DESIGN.md §3 puts in scope.
+// the obligations it decides on.
 type expectation struct {
 	now    time.Time
 	window reconcile.Window

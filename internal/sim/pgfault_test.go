@@ -285,7 +285,7 @@ func TestLockLostMidPass(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.Alerts = nil // delivery is another matter (see the report of issue 7)
+		r.Alerts = nil // delivery is another matter, checked by I3
 		done := make(chan error, 1)
 		go func() {
 			_, err := r.Run(pc.ctx, runner.Request{Window: pc.plan.window, Trigger: reconcile.TriggerManual})

@@ -22,7 +22,7 @@
 // objects created in the pass's window or named by an obligation in scope
 // (and retrieved, unless the fault injector failed that retrieval), key
 // evidence from events in the window (for an incremental read, in the
-// events it read), and the obligations DESIGN.md §3 puts in scope. Money
+// events it read), and the obligations the pass decides on (docs/design.md, "Coverage"). Money
 // that moved with no evidence tying it to its obligation (a fresh key and
 // no metadata) is, for the pass, an orphan or a suspected duplicate, and
 // the oracle expects exactly that. A pass that did not complete is held
@@ -31,7 +31,7 @@
 //   - the pass's scope, objects read (their state as the provider held it
 //     when the pass began, however read: listed, retrieved or mirrored),
 //     findings and transitions against an independent statement of
-//     DESIGN.md §3–4 over the truth (a mismatch is M, or I1, I2, I7 by
+//     docs/design.md's rules over the truth (a mismatch is M, or I1, I2, I7 by
 //     what it breaks);
 //   - I1: every PAID transition has exactly one succeeded movement of
 //     equal money among what the pass could see and link, and records it;

@@ -145,7 +145,7 @@ func TestSim(t *testing.T) {
 	t.Logf("coverage (passes in which the fault fired with an obligation of the state in scope; least cell %d):\n%s", cov.Min(), cov)
 	// A simulation whose faults stopped firing would pass every seed and
 	// prove nothing: each fault must fire in a default run, and at 10,000
-	// seeds every cell of the table must reach 100 (issue 7).
+	// seeds every cell of the table must reach 100.
 	if n >= defaultSeeds {
 		for _, f := range FaultKinds {
 			fired := 0

@@ -223,7 +223,7 @@ type Named struct {
 	IDs, Keys, ProviderIDs []string
 }
 
-// Read returns DESIGN.md §3's scope, sorted by id, each obligation once:
+// Read returns the scope of docs/design.md's "Coverage", sorted by id, each obligation once:
 // every obligation whose state is EXECUTING or CONFIRMATION_UNKNOWN
 // whatever its age; those created or updated in [w.From, w.To); and those
 // whose id, idempotency key, provider_id or target_id is named. An

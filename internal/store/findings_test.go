@@ -250,7 +250,7 @@ func TestSummaryPayload(t *testing.T) {
 }
 
 // A run's money at risk summed past int64 is stored exactly in the
-// summary's payload and read back exactly (issue 12, item 7): the usd sum
+// summary's payload and read back exactly (docs/design.md, "Findings"): the usd sum
 // as "amount_exact" with no "amount", the jpy one that fits as before.
 func TestSummaryAtRiskBeyondInt64(t *testing.T) {
 	t.Parallel()

@@ -2,7 +2,7 @@
 // reconcile): runs, findings, the audit of transitions and the alert
 // outbox. It applies a run's conclusions in one transaction, changing
 // obligations only by compare-and-set, and makes sure only one run at a
-// time works on a database (DESIGN.md §4–5).
+// time works on a database (docs/design.md, "The PAID rule" and "Runs and the lock").
 package store
 
 import (

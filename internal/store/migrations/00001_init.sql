@@ -1,7 +1,7 @@
 -- The reconciler's own tables. The schema itself is created by Migrate
 -- before goose runs, because goose keeps its version table in it.
 --
--- Room is left for the provider mirror of incremental sync (issue 8): it
+-- Room is left for the provider mirror of incremental sync: it
 -- will add its own tables in a later migration (for example
 -- provider_objects, provider_keys, sync_cursors); nothing here uses those
 -- names.
