@@ -97,3 +97,31 @@ type RunSummary struct {
 	// Open counts every finding open after the run, by kind.
 	Open map[FindingKind]int `json:"open,omitempty"`
 }
+
+// Conclusions are what one pass concluded, as the store applies them:
+// its findings and PAID transitions, its counts, what it decided on and
+// read, and what it settled.
+type Conclusions struct {
+	Findings    []Finding
+	Transitions []Transition
+	Counts      Counts
+	// ObligationIDs are the obligations the pass decided on, and
+	// ObjectIDs every provider object it read, sorted.
+	ObligationIDs []string
+	ObjectIDs     []string
+	// Settled is what the pass settled: a finding of an earlier run whose
+	// obligation or objects are in it and which this pass did not find
+	// again is resolved.
+	Settled Settled
+}
+
+// Settled is what one pass settled, sorted: the obligations it decided on
+// whose records it read in full, and the objects created in its subject
+// or retrieved by id (docs/design.md, "Coverage"). An obligation whose
+// records were not all read, and an object read only as evidence outside
+// the subject, could hide what an earlier run found; their findings are
+// left as they stand.
+type Settled struct {
+	Obligations []string
+	Objects     []string
+}

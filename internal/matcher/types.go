@@ -162,38 +162,20 @@ const (
 	BucketIgnored   Bucket = "ignored"   // unlinked and failed, canceled or long pending (no money moved), or created outside the listed window
 )
 
-// Result is what one run concludes.
+// Result is what one run concludes: the Conclusions the store applies,
+// and how every object was linked and classified.
 type Result struct {
 	// Findings are sorted by severity (most severe first), kind,
-	// obligation id and fingerprint.
-	Findings []reconcile.Finding
-	// Transitions are sorted by obligation id.
-	Transitions []reconcile.Transition
+	// obligation id and fingerprint; Transitions by obligation id;
+	// ObligationIDs are the obligations decided on and ObjectIDs every
+	// object read, sorted.
+	reconcile.Conclusions
 	// Links are sorted by object id, then obligation id.
 	Links []reconcile.Link
 	// Buckets holds every input object's bucket: Buckets[i] is the bucket
 	// of ObjectIDs[i] (a slice rather than a map by id: at a million
 	// objects the map cost a fifth of the run). Bucket looks one up by id.
 	Buckets []Bucket
-	Counts  reconcile.Counts
-	// ObligationIDs are the obligations this run decided on, and
-	// ObjectIDs every object it read, sorted.
-	ObligationIDs []string
-	ObjectIDs     []string
-	// Settled is what this run settled: a finding of an earlier run whose
-	// obligation or objects are in it and which this run did not find
-	// again is resolved.
-	Settled Settled
-}
-
-// Settled is what one run settled, sorted: the obligations it decided on
-// whose records it read in full, and the objects created in its subject
-// or retrieved by id. An obligation whose records were not all read, and
-// an object read only as evidence outside the subject, could hide what an
-// earlier run found; their findings are left as they stand.
-type Settled struct {
-	Obligations []string
-	Objects     []string
 }
 
 // Bucket returns the bucket of the object with id, and false if the run

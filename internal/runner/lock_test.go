@@ -120,7 +120,7 @@ type countingStore struct {
 	beforeApply func()
 }
 
-func (s *countingStore) Apply(ctx context.Context, run reconcile.Run, res matcher.Result, now time.Time) (store.Applied, error) {
+func (s *countingStore) Apply(ctx context.Context, run reconcile.Run, res reconcile.Conclusions, now time.Time) (store.Applied, error) {
 	s.applies.Add(1)
 	if s.beforeApply != nil {
 		s.beforeApply()

@@ -39,7 +39,7 @@ type Obligations interface {
 // Store is the reconciler's own state.
 type Store interface {
 	Lock(ctx context.Context, wait bool) (*store.Lock, error)
-	Apply(ctx context.Context, run reconcile.Run, res matcher.Result, now time.Time) (store.Applied, error)
+	Apply(ctx context.Context, run reconcile.Run, res reconcile.Conclusions, now time.Time) (store.Applied, error)
 	RecordFailedRun(ctx context.Context, run reconcile.Run, cause string) error
 	alerts.Outbox
 }
@@ -261,7 +261,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if err := lostLock(ctx, lock); err != nil {
 		return nil, stopped(err, "before applying")
 	}
-	applied, err := r.Store.Apply(ctx, run, res, now)
+	applied, err := r.Store.Apply(ctx, run, res.Conclusions, now)
 	st.phases.mark("apply")
 	if errors.Is(err, store.ErrLockLost) {
 		return nil, stopped(err, "before applying")

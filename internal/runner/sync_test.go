@@ -480,7 +480,7 @@ func TestKeysOutliveStripeEvents(t *testing.T) {
 // that outlasted its retries would refuse it.
 type failingApply struct{ *store.Store }
 
-func (failingApply) Apply(context.Context, reconcile.Run, matcher.Result, time.Time) (store.Applied, error) {
+func (failingApply) Apply(context.Context, reconcile.Run, reconcile.Conclusions, time.Time) (store.Applied, error) {
 	return store.Applied{}, errors.New("could not serialize access")
 }
 

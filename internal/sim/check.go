@@ -62,8 +62,8 @@ func (w *world) checkPass(pc *passCtl) error {
 			w.violate("I6", n, "a dry run sent %d requests to Slack", pc.slackReqs)
 		}
 		if pc.outcome != nil {
-			w.checkModel(pc, &pc.outcome.Result)
-			w.checkWindow(pc, &pc.outcome.Result)
+			w.checkModel(pc, &pc.outcome.Result.Conclusions)
+			w.checkWindow(pc, &pc.outcome.Result.Conclusions)
 		} else {
 			w.tracef("pass %d (dry) failed: %v", n, short(pc.runErr))
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"reconcile"
-	"reconcile/internal/matcher"
 )
 
 // The matcher's defaults, which the runner is wired with; the oracle
@@ -397,7 +396,7 @@ func (e *expectation) absent(o *obligation) bool {
 }
 
 // checkModel compares what the pass concluded with the expectation.
-func (w *world) checkModel(pc *passCtl, res *matcher.Result) {
+func (w *world) checkModel(pc *passCtl, res *reconcile.Conclusions) {
 	e, n := pc.exp, pc.n
 	faulted := len(pc.fired) > 0
 	label := func(def string) string {
@@ -482,7 +481,7 @@ func (w *world) checkModel(pc *passCtl, res *matcher.Result) {
 // the whole history at the same moment; and it marked none PAID beyond. A pass whose
 // retrievals by id failed saw less than its coverage, and is held to I1
 // and the model alone.
-func (w *world) checkWindow(pc *passCtl, res *matcher.Result) {
+func (w *world) checkWindow(pc *passCtl, res *reconcile.Conclusions) {
 	e, n := pc.exp, pc.n
 	if pc.fired["stripe_lookup_fail"] {
 		return

@@ -137,7 +137,7 @@ type passCtl struct {
 	slackReqs   int
 	listing     bool // the provider is being listed (not retrieved from)
 	stripeReqs  int  // listing requests sent
-	result      *matcher.Result
+	result      *reconcile.Conclusions
 	applied     *store.Applied
 	applyErr    error
 	interleaved string // the obligation a worker changed mid-pass
@@ -242,7 +242,7 @@ func (s *simStore) Lock(ctx context.Context, wait bool) (*store.Lock, error) {
 	return l, nil
 }
 
-func (s *simStore) Apply(ctx context.Context, run reconcile.Run, res matcher.Result, now time.Time) (store.Applied, error) {
+func (s *simStore) Apply(ctx context.Context, run reconcile.Run, res reconcile.Conclusions, now time.Time) (store.Applied, error) {
 	pc, w := s.pc, s.pc.w
 	if pc.killed.Load() {
 		return store.Applied{}, errKilled

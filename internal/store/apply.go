@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"reconcile"
-	"reconcile/internal/matcher"
 )
 
 // Applied is what Apply wrote for one run.
@@ -73,7 +72,7 @@ const (
 // with a serialization error, runs again on a fresh snapshot, and finds
 // nothing left to do. A worker's concurrent change to an obligation has
 // the same effect, and the rerun then skips that transition.
-func (s *Store) Apply(ctx context.Context, run reconcile.Run, res matcher.Result, now time.Time) (Applied, error) {
+func (s *Store) Apply(ctx context.Context, run reconcile.Run, res reconcile.Conclusions, now time.Time) (Applied, error) {
 	in, err := s.prepare(run, res)
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply run %s: %w", run.ID, err)
@@ -117,14 +116,14 @@ type applyInput struct {
 	run         reconcile.Run
 	transitions []reconcile.Transition
 	findings    []reconcile.Finding
-	// scope: what this run settled (matcher.Result.Settled), sorted; an
+	// scope: what this run settled (reconcile.Conclusions.Settled), sorted; an
 	// open finding outside it stays open. Sorted slices rather than sets: a run may examine a
 	// million obligations, and only the few open findings are looked up.
 	obligations []string
 	objects     []string
 }
 
-func (s *Store) prepare(run reconcile.Run, res matcher.Result) (applyInput, error) {
+func (s *Store) prepare(run reconcile.Run, res reconcile.Conclusions) (applyInput, error) {
 	if run.ID == "" {
 		return applyInput{}, errors.New("run has no id")
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"reconcile"
-	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 )
 
@@ -40,7 +39,7 @@ func TestFindingLifecycle(t *testing.T) {
 		name   string
 		at     time.Duration
 		before func(now time.Time) // what happens between runs
-		res    matcher.Result
+		res    reconcile.Conclusions
 		want   []want
 		check  func(t *testing.T, a Applied)
 	}{

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
-	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 )
 
@@ -301,8 +300,8 @@ func newFinding(kind reconcile.FindingKind, obligationID, objectID string, atRis
 
 // resultOf is a matcher result whose scope covers the findings' and
 // transitions' obligations and objects, plus any extra ids given.
-func resultOf(fs []reconcile.Finding, ts []reconcile.Transition, scope ...string) matcher.Result {
-	res := matcher.Result{Findings: fs, Transitions: ts}
+func resultOf(fs []reconcile.Finding, ts []reconcile.Transition, scope ...string) reconcile.Conclusions {
+	res := reconcile.Conclusions{Findings: fs, Transitions: ts}
 	for _, f := range fs {
 		if f.ObligationID != "" {
 			res.ObligationIDs = append(res.ObligationIDs, f.ObligationID)
@@ -319,7 +318,7 @@ func resultOf(fs []reconcile.Finding, ts []reconcile.Transition, scope ...string
 			res.ObligationIDs = append(res.ObligationIDs, id)
 		}
 	}
-	res.Settled = matcher.Settled{Obligations: res.ObligationIDs, Objects: res.ObjectIDs}
+	res.Settled = reconcile.Settled{Obligations: res.ObligationIDs, Objects: res.ObjectIDs}
 	return res
 }
 

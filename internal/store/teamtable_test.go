@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
-	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -283,7 +282,7 @@ func runTeamTable(t *testing.T, tt teamTable) {
 	ts := []reconcile.Transition{mark(byID[tt.pay], "re_pay"), mark(byID[tt.skip], "re_skip")}
 	run := reconcile.Run{ID: "run-1", Trigger: reconcile.TriggerManual, Window: reconcile.Window{From: now.Add(-72 * time.Hour), To: now},
 		Started: now, Finished: now, Status: reconcile.RunCompleted}
-	applied, err := st.Apply(ctx, run, matcher.Result{Transitions: ts, ObligationIDs: []string{tt.pay, tt.skip, tt.unmapped}}, now)
+	applied, err := st.Apply(ctx, run, reconcile.Conclusions{Transitions: ts, ObligationIDs: []string{tt.pay, tt.skip, tt.unmapped}}, now)
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
