@@ -2,7 +2,6 @@ package matcher
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -248,29 +247,21 @@ func (m *matcher) duplicateFinding(o *reconcile.Obligation, succ []int32) {
 			atRisk, currency = foreign[c], c
 			continue
 		}
-		also = append(also, foreign[c].text(c))
+		also = append(also, foreign[c].money(c))
 	}
-	tooMuch := atRisk.text(currency)
+	tooMuch := atRisk.money(currency)
 	if len(also) > 0 {
 		tooMuch += " and " + strings.Join(also, " and ")
 	}
-	noun, verb, loss := oblWords(o.Kind)
 	m.add(reconcile.Duplicate, o.ID, "", ids, o.Money, reconcile.Money{Amount: atRisk.v, Currency: currency},
-		fmt.Sprintf("%s %s of %s was %s %s by the provider (%s): %s too much %s.",
-			noun, o.ID, o.Money, verb, times(len(succ)), m.movIDs(succ), tooMuch, loss))
+		reconcile.DetailDuplicate(o, m.mentions(succ), tooMuch))
 }
 
 func (m *matcher) suspectFinding(s, twin int32, target string) {
 	o := m.obl(m.movs[twin].link.obl)
-	money, id := m.money(s), m.movID(s)
 	ids := m.ids(nil, s, reconcile.Succeeded)
 	ids = m.ids(ids, twin, reconcile.Succeeded)
-	same, outcome := "same customer "+target, "the customer was probably charged twice"
-	if m.movs[s].class == clsRefund {
-		same, outcome = "same "+m.targetNoun(target)+" "+target, "probably paid out twice"
-	}
-	m.add(reconcile.SuspectedDuplicate, o.ID, id, ids, o.Money, money,
-		fmt.Sprintf("%s %s of %s belongs to no obligation%s but repeats %s %s of %s (%s, same amount, %s apart): %s.",
-			capital(m.movNoun(s)), id, money, m.keyless(s), m.movNoun(twin), m.movID(twin), o.ID, same,
-			human(absDur(m.created(s).Sub(m.created(twin)))), outcome))
+	m.add(reconcile.SuspectedDuplicate, o.ID, m.movID(s), ids, o.Money, m.money(s),
+		reconcile.DetailSuspect(m.mention(s), m.mention(twin), o, m.movs[s].class == clsRefund, m.targetNoun(target), target,
+			absDur(m.created(s).Sub(m.created(twin))), m.keyless(s)))
 }

@@ -1,7 +1,6 @@
 package matcher
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -211,28 +210,11 @@ func (m *matcher) amountFinding(o *reconcile.Obligation, succ []int32) bool {
 		}
 	}
 	atRisk := reconcile.Money{Amount: diff.v, Currency: currency}
-	noun, verb, _ := oblWords(o.Kind)
-	var detail string
-	switch mon := off[0]; {
-	case len(bad) > 1:
-		parts := make([]string, len(bad))
-		for k, mv := range bad {
-			parts[k] = fmt.Sprintf("%s %s", off[k], m.movID(mv))
-		}
-		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s other amounts for it (%s).",
-			noun, o.ID, o.Money, verb, strings.Join(parts, ", "))
-	case !sameCurrency(mon.Currency, o.Money.Currency):
-		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s), in another currency.",
-			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]))
-	default:
-		more := "more"
-		if mon.Amount < o.Money.Amount {
-			more = "less"
-		}
-		detail = fmt.Sprintf("%s %s was approved for %s, but the provider %s %s for it (%s): %s %s than approved.",
-			noun, o.ID, o.Money, verb, mon, m.movID(bad[0]), diff.text(currency), more)
+	mentions := make([]reconcile.Mention, len(bad))
+	for k, mv := range bad {
+		mentions[k] = reconcile.Mention{ID: m.movID(mv), Noun: m.movNoun(mv), Money: off[k]}
 	}
-	m.add(reconcile.AmountMismatch, o.ID, "", ids, o.Money, atRisk, detail)
+	m.add(reconcile.AmountMismatch, o.ID, "", ids, o.Money, atRisk, reconcile.DetailAmount(o, mentions, diff.money(currency)))
 	return true
 }
 
@@ -242,10 +224,8 @@ func (m *matcher) conflictFinding(o *reconcile.Obligation, mv int32) {
 		obls = append(obls, m.obl(l.obl).ID)
 	}
 	slices.Sort(obls)
-	money, id := m.money(mv), m.movID(mv)
-	m.add(reconcile.ConflictingLink, o.ID, id, m.ids(nil, mv, ""), o.Money, money,
-		fmt.Sprintf("The provider's %s %s of %s is claimed by %s obligations (%s): it cannot count for any of them until someone decides which it belongs to.",
-			m.movNoun(mv), id, money, count(len(obls)), strings.Join(obls, ", ")))
+	m.add(reconcile.ConflictingLink, o.ID, m.movID(mv), m.ids(nil, mv, ""), o.Money, m.money(mv),
+		reconcile.DetailConflict(m.mention(mv), obls))
 }
 
 // paidFailedFinding: PAID, but every provider record of it failed or was
@@ -255,21 +235,8 @@ func (m *matcher) paidFailedFinding(o *reconcile.Obligation, failed []int32) {
 	for _, mv := range failed {
 		ids = m.ids(ids, mv, "")
 	}
-	noun, _, _ := oblWords(o.Kind)
-	what := "failed"
-	if len(failed) == 1 && m.obj(m.movs[failed[0]].rep).Status == reconcile.Canceled {
-		what = "was canceled"
-	}
-	rec := "record of it (" + m.movIDs(failed) + ") " + what
-	if len(failed) > 1 {
-		rec = "records of it (" + m.movIDs(failed) + ") all failed or were canceled"
-	}
-	outcome := ": no money moved."
-	if gap := m.unread(o); gap != "" {
-		outcome = ", and nothing else read belongs to it; " + gap + "."
-	}
 	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
-		fmt.Sprintf("%s %s of %s is marked paid, but the provider's %s%s", noun, o.ID, o.Money, rec, outcome))
+		reconcile.DetailPaidFailed(o, m.mentions(failed), m.unread(o).String()))
 }
 
 // paidStaleFinding: PAID, but its provider record is still pending long
@@ -279,14 +246,8 @@ func (m *matcher) paidStaleFinding(o *reconcile.Obligation, stale []int32) {
 	for _, mv := range stale {
 		ids = m.ids(ids, mv, "")
 	}
-	noun, _, _ := oblWords(o.Kind)
-	outcome := ": no money has moved yet."
-	if gap := m.unread(o); gap != "" {
-		outcome = ", and nothing else read belongs to it; " + gap + "."
-	}
 	m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
-		fmt.Sprintf("%s %s of %s is marked paid, but the provider's record of it (%s) is still pending after %s%s",
-			noun, o.ID, o.Money, m.movIDs(stale), human(m.now.Sub(m.created(stale[0]))), outcome))
+		reconcile.DetailPaidStale(o, m.mentions(stale), m.now.Sub(m.created(stale[0])), m.unread(o).String()))
 }
 
 // absenceFinding: PAID and nothing links to it. Absence is claimed only on
@@ -294,71 +255,55 @@ func (m *matcher) paidStaleFinding(o *reconcile.Obligation, stale []int32) {
 // exist, or the listing (and, for an obligation that only its key could
 // link, the events) covered its whole time. Anything less proves nothing.
 func (m *matcher) absenceFinding(o *reconcile.Obligation) {
-	noun, _, _ := oblWords(o.Kind)
 	skew := m.opts.ClockSkew
 	from, to := o.CreatedAt.Add(-skew), maxTime(o.UpdatedAt, o.PaidAt).Add(skew)
 	listed := m.in.Listed.Valid() && m.in.Listed.Covers(from, to)
-	wrongKind := ""
+	var named *reconcile.Mention
 	if o.ProviderID != "" {
 		if mv := m.movementOf(o.ProviderID); mv >= 0 {
 			// It names a record that exists but is of another kind, so
 			// it could not link; as without a provider id, only a key
 			// or metadata could have.
-			wrongKind = fmt.Sprintf(" (the provider record it names, %s, is a %s)", o.ProviderID, m.movNoun(mv))
+			mn := m.mention(mv)
+			named = &mn
 		}
 	}
-	if o.ProviderID != "" && wrongKind == "" {
+	if o.ProviderID != "" && named == nil {
 		l, looked := m.lookups[o.ProviderID]
 		switch {
 		case looked && l.Result == reconcile.LookupNotFound:
-			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money,
-				fmt.Sprintf("%s %s of %s is marked paid, but the provider has no record %s: it was looked up and does not exist.",
-					noun, o.ID, o.Money, o.ProviderID))
-			return
+			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money, reconcile.DetailNotFound(o))
 		case looked && l.Result == reconcile.LookupFailed:
-			reason := "failed"
-			if l.Err != "" {
-				reason += " (" + l.Err + ")"
-			}
-			m.unverified(o, []string{o.ProviderID}, fmt.Sprintf("the lookup of %s %s", o.ProviderID, reason))
-			return
+			m.unverified(o, []string{o.ProviderID}, reconcile.WhyLookupFailed(o.ProviderID, l.Err))
 		case looked:
-			m.unverified(o, []string{o.ProviderID}, fmt.Sprintf("%s exists but was not among the records read", o.ProviderID))
-			return
-		}
-		if listed {
+			m.unverified(o, []string{o.ProviderID}, reconcile.WhyNotAmongRead(o.ProviderID))
+		case listed:
 			m.add(reconcile.PaidWithoutEvidence, o.ID, "", []string{o.ProviderID}, o.Money, o.Money,
-				fmt.Sprintf("%s %s of %s is marked paid with provider record %s, but the provider has no such record between %s and %s.",
-					noun, o.ID, o.Money, o.ProviderID, stamp(m.in.Listed.From), stamp(m.in.Listed.To)))
-			return
+				reconcile.DetailNoSuchRecord(o, m.in.Listed))
+		default:
+			m.unverified(o, []string{o.ProviderID}, reconcile.WhyRecordsNotRead(o, false, nil))
 		}
-		m.unverified(o, []string{o.ProviderID}, "the provider's records of its time were not all read")
 		return
 	}
 	// Without a provider id only its key or metadata can link it; the key
 	// is known only from events, so they must cover its time too.
 	events := !m.in.EventsFrom.IsZero() && !m.in.EventsFrom.After(from)
 	var ids []string
-	if wrongKind != "" {
+	if named != nil {
 		ids = []string{o.ProviderID}
 	}
 	if listed && events {
-		m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money,
-			fmt.Sprintf("%s %s of %s is marked paid, but nothing the provider recorded between %s and %s belongs to it%s.",
-				noun, o.ID, o.Money, stamp(m.in.Listed.From), stamp(m.in.Listed.To), wrongKind))
+		m.add(reconcile.PaidWithoutEvidence, o.ID, "", ids, o.Money, o.Money, reconcile.DetailNothingBelongs(o, m.in.Listed, named))
 		return
 	}
-	m.unverified(o, ids, "the provider's records and events of its time were not all read"+wrongKind)
+	m.unverified(o, ids, reconcile.WhyRecordsNotRead(o, true, named))
 }
 
 func (m *matcher) unverified(o *reconcile.Obligation, ids []string, why string) {
 	if !m.opts.ReportUnverified {
 		return
 	}
-	noun, _, _ := oblWords(o.Kind)
-	m.add(Unverified, o.ID, "", ids, o.Money, o.Money,
-		fmt.Sprintf("%s %s of %s is marked paid and no provider record links to it, but this could not be checked: %s.",
-			noun, o.ID, o.Money, why))
+	m.add(Unverified, o.ID, "", ids, o.Money, o.Money, reconcile.DetailUnverified(o, why))
 }
 
 // movedFinding: money moved for an obligation that says it must not have.
@@ -367,26 +312,7 @@ func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
 	for _, mv := range succ {
 		ids = m.ids(ids, mv, reconcile.Succeeded)
 	}
-	noun, verb, _ := oblWords(o.Kind)
-	var state string
-	switch o.State {
-	case reconcile.FailedState:
-		state = "is marked failed"
-	case reconcile.Approved:
-		state = "is approved and waiting to be executed"
-	case reconcile.PendingApproval:
-		state = "is still awaiting approval"
-	case reconcile.RequiresReview:
-		state = "is held for review"
-	default:
-		state = fmt.Sprintf("is in state %q, which the reconciler's configuration does not map (so it is never marked paid)", o.RawState)
-	}
-	moved := fmt.Sprintf("%s for it (%s)", m.money(succ[0]), m.movID(succ[0]))
-	if len(succ) > 1 {
-		moved = fmt.Sprintf("money for it %s (%s)", times(len(succ)), m.movIDs(succ))
-	}
-	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money,
-		fmt.Sprintf("%s %s of %s %s, but the provider already %s %s.", noun, o.ID, o.Money, state, verb, moved))
+	m.add(reconcile.StatusMismatch, o.ID, "", ids, o.Money, o.Money, reconcile.DetailMoved(o, m.mentions(succ)))
 }
 
 // recordsRead reports whether the run read every provider record that can
@@ -394,30 +320,27 @@ func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
 // to Options.RecordsFrom of its creation and the listings on to now
 // (docs/design.md, "Coverage").
 func (m *matcher) recordsRead(o *reconcile.Obligation) bool {
-	return m.unread(o) == ""
+	return m.unread(o).Kind == reconcile.GapNone
 }
 
-// unread says, as a clause of a finding's detail, what the run did not
-// read of the records a decision about o rests on, and how to read it;
-// "" when it read them all.
-func (m *matcher) unread(o *reconcile.Obligation) string {
+// unread is what the run did not read of the records a decision about o
+// rests on; the zero Gap when it read them all.
+func (m *matcher) unread(o *reconcile.Obligation) reconcile.Gap {
 	from := m.opts.RecordsFrom(o.CreatedAt)
 	l, ev := m.in.Listed, m.in.EventsFrom
+	g := reconcile.Gap{Listed: l, EventsFrom: ev, Created: o.CreatedAt}
 	switch {
 	case !l.Valid():
-		return "no listing of the provider's records was read"
+		g.Kind = reconcile.GapNoListing
 	case l.To.Before(m.now):
-		return fmt.Sprintf("the provider's records created after %s were not read", stamp(l.To))
+		g.Kind = reconcile.GapLater
 	case l.From.After(from):
 		// Whole days, rounded up: what max_lookback must reach.
-		hours := int64((m.now.Sub(from) + 24*time.Hour - 1) / (24 * time.Hour) * 24)
-		return fmt.Sprintf("the provider's records before %s were not read (it was created %s; "+
-			"a max_lookback of at least %dh reads back that far)", stamp(l.From), stamp(o.CreatedAt), hours)
+		g.Kind, g.Reach = reconcile.GapEarlier, (m.now.Sub(from)+24*time.Hour-1)/(24*time.Hour)*(24*time.Hour)
 	case ev.IsZero():
-		return "no provider events were read, and only they tell which idempotency key made each record"
+		g.Kind = reconcile.GapNoEvents
 	case ev.After(from):
-		return fmt.Sprintf("the provider's events before %s, which tell which idempotency key made each record, "+
-			"were not read (Stripe keeps events 30 days; only what the reconciler's mirror kept is older)", stamp(ev))
+		g.Kind = reconcile.GapEvents
 	}
-	return ""
+	return g
 }

@@ -1,8 +1,6 @@
 package matcher
 
 import (
-	"fmt"
-
 	"reconcile"
 )
 
@@ -25,28 +23,14 @@ func (m *matcher) within(mv int32, w reconcile.Window) bool {
 }
 
 func (m *matcher) orphanFinding(s int32, target string) {
-	v := &m.movs[s]
-	money, id := m.money(s), m.movID(s)
-	on := ""
-	if v.class == clsRefund && target != "" {
-		on = fmt.Sprintf(" (on %s %s)", m.targetNoun(target), target)
-	}
-	verb := "collected"
-	if v.class == clsRefund {
-		verb = "paid out"
-	}
-	m.add(reconcile.Orphan, "", id, m.ids(nil, s, reconcile.Succeeded), money, money,
-		fmt.Sprintf("%s %s of %s%s was %s by the provider but belongs to no obligation%s.",
-			capital(m.movNoun(s)), id, money, on, verb, m.keyless(s)))
+	m.add(reconcile.Orphan, "", m.movID(s), m.ids(nil, s, reconcile.Succeeded), m.money(s), m.money(s),
+		reconcile.DetailOrphan(m.mention(s), m.movs[s].class == clsRefund, m.targetNoun(target), target, m.keyless(s)))
 }
 
-// keyless says, for the detail of an unlinked movement, that the
-// provider's events that would tell its idempotency key were not read, so
-// that an obligation could own it under its key unseen; "" when they were.
-func (m *matcher) keyless(mv int32) string {
-	ev, created := m.in.EventsFrom, m.created(mv)
-	if !ev.IsZero() && !ev.After(created) {
-		return ""
-	}
-	return " that its metadata or id names (the provider's events from its time, which alone would tell the idempotency key it was made with, were not read)"
+// keyless reports, for an unlinked movement, that the provider's events
+// that would tell its idempotency key were not read, so that an obligation
+// could own it under its key unseen.
+func (m *matcher) keyless(mv int32) bool {
+	ev := m.in.EventsFrom
+	return ev.IsZero() || ev.After(m.created(mv))
 }

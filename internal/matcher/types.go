@@ -17,7 +17,9 @@
 // money and state, paid without evidence), outcomes.go (stale leases and
 // unknown outcomes). world.go numbers and indexes the input so that a rule
 // asks its question in a word; match.go runs the rules in order and
-// builds the result; words.go holds the words findings use.
+// builds the result; words.go names movements for the sentences, which
+// are reconcile's Detail functions, beside the kinds table (detail.go and
+// kinds.go of package reconcile).
 //
 // Decisions the design leaves open, taken here:
 //   - Unlinked succeeded objects created outside Input.Subject are not

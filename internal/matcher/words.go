@@ -1,7 +1,6 @@
 package matcher
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -10,8 +9,9 @@ import (
 	"reconcile"
 )
 
-// The words findings use: nouns for movements and obligations, counts,
-// durations and times for people, and exact money.
+// What a finding's sentence names (reconcile.Mention: a movement's id,
+// noun and money), and exact money; the sentences themselves are
+// reconcile's Detail functions, beside the kinds table.
 
 func (m *matcher) money(mv int32) reconcile.Money { return m.obj(m.movs[mv].rep).Money }
 
@@ -34,14 +34,19 @@ func (m *matcher) ids(dst []string, mv int32, want reconcile.Status) []string {
 	return dst
 }
 
-// movIDs are the movements' own ids (an intent's group by its intent), for
-// sentences.
-func (m *matcher) movIDs(movs []int32) string {
-	s := make([]string, len(movs))
+// mention names movement mv for a finding's sentence.
+func (m *matcher) mention(mv int32) reconcile.Mention {
+	return reconcile.Mention{ID: m.movID(mv), Noun: m.movNoun(mv), Money: m.money(mv),
+		Canceled: m.obj(m.movs[mv].rep).Status == reconcile.Canceled}
+}
+
+// mentions names movements for a finding's sentence.
+func (m *matcher) mentions(movs []int32) []reconcile.Mention {
+	out := make([]reconcile.Mention, len(movs))
 	for k, mv := range movs {
-		s[k] = m.movID(mv)
+		out[k] = m.mention(mv)
 	}
-	return strings.Join(s, ", ")
+	return out
 }
 
 // movNoun names a movement's kind for people: an intent with its charges
@@ -72,65 +77,6 @@ func (m *matcher) targetNoun(id string) string {
 		return "charge"
 	}
 	return "payment"
-}
-
-// oblWords are the words a sentence about an obligation of kind k uses.
-func oblWords(k reconcile.ObjectKind) (noun, verb, loss string) {
-	if k == reconcile.Refund {
-		return "Refund", "paid out", "left the account"
-	}
-	if kindClass(k) == clsCharge {
-		return "Charge", "collected", "was taken from the customer"
-	}
-	return "Obligation", "moved", "moved"
-}
-
-func count(n int) string {
-	if n >= 2 && n <= 9 {
-		return []string{"two", "three", "four", "five", "six", "seven", "eight", "nine"}[n-2]
-	}
-	return fmt.Sprint(n)
-}
-
-func times(n int) string {
-	switch n {
-	case 1:
-		return "once"
-	case 2:
-		return "twice"
-	case 3:
-		return "three times"
-	}
-	return fmt.Sprintf("%d times", n)
-}
-
-// human formats a duration the way a person says it.
-func human(d time.Duration) string {
-	d = absDur(d)
-	unit := func(n int64, one string) string {
-		if n == 1 {
-			return "1 " + one
-		}
-		return fmt.Sprintf("%d %ss", n, one)
-	}
-	switch {
-	case d < time.Minute:
-		return unit(int64(d/time.Second), "second")
-	case d < 2*time.Hour:
-		return unit(int64(d/time.Minute), "minute")
-	case d < 48*time.Hour:
-		return unit(int64(d/time.Hour), "hour")
-	}
-	return unit(int64(d/(24*time.Hour)), "day")
-}
-
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
-
-func capital(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -178,12 +124,8 @@ func (s sum) add(b int64) sum {
 // or keeps s's figure and adds t's mark of having reached a bound.
 func (s sum) or(t sum) sum { s.over = s.over || t.over; return s }
 
-// text formats the sum as money of currency, "at least …" when it
+// money formats the sum as money of currency, "at least …" when it
 // reached a bound.
-func (s sum) text(currency string) string {
-	m := reconcile.Money{Amount: s.v, Currency: currency}.String()
-	if s.over {
-		return "at least " + m
-	}
-	return m
+func (s sum) money(currency string) string {
+	return reconcile.AtLeast(reconcile.Money{Amount: s.v, Currency: currency}, s.over)
 }
