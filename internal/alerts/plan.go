@@ -5,9 +5,11 @@
 // slack-go, marking a row sent only after Slack accepted the message that
 // carries it (docs/design.md, "The schema reconcile").
 //
-// Deciding what is due (first alert, change, repeat after the repeat
-// interval, resolution, acknowledgement) is the store's: the planner adds
-// no message of its own, so a rerun with nothing due posts nothing.
+// What each finding calls for (first alert, change, repeat after the
+// repeat interval, resolution, acknowledgement) is Decide's, the alert
+// lifecycle, which the store applies as it writes a run's findings and
+// their outbox rows; the planner adds no message of its own, so a rerun
+// with nothing due posts nothing.
 package alerts
 
 import (

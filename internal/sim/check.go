@@ -254,6 +254,7 @@ func adopt(o *obligation, t reconcile.Transition, now time.Time) {
 
 // checkFindings checks the findings and the outbox rows a pass that
 // applied wrote (I2, I3).
+// An independent statement of the alert lifecycle; the code's is alerts.Decide.
 func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outboxRow) {
 	e, n, res := pc.exp, pc.n, pc.result
 	for fp, f := range e.findings {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"reconcile"
+	"reconcile/internal/alerts"
 )
 
 // Applied is what Apply wrote for one run.
@@ -475,6 +476,9 @@ type outboxRow struct {
 	payload     string // JSON
 }
 
+// planFindings asks alerts.Decide what becomes of every finding this run
+// found and of every open finding it did not, and gathers what to write
+// because of it; the lifecycle's rules are Decide's alone.
 func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now time.Time) (findingPlan, error) {
 	p := findingPlan{
 		newKinds:      map[reconcile.FindingKind]int{},
@@ -482,7 +486,27 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 		resolvedKinds: map[reconcile.FindingKind]int{},
 	}
 	var payloadErr error
-	alert := func(f reconcile.Finding, ev reconcile.AlertEvent, changed bool) {
+	// record counts what was decided about f for Applied and the summary,
+	// and queues its alert.
+	record := func(f reconcile.Finding, a alerts.Action) {
+		switch a {
+		case alerts.ActionNone:
+			return
+		case alerts.ActionFire:
+			p.new++
+			p.newKinds[f.Kind]++
+			p.atRisk = append(p.atRisk, f.AtRisk)
+		case alerts.ActionChanged:
+			p.changed++
+			p.changedKinds[f.Kind]++
+			p.atRisk = append(p.atRisk, f.AtRisk)
+		case alerts.ActionRepeat:
+			p.repeated++
+		case alerts.ActionResolved:
+			p.resolve = append(p.resolve, f)
+			p.resolvedKinds[f.Kind]++
+		}
+		ev, changed := a.Event()
 		payload, err := findingPayload(f)
 		payloadErr = cmp.Or(payloadErr, err) // keep the first
 		p.alerts = append(p.alerts, outboxRow{fingerprint: f.Fingerprint, event: ev, changed: changed, payload: payload})
@@ -491,64 +515,47 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 	for _, f := range in.findings {
 		found[f.Fingerprint] = true
 		old, known := stored[f.Fingerprint]
-		row := findingRow{f: f, ackAt: old.ackAt, ackBy: old.ackBy, ackReason: old.ackReason, lastAlerted: old.lastAlerted}
-		fire := func() {
-			// A new episode or a changed finding: whoever acknowledged the
-			// old one did not see this.
-			row.ackAt, row.ackBy, row.ackReason = nil, nil, nil
-			row.lastAlerted = &now
+		var life *alerts.Stored
+		if known {
+			life = old.lifecycle()
 		}
-		switch {
-		case !known || old.status == statusResolved:
-			fire()
-			p.new++
-			if known {
-				p.reopened++
-			}
-			p.newKinds[f.Kind]++
-			p.atRisk = append(p.atRisk, f.AtRisk)
-			alert(f, reconcile.AlertFiring, false)
-		case old.f.ContentHash != f.ContentHash:
-			fire()
-			p.changed++
-			p.changedKinds[f.Kind]++
-			p.atRisk = append(p.atRisk, f.AtRisk)
-			alert(f, reconcile.AlertFiring, true)
-		case old.ackAt == nil && !old.unsent && repeatDue(old, now, s.opts.RepeatInterval):
-			// An alert still waiting in the outbox (Slack down) is not
-			// doubled by a repeat.
+		d := alerts.Decide(life, &f, in.covers(f), s.opts.RepeatInterval, now)
+		row := findingRow{f: f, ackAt: old.ackAt, ackBy: old.ackBy, ackReason: old.ackReason, lastAlerted: old.lastAlerted}
+		if d.ClearAck {
+			row.ackAt, row.ackBy, row.ackReason = nil, nil, nil
+		}
+		if d.Alerted {
 			row.lastAlerted = &now
-			p.repeated++
-			alert(f, reconcile.AlertRepeat, false)
 		}
 		p.upserts = append(p.upserts, row)
+		if d.Action == alerts.ActionFire && known {
+			p.reopened++
+		}
+		record(f, d.Action)
 	}
-	// Open findings this run did not find again are resolved, but only
-	// where this run looked: a narrow incident window proves nothing about
-	// the rest.
-	fps := slices.Sorted(maps.Keys(stored))
-	for _, fp := range fps {
-		old := stored[fp]
-		if old.status != statusOpen || found[fp] || !in.covers(old.f) {
+	// The stored findings this run did not find (readFindings reads every
+	// open one), in fingerprint order so that their alerts are queued in
+	// the same order every time.
+	for _, fp := range slices.Sorted(maps.Keys(stored)) {
+		if found[fp] {
 			continue
 		}
-		p.resolve = append(p.resolve, old.f)
-		p.resolvedKinds[old.f.Kind]++
-		alert(old.f, reconcile.AlertResolved, false)
+		old := stored[fp]
+		record(old.f, alerts.Decide(old.lifecycle(), nil, in.covers(old.f), s.opts.RepeatInterval, now).Action)
 	}
 	return p, payloadErr
 }
 
-// repeatDue reports whether the repeat interval has passed since people
-// were last told about the finding: since its last alert was queued, or,
-// when that alert waited in the outbox (Slack down), since Slack took it.
-// Otherwise an alert delivered late would be followed at once by a repeat.
-func repeatDue(old storedFinding, now time.Time, interval time.Duration) bool {
-	last := old.lastAlerted
-	if old.lastSent != nil && (last == nil || old.lastSent.After(*last)) {
-		last = old.lastSent
+// lifecycle is what alerts.Decide reads of the stored row.
+func (sf storedFinding) lifecycle() *alerts.Stored {
+	return &alerts.Stored{
+		Resolved:     sf.status == statusResolved,
+		ContentHash:  sf.f.ContentHash,
+		Acknowledged: sf.ackAt != nil,
+		LastAlerted:  timeOf(sf.lastAlerted),
+		LastSent:     timeOf(sf.lastSent),
+		Unsent:       sf.unsent,
 	}
-	return last == nil || now.Sub(*last) >= interval
 }
 
 // covers reports whether the run examined what the finding is about.

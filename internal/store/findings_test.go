@@ -80,6 +80,13 @@ func TestFindingLifecycle(t *testing.T) {
 			at:   50 * time.Hour,
 			res:  resultOf([]reconcile.Finding{dup, stale, orphan}, nil),
 			want: []want{{"repeat", "dup", false}, {"repeat", "stale", false}, {"repeat", "orphan", false}},
+			check: func(t *testing.T, a Applied) {
+				// A repeat moves the last alert, which the next repeat
+				// counts from.
+				if got, want := e.finding(dup.Fingerprint).LastAlertedAt, t0().Add(50*time.Hour); !got.Equal(want) {
+					t.Errorf("dup last alerted %v, want %v", got, want)
+				}
+			},
 		},
 		{
 			name: "an acknowledged finding is not repeated",
