@@ -18,6 +18,7 @@ import (
 	"reconcile/internal/alerts"
 	"reconcile/internal/config"
 	"reconcile/internal/demo"
+	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/store"
 	"reconcile/internal/stripetest"
@@ -93,11 +94,11 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 		return failed(err)
 	}
 	if format.value == "json" {
-		return writeJSON(stdout, newReport(out))
+		return writeJSON(stdout, report.New(out))
 	}
 	fmt.Fprintln(stdout, "\nThe report:")
 	fmt.Fprintln(stdout)
-	writeText(stdout, out)
+	report.WriteText(stdout, out)
 
 	// A second pass over the same history: nothing new, nothing changed,
 	// nothing sent. This is what makes it safe to run from cron.

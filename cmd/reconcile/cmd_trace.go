@@ -12,6 +12,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -23,16 +24,16 @@ type trace struct {
 	// Provider is what the provider holds for it now (a read-only look at
 	// the obligation's lifetime); empty with ProviderError set when it
 	// could not be read.
-	Window        *reportWindow     `json:"provider_window,omitempty"`
-	ProviderError string            `json:"provider_error,omitempty"`
-	Objects       []traceObject     `json:"provider_objects"`
-	Keys          []traceKey        `json:"idempotency_keys"`
-	Lookups       []traceLookup     `json:"lookups"`
-	Current       []reportFinding   `json:"findings_now"`
-	Transition    *reportTransition `json:"would_transition,omitempty"`
-	Findings      []findingJSON     `json:"findings"`
-	Transitions   []traceAudit      `json:"transitions"`
-	Alerts        []traceAlert      `json:"alerts"`
+	Window        *report.Window     `json:"provider_window,omitempty"`
+	ProviderError string             `json:"provider_error,omitempty"`
+	Objects       []traceObject      `json:"provider_objects"`
+	Keys          []traceKey         `json:"idempotency_keys"`
+	Lookups       []traceLookup      `json:"lookups"`
+	Current       []report.Finding   `json:"findings_now"`
+	Transition    *report.Transition `json:"would_transition,omitempty"`
+	Findings      []report.Finding   `json:"findings"`
+	Transitions   []traceAudit       `json:"transitions"`
+	Alerts        []traceAlert       `json:"alerts"`
 }
 
 type traceObligation struct {
@@ -126,14 +127,14 @@ func cmdTrace(ctx context.Context, args []string, getenv func(string) string, st
 		return failed(err)
 	}
 	t := trace{Obligation: obligationJSON(ob), Objects: []traceObject{}, Keys: []traceKey{}, Lookups: []traceLookup{},
-		Current: []reportFinding{}, Findings: []findingJSON{}, Transitions: []traceAudit{}, Alerts: []traceAlert{}}
+		Current: []report.Finding{}, Findings: []report.Finding{}, Transitions: []traceAudit{}, Alerts: []traceAlert{}}
 
 	if err := d.store.CheckSchema(ctx); err == nil {
 		h, err := d.store.ObligationHistory(ctx, id)
 		if err != nil {
 			return failed(err)
 		}
-		t.Findings = findingsJSON(h.Findings)
+		t.Findings = report.FromRecords(h.Findings)
 		for _, a := range h.Transitions {
 			t.Transitions = append(t.Transitions, traceAudit{From: string(a.From), To: string(a.To), ProviderID: a.ProviderID,
 				RunID: a.RunID, At: stamp(a.At)})
@@ -177,7 +178,7 @@ func traceProvider(ctx context.Context, d *deps, ob reconcile.Obligation, t *tra
 	}
 	// What was read: the pass reads back from the obligation's creation
 	// and on to now, whatever its window (docs/design.md, "Coverage").
-	t.Window = &reportWindow{From: stamp(out.Covered.From), To: stamp(out.Covered.To)}
+	t.Window = &report.Window{From: stamp(out.Covered.From), To: stamp(out.Covered.To)}
 	routes := map[string]reconcile.Route{}
 	for _, l := range out.Result.Links {
 		if l.ObligationID == ob.ID {
@@ -209,14 +210,15 @@ func traceProvider(ctx context.Context, d *deps, ob reconcile.Obligation, t *tra
 			t.Lookups = append(t.Lookups, traceLookup{ID: l.ID, Result: string(l.Result), Error: alerts.Redact(l.Err)})
 		}
 	}
-	for _, f := range newReport(out).Findings {
+	for _, f := range out.Result.Findings {
 		if f.ObligationID == ob.ID {
-			t.Current = append(t.Current, f)
+			t.Current = append(t.Current, report.FromFinding(f))
 		}
 	}
 	for _, tr := range out.Transitions {
 		if tr.ObligationID == ob.ID {
-			t.Transition = &reportTransition{ObligationID: tr.ObligationID, From: string(tr.From), To: string(tr.To), ProviderID: tr.ProviderID}
+			tr := report.FromTransition(tr)
+			t.Transition = &tr
 		}
 	}
 	return nil
@@ -311,6 +313,13 @@ func writeTrace(w io.Writer, t trace) {
 		}
 		fmt.Fprintf(w, "  %s %s queued %s, %d attempts, %s\n", a.Event, a.Fingerprint, a.CreatedAt, a.Attempts, sent)
 	}
+}
+
+func stampOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return stamp(t)
 }
 
 func orDash(s string) string {

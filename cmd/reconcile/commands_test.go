@@ -19,6 +19,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/pgtest"
+	"reconcile/internal/report"
 	"reconcile/internal/store/storetest"
 )
 
@@ -57,7 +58,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("dry run exited %d: %s", code, stderr)
 	}
-	var rep report
+	var rep report.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || !rep.DryRun || len(rep.Findings) != 3 {
 		t.Fatalf("dry run report = %+v (%v), want dry_run and 3 findings", rep, err)
 	}
@@ -141,7 +142,7 @@ func TestFindingsAckAndTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("findings exited %d: %s", code, stderr)
 	}
-	var fs []findingJSON
+	var fs []report.Finding
 	if err := json.Unmarshal([]byte(stdout), &fs); err != nil {
 		t.Fatalf("findings --format json: %v\n%s", err, stdout)
 	}
