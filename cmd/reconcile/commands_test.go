@@ -21,6 +21,7 @@ import (
 	"reconcile/internal/pgtest"
 	"reconcile/internal/report"
 	"reconcile/internal/store/storetest"
+	"reconcile/internal/trace"
 )
 
 // seedDoubleRefund loads order 4821's story and a stale lease.
@@ -175,7 +176,7 @@ func TestFindingsAckAndTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("trace exited %d: %s", code, stderr)
 	}
-	var tr trace
+	var tr trace.Trace
 	if err := json.Unmarshal([]byte(stdout), &tr); err != nil {
 		t.Fatalf("trace --format json: %v\n%s", err, stdout)
 	}
