@@ -42,40 +42,40 @@ type Env struct {
 // on the server of adminURL when it is set, else on a PostgreSQL answering
 // on localhost:5432 as root, the current user or postgres. Close the Env
 // to stop the server and drop the database.
-func Start(ctx context.Context, adminURL string, data Dataset) (_ *Env, err error) {
+func Start(ctx context.Context, adminURL string, data Dataset) (*Env, error) {
 	env := &Env{}
-	defer func() {
-		if err != nil {
-			env.Close()
-		}
-	}()
-	dbURL, drop, err := throwawayDatabase(ctx, adminURL)
-	if err != nil {
+	if err := env.start(ctx, adminURL, data); err != nil {
+		env.Close() // what was made before the failure
 		return nil, err
 	}
-	env.DatabaseURL = dbURL
-	env.close = append(env.close, drop)
+	return env, nil
+}
+
+func (e *Env) start(ctx context.Context, adminURL string, data Dataset) error {
+	dbURL, drop, err := throwawayDatabase(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	e.DatabaseURL = dbURL
+	e.close = append(e.close, drop)
 	if err := store.Migrate(ctx, dbURL); err != nil {
-		return nil, fmt.Errorf("demo database: %w", err)
+		return fmt.Errorf("demo database: %w", err)
 	}
 
 	stripe := stripetest.New(Key)
 	for _, o := range data.Objects {
 		if err := stripe.Add(o.ProviderObject, o.Key); err != nil {
-			return nil, fmt.Errorf("demo data: %w", err)
+			return fmt.Errorf("demo data: %w", err)
 		}
 	}
 	stripeURL, stopStripe, err := stripe.Start()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	env.StripeURL = stripeURL
-	env.close = append(env.close, stopStripe)
+	e.StripeURL = stripeURL
+	e.close = append(e.close, stopStripe)
 
-	if err := loadObligations(ctx, dbURL, data.Obligations); err != nil {
-		return nil, err
-	}
-	return env, nil
+	return loadObligations(ctx, dbURL, data.Obligations)
 }
 
 // Close stops the Stripe-compatible server and drops the database, even
