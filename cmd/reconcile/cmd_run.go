@@ -11,6 +11,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/sources"
 )
@@ -86,11 +87,11 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	// printed, and the run still failed.
 	reported = true
 	if f.format.value == "json" {
-		if err := writeJSON(stdout, newReport(out)); err != nil {
+		if err := writeJSON(stdout, report.New(out)); err != nil {
 			return failed(err)
 		}
 	} else {
-		writeText(stdout, out)
+		report.WriteText(stdout, out)
 	}
 	if err != nil {
 		return failed(err)

@@ -3,19 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/robfig/cron/v3"
 
 	"reconcile"
 	"reconcile/internal/config"
+	"reconcile/internal/metrics"
 	"reconcile/internal/runner"
 )
 
@@ -37,7 +33,7 @@ func cmdSchedule(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	s := &scheduler{cfg: cfg, runner: r, log: log, metrics: newMetrics()}
+	s := &scheduler{cfg: cfg, runner: r, log: log, metrics: metrics.New()}
 	return s.serve(ctx)
 }
 
@@ -45,7 +41,7 @@ type scheduler struct {
 	cfg     config.Config
 	runner  *runner.Runner
 	log     *slog.Logger
-	metrics *metrics
+	metrics *metrics.Metrics
 }
 
 func (s *scheduler) serve(ctx context.Context) error {
@@ -54,7 +50,7 @@ func (s *scheduler) serve(ctx context.Context) error {
 		return usageError("schedule: %v", err)
 	}
 	if s.cfg.Metrics.Listen != "" {
-		stop, err := s.metrics.serve(s.cfg.Metrics.Listen, s.log)
+		stop, err := s.metrics.Serve(s.cfg.Metrics.Listen, s.log)
 		if err != nil {
 			return failed(err)
 		}
@@ -84,7 +80,7 @@ func (s *scheduler) pass(ctx context.Context) {
 		Window:  reconcile.Window{From: now.Add(-s.cfg.Lookback), To: now},
 		Trigger: reconcile.TriggerCron,
 	})
-	s.metrics.observe(out, err, time.Since(start))
+	s.metrics.Observe(out, err, time.Since(start))
 	switch {
 	case errors.Is(err, runner.ErrLocked):
 		s.log.Info("pass skipped: another replica is running one")
@@ -105,87 +101,4 @@ func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("cron: "+msg, kv..
 
 func (l cronLogger) Error(err error, msg string, kv ...any) {
 	l.log.Error("cron: "+msg, append([]any{"err", err}, kv...)...)
-}
-
-// metrics are the scheduler's Prometheus metrics, on a registry of its own
-// (no global state).
-type metrics struct {
-	reg         *prometheus.Registry
-	runs        *prometheus.CounterVec
-	duration    prometheus.Histogram
-	findings    *prometheus.GaugeVec
-	objects     prometheus.Counter
-	lastSuccess prometheus.Gauge
-}
-
-func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reconcile_runs_total", Help: "Reconciliation passes by outcome (completed, failed, skipped).",
-		}, []string{"status"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "reconcile_run_duration_seconds", Help: "Duration of reconciliation passes.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "reconcile_findings", Help: "Findings of the last completed pass by kind and severity.",
-		}, []string{"kind", "severity"}),
-		objects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "reconcile_provider_objects_fetched_total", Help: "Provider objects read from Stripe.",
-		}),
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "reconcile_last_success_timestamp_seconds", Help: "Unix time of the last completed pass.",
-		}),
-	}
-	m.reg.MustRegister(m.runs, m.duration, m.findings, m.objects, m.lastSuccess)
-	return m
-}
-
-func (m *metrics) observe(out *runner.Outcome, err error, d time.Duration) {
-	switch {
-	case errors.Is(err, runner.ErrLocked):
-		m.runs.WithLabelValues("skipped").Inc()
-		return
-	case err != nil:
-		m.runs.WithLabelValues("failed").Inc()
-		m.duration.Observe(d.Seconds())
-		return
-	}
-	m.runs.WithLabelValues("completed").Inc()
-	m.duration.Observe(d.Seconds())
-	m.objects.Add(float64(out.Run.Counts.ProviderObjects))
-	m.lastSuccess.Set(float64(out.Run.Finished.Unix()))
-	m.findings.Reset()
-	for _, k := range reconcile.FindingKinds {
-		m.findings.WithLabelValues(string(k), string(k.Severity())).Set(0)
-	}
-	for _, f := range out.Result.Findings {
-		m.findings.WithLabelValues(string(f.Kind), string(f.Severity)).Inc()
-	}
-}
-
-// serve exposes /metrics and /healthz on addr until stop is called.
-func (m *metrics) serve(addr string, log *slog.Logger) (stop func(), err error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics.listen %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err)
-		}
-	}()
-	log.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}, nil
 }

@@ -19,7 +19,9 @@ import (
 
 	"reconcile"
 	"reconcile/internal/pgtest"
+	"reconcile/internal/report"
 	"reconcile/internal/store/storetest"
+	"reconcile/internal/trace"
 )
 
 // seedDoubleRefund loads order 4821's story and a stale lease.
@@ -57,7 +59,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("dry run exited %d: %s", code, stderr)
 	}
-	var rep report
+	var rep report.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || !rep.DryRun || len(rep.Findings) != 3 {
 		t.Fatalf("dry run report = %+v (%v), want dry_run and 3 findings", rep, err)
 	}
@@ -141,7 +143,7 @@ func TestFindingsAckAndTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("findings exited %d: %s", code, stderr)
 	}
-	var fs []findingJSON
+	var fs []report.Finding
 	if err := json.Unmarshal([]byte(stdout), &fs); err != nil {
 		t.Fatalf("findings --format json: %v\n%s", err, stdout)
 	}
@@ -174,7 +176,7 @@ func TestFindingsAckAndTrace(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("trace exited %d: %s", code, stderr)
 	}
-	var tr trace
+	var tr trace.Trace
 	if err := json.Unmarshal([]byte(stdout), &tr); err != nil {
 		t.Fatalf("trace --format json: %v\n%s", err, stdout)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/pgtest"
+	"reconcile/internal/report"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/stripetest"
 )
@@ -135,7 +136,7 @@ func TestDoubleRefundEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run exited %d: %s", code, stderr)
 	}
-	var rep report
+	var rep report.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
 	}
@@ -147,7 +148,7 @@ func TestDoubleRefundEndToEnd(t *testing.T) {
 		!slices.Equal(f.ProviderIDs, []string{"re_4821a", "re_4821b"}) || f.Amount != 8900 || f.Currency != "usd" || f.Fingerprint == "" {
 		t.Errorf("finding = %+v, want the critical duplicate of refund:4821:approved-request-7 over re_4821a and re_4821b, USD 8900", f)
 	}
-	wantT := []reportTransition{{ObligationID: "refund:4821:other", From: "CONFIRMATION_UNKNOWN", To: "PAID", ProviderID: "re_other"}}
+	wantT := []report.Transition{{ObligationID: "refund:4821:other", From: "CONFIRMATION_UNKNOWN", To: "PAID", ProviderID: "re_other"}}
 	if !slices.Equal(rep.Transitions, wantT) {
 		t.Errorf("transitions = %+v, want %+v", rep.Transitions, wantT)
 	}
@@ -182,7 +183,7 @@ func TestDoubleRefundEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rerun exited %d: %s", code, stderr)
 	}
-	var rep2 report
+	var rep2 report.Report
 	if err := json.Unmarshal([]byte(stdout), &rep2); err != nil {
 		t.Fatal(err)
 	}

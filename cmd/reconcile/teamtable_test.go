@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"reconcile"
+	"reconcile/internal/report"
 )
 
 // A team's own table, as teams have it: the state a PostgreSQL
@@ -87,11 +88,11 @@ func TestTeamTableEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run exited %d: %s", code, stderr)
 	}
-	var rep report
+	var rep report.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, stdout)
 	}
-	wantT := []reportTransition{{ObligationID: lost, From: "CONFIRMATION_UNKNOWN", To: "PAID", ProviderID: "re_lost"}}
+	wantT := []report.Transition{{ObligationID: lost, From: "CONFIRMATION_UNKNOWN", To: "PAID", ProviderID: "re_lost"}}
 	if diff := cmp.Diff(wantT, rep.Transitions); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
 	}

@@ -1,6 +1,9 @@
-// Package demo holds the built-in sample data of `reconcile demo`: a few
-// days of a small shop's payments in which every kind of trouble the
-// reconciler exists for happens once, next to payments that are fine.
+// Package demo holds `reconcile demo` but for its wiring: the built-in
+// sample data, a few days of a small shop's payments in which every kind
+// of trouble the reconciler exists for happens once, next to payments that
+// are fine; and the bootstrap that needs no set-up, a throwaway database
+// holding the sample's obligations, a Stripe-compatible server holding its
+// provider objects, and a Slack that prints.
 package demo
 
 import (

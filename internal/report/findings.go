@@ -1,0 +1,62 @@
+package report
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"reconcile/internal/alerts"
+	"reconcile/internal/store"
+)
+
+// WriteFindingsCSV writes stored findings for a spreadsheet: money in
+// major units beside a currency column, and text cells that a spreadsheet
+// would run as a formula defused. Its header is a contract, like the JSON.
+func WriteFindingsCSV(w io.Writer, fs []store.FindingRecord) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"fingerprint", "severity", "kind", "status", "obligation_id", "provider_ids", "currency",
+		"amount", "at_risk_currency", "at_risk", "first_seen_at", "last_seen_at", "resolved_at",
+		"acknowledged_at", "acknowledged_by", "ack_reason", "detail"})
+	for _, f := range fs {
+		cw.Write([]string{f.Fingerprint, string(f.Severity), string(f.Kind), string(f.Status),
+			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), strings.ToUpper(f.Money.Currency),
+			f.Money.Decimal(), strings.ToUpper(f.AtRisk.Currency), f.AtRisk.Decimal(),
+			stampOrEmpty(f.FirstSeenAt), stampOrEmpty(f.LastSeenAt), stampOrEmpty(f.ResolvedAt),
+			stampOrEmpty(f.AcknowledgedAt), cell(f.AcknowledgedBy), cell(f.AckReason), cell(alerts.Redact(f.Detail))})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// cell defuses spreadsheet formulas (CSV injection): a text cell starting
+// with = + - @ or a tab gets a leading apostrophe.
+func cell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
+// WriteFindingsText writes stored findings as a table for people, one a
+// line, or says there are none.
+func WriteFindingsText(w io.Writer, fs []store.FindingRecord) error {
+	if len(fs) == 0 {
+		_, err := fmt.Fprintln(w, "no findings")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEVERITY\tKIND\tSUBJECT\tAT RISK\tSTATUS\tFIRST SEEN\tLAST SEEN\tFINGERPRINT")
+	for _, f := range fs {
+		status := string(f.Status)
+		if !f.AcknowledgedAt.IsZero() && f.Status == store.FindingOpen {
+			status = "open, acknowledged"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Severity, f.Kind,
+			alerts.Redact(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk, status,
+			f.FirstSeenAt.UTC().Format(time.DateTime), f.LastSeenAt.UTC().Format(time.DateTime), f.Fingerprint)
+	}
+	return tw.Flush()
+}

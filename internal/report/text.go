@@ -1,0 +1,128 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"reconcile"
+	"reconcile/internal/alerts"
+	"reconcile/internal/runner"
+)
+
+// WriteText is the report of a completed pass for people: the summary
+// first, then findings by severity, then what changed. Whatever came from
+// outside (ids, details) is redacted on the way out.
+func WriteText(w io.Writer, out *runner.Outcome) {
+	run, res := out.Run, out.Result
+	title := "reconcile run " + run.ID
+	if run.Status == reconcile.RunDry {
+		title += " (dry run: nothing written, nothing sent)"
+	}
+	fmt.Fprintln(w, title)
+	fmt.Fprintf(w, "  window       %s → %s\n", stamp(run.Window.From), stamp(run.Window.To))
+	fmt.Fprintf(w, "  read         %d obligations, %d provider objects, %d linked\n",
+		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked)
+	if c := out.Covered; c.Valid() {
+		fmt.Fprintf(w, "  records      created %s → %s, key evidence from %s\n", stamp(c.From), stamp(c.To), stamp(out.EventsFrom))
+		if out.Partial > 0 {
+			fmt.Fprintf(w, "  not decided  %d obligations whose records reach back further (never marked PAID; see max_lookback)\n", out.Partial)
+		}
+	}
+	if line := unmappedLine(out.Unmapped); line != "" {
+		fmt.Fprintf(w, "  unmapped     %s\n", line)
+	}
+	bySev := map[reconcile.Severity]int{}
+	for _, f := range res.Findings {
+		bySev[f.Severity]++
+	}
+	if len(res.Findings) == 0 {
+		fmt.Fprintln(w, "  findings     none: every obligation in scope agrees with the provider")
+	} else {
+		var parts []string
+		for _, s := range []reconcile.Severity{reconcile.Critical, reconcile.High, reconcile.Warning, reconcile.Info} {
+			if bySev[s] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", bySev[s], s))
+			}
+		}
+		fmt.Fprintf(w, "  findings     %d (%s)\n", len(res.Findings), strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  at risk      %s\n", atRiskLine(res.Findings))
+	}
+	verb := "marked PAID"
+	if run.Status == reconcile.RunDry {
+		verb = "would mark PAID"
+	}
+	fmt.Fprintf(w, "  %-12s %d\n", verb, len(out.Transitions))
+	if n := len(out.Applied.Skipped); n > 0 {
+		fmt.Fprintf(w, "  skipped      %d (changed by a worker since read; left as the worker set it)\n", n)
+	}
+	for _, s := range []reconcile.Severity{reconcile.Critical, reconcile.High, reconcile.Warning, reconcile.Info} {
+		if bySev[s] == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s\n", strings.ToUpper(string(s)))
+		for _, f := range res.Findings {
+			if f.Severity != s {
+				continue
+			}
+			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, alerts.Redact(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk)
+			fmt.Fprintf(w, "      %s\n", alerts.Redact(f.Detail))
+			trace := ""
+			if f.ObligationID != "" {
+				trace = "   trace: reconcile trace " + alerts.Redact(f.ObligationID)
+			}
+			fmt.Fprintf(w, "      fingerprint %s%s\n", f.Fingerprint, trace)
+		}
+	}
+	if len(out.Transitions) > 0 {
+		fmt.Fprintln(w, "\nTRANSITIONS")
+		for _, t := range out.Transitions {
+			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", alerts.Redact(t.ObligationID), t.From, t.To, t.ProviderID)
+		}
+	}
+}
+
+// Subject names what a finding is about for people: its obligation, or
+// the provider objects of one that has none (an orphan). Not redacted:
+// the caller redacts where it prints.
+func Subject(obligationID string, providerIDs []string) string {
+	if obligationID != "" {
+		return obligationID
+	}
+	return strings.Join(providerIDs, ", ")
+}
+
+// unmappedLine says how many obligations are in states the configuration
+// does not map, by raw value quoted so that a stray blank shows:
+// `4 in states obligations.states does not map, never transitioned: "CANCELLED" 3, "CONFIRMATION_UNKNOWN " 1`.
+// Empty when there are none.
+func unmappedLine(counts map[string]int) string {
+	if len(counts) == 0 {
+		return ""
+	}
+	total := 0
+	var parts []string
+	for _, raw := range slices.Sorted(maps.Keys(counts)) {
+		total += counts[raw]
+		parts = append(parts, fmt.Sprintf("%s %d", alerts.Redact(fmt.Sprintf("%q", raw)), counts[raw]))
+	}
+	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
+}
+
+// atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".
+func atRiskLine(fs []reconcile.Finding) string {
+	ms := make([]reconcile.Money, len(fs))
+	for i, f := range fs {
+		ms[i] = f.AtRisk
+	}
+	var parts []string
+	for _, m := range reconcile.SumByCurrency(ms) {
+		parts = append(parts, m.String())
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
