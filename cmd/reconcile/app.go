@@ -16,6 +16,7 @@ import (
 	"reconcile/internal/alerts"
 	"reconcile/internal/config"
 	"reconcile/internal/matcher"
+	"reconcile/internal/redact"
 	"reconcile/internal/runner"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -32,7 +33,7 @@ func isTerminal(w io.Writer) bool {
 // terminal, text when a person watches. Every value passes through the
 // redactor first, so that no secret reaches a log line.
 func newLogger(stderr io.Writer, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: alerts.RedactAttr}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redact.Attr}
 	if isTerminal(stderr) {
 		return slog.New(slog.NewTextHandler(stderr, opts))
 	}
@@ -62,14 +63,14 @@ func openDB(ctx context.Context, cfg config.Config, log *slog.Logger) (*deps, er
 	pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, failed(fmt.Errorf("database: %s", alerts.Redact(err.Error())))
+		return nil, failed(fmt.Errorf("database: %s", redact.String(err.Error())))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, failed(fmt.Errorf("database unreachable (%s): %s",
-			config.RedactURL(cfg.Env.DatabaseURL.Reveal(), false), alerts.Redact(err.Error())))
+			redact.URL(cfg.Env.DatabaseURL.Reveal(), false), redact.String(err.Error())))
 	}
 	st, err := store.New(pool, store.Options{
 		Table:            cfg.Obligations,

@@ -8,6 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"reconcile/internal/config"
+	"reconcile/internal/redact"
 )
 
 // cmdConfig is `reconcile config check`: the effective configuration with
@@ -43,13 +44,13 @@ func printConfig(w io.Writer, cfg config.Config, path string) error {
 		return s
 	}
 	fmt.Fprintln(w, "# environment (secrets redacted)")
-	fmt.Fprintf(w, "DATABASE_URL: %s\n", show(config.RedactURL(e.DatabaseURL.Reveal(), false)))
+	fmt.Fprintf(w, "DATABASE_URL: %s\n", show(redact.URL(e.DatabaseURL.Reveal(), false)))
 	fmt.Fprintf(w, "STRIPE_API_KEY: %s\n", show(keyKind(e.StripeAPIKey.Reveal())))
-	fmt.Fprintf(w, "STRIPE_API_BASE: %s\n", show(config.RedactURL(e.StripeAPIBase, false)))
+	fmt.Fprintf(w, "STRIPE_API_BASE: %s\n", show(redact.URL(e.StripeAPIBase, false)))
 	fmt.Fprintf(w, "SLACK_BOT_TOKEN: %s\n", show(e.SlackBotToken.String()))
 	fmt.Fprintf(w, "SLACK_CHANNEL: %s\n", show(e.SlackChannel))
-	fmt.Fprintf(w, "SLACK_WEBHOOK_URL: %s\n", show(config.RedactURL(e.SlackWebhookURL.Reveal(), true)))
-	fmt.Fprintf(w, "SLACK_API_URL: %s\n", show(config.RedactURL(e.SlackAPIURL, false)))
+	fmt.Fprintf(w, "SLACK_WEBHOOK_URL: %s\n", show(redact.URL(e.SlackWebhookURL.Reveal(), true)))
+	fmt.Fprintf(w, "SLACK_API_URL: %s\n", show(redact.URL(e.SlackAPIURL, false)))
 	return nil
 }
 
@@ -60,8 +61,8 @@ func keyKind(key string) string {
 	}
 	for _, p := range []string{"sk_live_", "sk_test_", "rk_live_", "rk_test_"} {
 		if len(key) > len(p) && key[:len(p)] == p {
-			return p + "… <redacted>"
+			return p + "… " + redact.Marker
 		}
 	}
-	return "<redacted>"
+	return redact.Marker
 }

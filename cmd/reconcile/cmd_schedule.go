@@ -85,9 +85,9 @@ func (s *scheduler) pass(ctx context.Context) {
 	case errors.Is(err, runner.ErrLocked):
 		s.log.Info("pass skipped: another replica is running one")
 	case err != nil:
-		s.log.Error("pass failed", "err", err)
+		s.log.Error("pass failed", "error", err)
 	case out.AlertErr != nil:
-		s.log.Error("pass completed; alerts not delivered", "run_id", out.Run.ID, "err", out.AlertErr)
+		s.log.Error("pass completed; alerts not delivered", "run_id", out.Run.ID, "error", out.AlertErr)
 	default:
 		s.log.Info("pass completed", "run_id", out.Run.ID, "findings", len(out.Result.Findings),
 			"transitions", len(out.Transitions), "duration", time.Since(start).Round(time.Millisecond).String())
@@ -100,5 +100,5 @@ type cronLogger struct{ log *slog.Logger }
 func (l cronLogger) Info(msg string, kv ...any) { l.log.Debug("cron: "+msg, kv...) }
 
 func (l cronLogger) Error(err error, msg string, kv ...any) {
-	l.log.Error("cron: "+msg, append([]any{"err", err}, kv...)...)
+	l.log.Error("cron: "+msg, append([]any{"error", err}, kv...)...)
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/report"
 	"reconcile/internal/store"
 )
@@ -28,7 +28,7 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	d.close()
 	rep, err := store.Up(ctx, cfg.Env.DatabaseURL.Reveal())
 	if err != nil {
-		return failed(errors.New(alerts.Redact(err.Error())))
+		return failed(errors.New(redact.String(err.Error())))
 	}
 	if len(rep.Applied) == 0 {
 		fmt.Fprintf(stdout, "schema %s is up to date (version %d)\n", store.Schema, rep.Version)
@@ -61,7 +61,7 @@ func cmdAck(ctx context.Context, args []string, getenv func(string) string, stdo
 		return failed(err)
 	}
 	fmt.Fprintf(stdout, "acknowledged %s (%s, %s): no more repeats unless it changes\n",
-		f.Fingerprint, f.Kind, alerts.Redact(report.Subject(f.ObligationID, f.ProviderIDs)))
+		f.Fingerprint, f.Kind, redact.String(report.Subject(f.ObligationID, f.ProviderIDs)))
 	return nil
 }
 

@@ -229,7 +229,7 @@ func TestConfigCheckRedacts(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("config check exited %d: %s", code, stderr)
 	}
-	for _, want := range []string{"lookback: 72h0m0s", "rate: 25", "DATABASE_URL: postgres://app:REDACTED@db.internal:5432/payments",
+	for _, want := range []string{"lookback: 72h0m0s", "rate: 25", "DATABASE_URL: postgres://app:<redacted>@db.internal:5432/payments",
 		"STRIPE_API_KEY: sk_test_… <redacted>", "SLACK_BOT_TOKEN: <redacted>", "SLACK_WEBHOOK_URL: https://hooks.slack.com/"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("config check lacks %q:\n%s", want, stdout)

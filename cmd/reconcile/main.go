@@ -25,7 +25,7 @@ import (
 	"strings"
 	"syscall"
 
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 )
 
 func main() {
@@ -102,7 +102,7 @@ func errorLine(err error) string {
 	if errors.Is(err, context.Canceled) {
 		return "interrupted"
 	}
-	return alerts.Redact(strings.Join(strings.Fields(err.Error()), " "))
+	return redact.String(strings.Join(strings.Fields(err.Error()), " "))
 }
 
 const usage = `usage: reconcile <command> [flags]

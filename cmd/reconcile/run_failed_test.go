@@ -234,7 +234,7 @@ func TestWriteFailure(t *testing.T) {
 			t.Errorf("%s: %+v, want status failed and run_id %q", tt.name, f, tt.runID)
 		}
 		if strings.Contains(f.Error, "CANARY") || strings.ContainsAny(f.Error, "\n\t") ||
-			!strings.HasPrefix(f.Error, "connect postgres://app:[redacted]@db:5432/pay failed: key [redacted] rejected,") {
+			!strings.HasPrefix(f.Error, "connect postgres://app:<redacted>@db:5432/pay failed: key <redacted> rejected,") {
 			t.Errorf("%s: error = %q, want one redacted line", tt.name, f.Error)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"reconcile/internal/redact"
+
 	"github.com/slack-go/slack"
 
 	"reconcile"
@@ -91,7 +93,7 @@ var stripeID = regexp.MustCompile(`^(ch|py|pi|re|pyr|cus|dp|du|in)_[0-9A-Za-z]+$
 // dashboardURL links a Stripe object in the dashboard of the key's mode;
 // empty for ids that are not Stripe's or that redaction would change.
 func dashboardURL(id string, live bool) string {
-	if len(id) > 255 || !stripeID.MatchString(id) || Redact(id) != id {
+	if len(id) > 255 || !stripeID.MatchString(id) || redact.String(id) != id {
 		return ""
 	}
 	var section string

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"reconcile/internal/redact"
+
 	"github.com/slack-go/slack"
 )
 
@@ -38,7 +40,7 @@ func (s *Sink) Drain(ctx context.Context, outbox Outbox, now func() time.Time) (
 		s.seq++
 		ts := fmt.Sprintf("%d.%06d", now().Unix(), s.seq)
 		if _, err := io.WriteString(s.w, PlainText(m, thread != "")); err != nil {
-			return outcome{status: statusFatal, err: fmt.Errorf("write alert: %w", err), errText: Redact(err.Error())}
+			return outcome{status: statusFatal, err: fmt.Errorf("write alert: %w", err), errText: redact.String(err.Error())}
 		}
 		return outcome{status: statusSent, channel: SinkChannel, ts: ts}
 	}

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reconcile/internal/redact"
+
 	"github.com/slack-go/slack"
 )
 
@@ -108,7 +110,7 @@ func secret(s string) string {
 	if s == "" {
 		return ""
 	}
-	return "<redacted>"
+	return redact.Marker
 }
 
 type mode int
@@ -528,8 +530,8 @@ func (d *Deliverer) errText(err error) string {
 	}
 	for _, sec := range d.secrets {
 		if sec != "" && sec != "/" {
-			s = strings.ReplaceAll(s, sec, "[redacted]")
+			s = strings.ReplaceAll(s, sec, redact.Marker)
 		}
 	}
-	return Redact(s)
+	return redact.String(s)
 }

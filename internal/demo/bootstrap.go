@@ -15,6 +15,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/store"
 	"reconcile/internal/stripetest"
 )
@@ -174,5 +175,5 @@ func throwawayDatabase(ctx context.Context, adminURL string) (string, func(), er
 		return u.String(), drop, nil
 	}
 	return "", nil, fmt.Errorf("demo: no PostgreSQL to create a throwaway database on (%s): set DATABASE_URL to a server where you may create databases, or install and start PostgreSQL on localhost:5432 (Debian: apt-get install postgresql)",
-		alerts.Redact(lastErr.Error()))
+		redact.String(lastErr.Error()))
 }

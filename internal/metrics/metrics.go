@@ -105,7 +105,7 @@ func (m *Metrics) Serve(addr string, log *slog.Logger) (stop func(), err error) 
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err)
+			log.Error("metrics server", "error", err)
 		}
 	}()
 	log.Info("serving /metrics and /healthz", "addr", ln.Addr().String())

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"reconcile"
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/store"
 )
 
@@ -65,7 +65,7 @@ func FromFinding(f reconcile.Finding) Finding {
 	return Finding{
 		Kind: string(f.Kind), Severity: string(f.Severity), ObligationID: f.ObligationID,
 		ProviderIDs: nonNil(f.ProviderIDs), Amount: f.Money.Amount, Currency: f.Money.Currency,
-		Fingerprint: f.Fingerprint, Detail: alerts.Redact(f.Detail),
+		Fingerprint: f.Fingerprint, Detail: redact.String(f.Detail),
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"reconcile"
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/runner"
 	"reconcile/internal/store"
 )
@@ -38,7 +38,7 @@ func legacyFromFinding(f reconcile.Finding) legacyReportFinding {
 	return legacyReportFinding{
 		Kind: string(f.Kind), Severity: string(f.Severity), ObligationID: f.ObligationID,
 		ProviderIDs: ids, Amount: f.Money.Amount, Currency: f.Money.Currency,
-		Fingerprint: f.Fingerprint, Detail: alerts.Redact(f.Detail),
+		Fingerprint: f.Fingerprint, Detail: redact.String(f.Detail),
 	}
 }
 
@@ -74,7 +74,7 @@ func legacyFindingsJSON(fs []store.FindingRecord) []legacyFindingJSON {
 		out = append(out, legacyFindingJSON{
 			Fingerprint: f.Fingerprint, Kind: string(f.Kind), Severity: string(f.Severity), Status: string(f.Status),
 			ObligationID: f.ObligationID, ProviderIDs: ids, Amount: f.Money.Amount, Currency: f.Money.Currency,
-			AtRiskAmount: f.AtRisk.Amount, AtRiskCurrency: f.AtRisk.Currency, Detail: alerts.Redact(f.Detail),
+			AtRiskAmount: f.AtRisk.Amount, AtRiskCurrency: f.AtRisk.Currency, Detail: redact.String(f.Detail),
 			FirstSeenRun: f.FirstSeenRun, FirstSeenAt: stampOrEmpty(f.FirstSeenAt), LastSeenRun: f.LastSeenRun,
 			LastSeenAt: stampOrEmpty(f.LastSeenAt), ResolvedAt: stampOrEmpty(f.ResolvedAt),
 			AcknowledgedAt: stampOrEmpty(f.AcknowledgedAt), AcknowledgedBy: f.AcknowledgedBy, AckReason: f.AckReason,

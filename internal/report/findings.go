@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/store"
 )
 
@@ -25,7 +25,7 @@ func WriteFindingsCSV(w io.Writer, fs []store.FindingRecord) error {
 			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), strings.ToUpper(f.Money.Currency),
 			f.Money.Decimal(), strings.ToUpper(f.AtRisk.Currency), f.AtRisk.Decimal(),
 			stampOrEmpty(f.FirstSeenAt), stampOrEmpty(f.LastSeenAt), stampOrEmpty(f.ResolvedAt),
-			stampOrEmpty(f.AcknowledgedAt), cell(f.AcknowledgedBy), cell(f.AckReason), cell(alerts.Redact(f.Detail))})
+			stampOrEmpty(f.AcknowledgedAt), cell(f.AcknowledgedBy), cell(f.AckReason), cell(redact.String(f.Detail))})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -55,7 +55,7 @@ func WriteFindingsText(w io.Writer, fs []store.FindingRecord) error {
 			status = "open, acknowledged"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Severity, f.Kind,
-			alerts.Redact(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk, status,
+			redact.String(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk, status,
 			f.FirstSeenAt.UTC().Format(time.DateTime), f.LastSeenAt.UTC().Format(time.DateTime), f.Fingerprint)
 	}
 	return tw.Flush()

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"reconcile"
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/runner"
 )
 
@@ -67,11 +67,11 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 			if f.Severity != s {
 				continue
 			}
-			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, alerts.Redact(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk)
-			fmt.Fprintf(w, "      %s\n", alerts.Redact(f.Detail))
+			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, redact.String(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk)
+			fmt.Fprintf(w, "      %s\n", redact.String(f.Detail))
 			trace := ""
 			if f.ObligationID != "" {
-				trace = "   trace: reconcile trace " + alerts.Redact(f.ObligationID)
+				trace = "   trace: reconcile trace " + redact.String(f.ObligationID)
 			}
 			fmt.Fprintf(w, "      fingerprint %s%s\n", f.Fingerprint, trace)
 		}
@@ -79,7 +79,7 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 	if len(out.Transitions) > 0 {
 		fmt.Fprintln(w, "\nTRANSITIONS")
 		for _, t := range out.Transitions {
-			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", alerts.Redact(t.ObligationID), t.From, t.To, t.ProviderID)
+			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", redact.String(t.ObligationID), t.From, t.To, t.ProviderID)
 		}
 	}
 }
@@ -106,7 +106,7 @@ func unmappedLine(counts map[string]int) string {
 	var parts []string
 	for _, raw := range slices.Sorted(maps.Keys(counts)) {
 		total += counts[raw]
-		parts = append(parts, fmt.Sprintf("%s %d", alerts.Redact(fmt.Sprintf("%q", raw)), counts[raw]))
+		parts = append(parts, fmt.Sprintf("%s %d", redact.String(fmt.Sprintf("%q", raw)), counts[raw]))
 	}
 	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }

@@ -186,7 +186,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			if err := lock.Release(rctx); err != nil {
-				log.Warn("release run lock", "err", err)
+				log.Warn("release run lock", "error", err)
 			}
 		}()
 	}
@@ -287,7 +287,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		}
 		if err != nil {
 			st.plan.report.SaveErr = err
-			log.Warn("the provider mirror was not saved; the next pass reads more", "err", err)
+			log.Warn("the provider mirror was not saved; the next pass reads more", "error", err)
 		} else {
 			st.plan.report.Saved = true
 		}
@@ -317,9 +317,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if err != nil {
 		out.AlertErr = err
 		if errors.Is(err, alerts.ErrPermanent) {
-			log.Error("alerts cannot be delivered", "err", err)
+			log.Error("alerts cannot be delivered", "error", err)
 		} else {
-			log.Warn("alerts not all delivered; the next run sends the rest", "err", err)
+			log.Warn("alerts not all delivered; the next run sends the rest", "error", err)
 		}
 	}
 	return out, nil
@@ -598,7 +598,7 @@ func (r *Runner) recordFailed(ctx context.Context, log *slog.Logger, run reconci
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := r.Store.RecordFailedRun(rctx, run, cause.Error()); err != nil {
-		log.Warn("record failed run", "err", err)
+		log.Warn("record failed run", "error", err)
 	}
 }
 

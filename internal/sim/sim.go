@@ -73,7 +73,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
@@ -313,7 +313,7 @@ func (w *world) setUp() error {
 	w.slackURL = u
 	w.closers = append(w.closers, stop)
 
-	w.log = slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: alerts.RedactAttr}))
+	w.log = slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: redact.Attr}))
 	w.pool = w.env.runner
 	w.store, err = store.New(w.pool, store.Options{Logger: w.log})
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reconcile/internal/redact"
+
 	stripe "github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 )
@@ -324,7 +326,7 @@ func (s *Stripe) scrub(msg string) string {
 
 func scrubSecret(msg, key string) string {
 	if key != "" {
-		msg = strings.ReplaceAll(msg, key, "<redacted>")
+		msg = strings.ReplaceAll(msg, key, redact.Marker)
 	}
 	// stripe-go quotes up to 500 bytes of an undecodable body, which may
 	// hold metadata (card numbers, e-mails): keep only the decoder's word.

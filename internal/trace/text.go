@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"reconcile"
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 )
 
 // WriteText writes t for people: the obligation, the provider's side, then
@@ -14,7 +14,7 @@ import (
 // outside (ids, keys, who acknowledged and why) is redacted on the way out.
 func WriteText(w io.Writer, t Trace) {
 	o := t.Obligation
-	r := alerts.Redact
+	r := redact.String
 	fmt.Fprintf(w, "obligation %s\n", r(o.ID))
 	fmt.Fprintf(w, "  %s of %s, state %s\n", o.Kind, reconcile.Money{Amount: o.Amount, Currency: o.Currency}, o.State)
 	fmt.Fprintf(w, "  idempotency key %s\n", r(o.IdempotencyKey))
@@ -95,5 +95,5 @@ func orDash(s string) string {
 	if s == "" {
 		return "—"
 	}
-	return alerts.Redact(s)
+	return redact.String(s)
 }

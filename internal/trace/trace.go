@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"reconcile"
-	"reconcile/internal/alerts"
+	"reconcile/internal/redact"
 	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/sources"
@@ -177,7 +177,7 @@ var ErrNotFound = errors.New("no such obligation")
 type notFoundError struct{ id string }
 
 func (e notFoundError) Error() string {
-	return fmt.Sprintf("trace: no obligation %q in the obligations table", alerts.Redact(e.id))
+	return fmt.Sprintf("trace: no obligation %q in the obligations table", redact.String(e.id))
 }
 
 func (e notFoundError) Unwrap() error { return ErrNotFound }
@@ -220,7 +220,7 @@ func Assemble(ctx context.Context, d Deps, id string) (Trace, error) {
 		now = d.Now
 	}
 	if err := provider(ctx, d.Provider, ob, d.DuplicateWindow, now().UTC().Truncate(time.Second), &t); err != nil {
-		t.ProviderError = alerts.Redact(err.Error())
+		t.ProviderError = redact.String(err.Error())
 	}
 	return t, nil
 }
@@ -269,7 +269,7 @@ func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWin
 	}
 	for _, l := range out.Lookups {
 		if l.ID == ob.ProviderID || l.ID == ob.TargetID {
-			t.Lookups = append(t.Lookups, Lookup{ID: l.ID, Result: string(l.Result), Error: alerts.Redact(l.Err)})
+			t.Lookups = append(t.Lookups, Lookup{ID: l.ID, Result: string(l.Result), Error: redact.String(l.Err)})
 		}
 	}
 	for _, f := range out.Result.Findings {
@@ -296,7 +296,7 @@ func obligation(o reconcile.Obligation) Obligation {
 func alert(a store.AlertRecord) Alert {
 	return Alert{ID: a.ID, Event: string(a.Event), Fingerprint: a.Fingerprint, RunID: a.RunID,
 		CreatedAt: stamp(a.CreatedAt), Attempts: a.Attempts, SentAt: stampOrEmpty(a.SentAt), SlackTS: a.SlackTS,
-		Unknown: a.OutcomeUnknown, LastError: alerts.Redact(a.LastError)}
+		Unknown: a.OutcomeUnknown, LastError: redact.String(a.LastError)}
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

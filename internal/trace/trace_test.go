@@ -167,12 +167,12 @@ func TestAssemble(t *testing.T) {
 			{ObjectID: "re_4821a", Key: refund.IdempotencyKey, EventID: "evt_1", EventType: "refund.created", Created: "2026-11-30T09:00:00Z"},
 			{ObjectID: "re_gone", Key: refund.IdempotencyKey, EventID: "evt_3", EventType: "refund.created", Created: "2026-11-30T09:00:00Z"},
 		},
-		Lookups:     []Lookup{{ID: "ch_4821", Result: "failed", Error: "GET with key [redacted]: 503"}},
+		Lookups:     []Lookup{{ID: "ch_4821", Result: "failed", Error: "GET with key <redacted>: 503"}},
 		Current:     []report.Finding{report.FromFinding(dup)},
 		Findings:    []report.Finding{stored},
 		Transitions: []Audit{{From: "CONFIRMATION_UNKNOWN", To: "PAID", ProviderID: "re_4821b", RunID: "run_1", At: "2026-11-30T11:00:00Z"}},
 		Alerts: []Alert{{ID: 7, Event: "firing", Fingerprint: dup.Fingerprint, RunID: "run_1", CreatedAt: "2026-11-30T11:00:00Z",
-			Attempts: 2, Unknown: true, LastError: "token [redacted] rejected"}},
+			Attempts: 2, Unknown: true, LastError: "token <redacted> rejected"}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Assemble (-want +got):\n%s", diff)
@@ -251,7 +251,7 @@ func TestAssembleErrors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Assemble with the provider unreadable: %v, want the trace", err)
 		}
-		if got.ProviderError != "read the provider: key [redacted] rejected" || got.Window != nil || len(got.Findings) != 1 {
+		if got.ProviderError != "read the provider: key <redacted> rejected" || got.Window != nil || len(got.Findings) != 1 {
 			t.Errorf("Assemble with the provider unreadable = %q, window %v, %d findings; want the redacted error, no window, the history",
 				got.ProviderError, got.Window, len(got.Findings))
 		}
@@ -295,7 +295,7 @@ func TestWriteText(t *testing.T) {
 	WriteText(&b, got)
 	for _, want := range []string{"obligation refund:4821:approved-request-7\n", "refund of USD 89.00, state PAID",
 		"re_4821a         refund         succeeded  USD 89.00   created 2026-11-30T09:01:00Z   linked by idempotency key",
-		"linked by provider id", "re_other", "not linked (same target)", "looked up ch_4821 by id: failed GET with key [redacted]: 503",
+		"linked by provider id", "re_other", "not linked (same target)", "looked up ch_4821 by id: failed GET with key <redacted>: 503",
 		"now: critical duplicate — paid out twice", "CONFIRMATION_UNKNOWN → PAID  evidence re_4821b  run run_1",
 		"(open, acknowledged by [email]: returned)", "an attempt's outcome is unknown"} {
 		if !strings.Contains(b.String(), want) {

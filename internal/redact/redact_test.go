@@ -1,0 +1,139 @@
+package redact
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+func TestString(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"stripe live secret key", "key sk_live_51H8abcDEF0123456789", "key <redacted>"},
+		{"stripe test secret key", "sk_test_acceptanceSECRET4f9a1c failed", "<redacted> failed"},
+		{"stripe restricted key", "used rk_live_0123456789abcdefXYZ here", "used <redacted> here"},
+		{"stripe webhook secret", "whsec_abcDEF123", "<redacted>"},
+		{"slack bot token", "token xoxb-1234-5678-abcdEFGH", "token <redacted>"},
+		{"slack user token", "xoxp-1-2-3-abc", "<redacted>"},
+		{"slack token with SECRET", "xoxb-acceptance-SECRET-77aa", "<redacted>"},
+		{"slack app token", "xapp-1-A0-123-abc", "<redacted>"},
+		{"slack webhook", "post https://hooks.slack.com/services/T000/B000/XXXXyyyy: 404", "post https://hooks.slack.com/<redacted> 404"},
+		{"webhook path on another host", "http://127.0.0.1:9/services/T0ACC/B0ACC/abc123 refused", "http://127.0.0.1:9/services/<redacted> refused"},
+		{"postgres dsn password", "dial postgres://app:hunter2@db.internal:5432/pay", "dial postgres://app:<redacted>@db.internal:5432/pay"},
+		{"dsn password with @", "postgres://app:p@ss@db/pay", "postgres://app:<redacted>@db/pay"},
+		{"mysql dsn", "app:s3cret@tcp(10.0.0.1:3306)/pay", "app:<redacted>@tcp(10.0.0.1:3306)/pay"},
+		{"password field", "password=hunter2 host=db", "password=<redacted> host=db"},
+		{"quoted secret field", `api_key: "abc def"`, "api_key: <redacted>"},
+		{"bearer", "Authorization: Bearer abcdefghijkl", "Authorization: Bearer <redacted>"},
+		{"email", "refund for jane.doe+shop@example.co.uk today", "refund for [email] today"},
+		{"card plain", "card 4242424242424242 used", "card •••• 4242 used"},
+		{"card spaced", "pan 4111 1111 1111 1111.", "pan •••• 1111."},
+		{"card hyphens", "5555-5555-5555-4444", "•••• 4444"},
+		{"amex 15 digits", "378282246310005", "•••• 0005"},
+		{"card among other groups", "order 12 4242424242424242 ok", "order 12 •••• 4242 ok"},
+		{"not luhn", "4242424242424241", "4242424242424241"},
+		{"too short", "424242424242", "424242424242"},
+		{"too long without separators", "42424242424242424242", "42424242424242424242"},
+		{"ids untouched", "refund:4821:approved-request-7 re_4821a ch_3MmlLrLkdIwHu7ix0snN0B15", "refund:4821:approved-request-7 re_4821a ch_3MmlLrLkdIwHu7ix0snN0B15"},
+		{"money untouched", "USD 89.00, JPY 12,000", "USD 89.00, JPY 12,000"},
+		{"control characters", "a\x00b\x1bc\nd", "a b c\nd"},
+		{"slack markup is not redaction's job", "<!channel> & <@U123>", "<!channel> & <@U123>"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := String(tt.in); got != tt.want {
+				t.Errorf("String(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzRedact checks Redact's invariants on any input: it is idempotent, and
+// no card-like run that passes Luhn survives it.
+func FuzzString(f *testing.F) {
+	for _, s := range []string{
+		"4242424242424242", "4242 4242 4242 4242 4242424242424", "sk_live_abc", "a@b.co",
+		"1 4242424242424242 1", "postgres://u:p@h/db", "xoxb-1-2",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := String(s)
+		if again := String(got); again != got {
+			t.Errorf("String(String(%q)) = %q, want %q", s, again, got)
+		}
+		if run, ok := cardLike(got); ok {
+			t.Errorf("String(%q) = %q, still holds card-like %q", s, got, run)
+		}
+	})
+}
+
+// cardLike finds a maximal run of digits (single spaces or hyphens between
+// them) of 13 to 19 digits that passes Luhn.
+func cardLike(s string) (string, bool) {
+	rs := []rune(s)
+	for i := 0; i < len(rs); i++ {
+		if !unicode.IsDigit(rs[i]) || rs[i] > '9' || (i > 0 && rs[i-1] >= '0' && rs[i-1] <= '9') {
+			continue
+		}
+		j := i
+		for j < len(rs) && (rs[j] >= '0' && rs[j] <= '9' ||
+			(rs[j] == ' ' || rs[j] == '-') && j+1 < len(rs) && rs[j+1] >= '0' && rs[j+1] <= '9' && rs[j-1] >= '0' && rs[j-1] <= '9') {
+			j++
+		}
+		run := string(rs[i:j])
+		d := digitsOf(run)
+		if len(d) >= 13 && len(d) <= 19 && luhn(d) {
+			return run, true
+		}
+		i = j
+	}
+	return "", false
+}
+
+func TestAttr(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: Attr}))
+	log.Info("paying with 4242424242424242",
+		"error", errors.New("stripe said no to sk_test_CANARY1234567890abcd"),
+		"who", "jane.doe@example.com",
+		"url", stringer("postgres://app:CANARYpw@db/x"),
+		"n", 7)
+	out := buf.String()
+	for _, leak := range []string{"4242424242424242", "sk_test_CANARY", "jane.doe@example.com", "CANARYpw"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("log line leaks %q: %s", leak, out)
+		}
+	}
+	if !strings.Contains(out, `"n":7`) || !strings.Contains(out, "4242") {
+		t.Errorf("log line lost what is not secret: %s", out)
+	}
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }
+
+func TestURL(t *testing.T) {
+	tests := []struct {
+		in, want   string
+		pathSecret bool
+	}{
+		{"postgres://u:hunter2@db:5432/x?sslmode=disable", "postgres://u:<redacted>@db:5432/x?sslmode=disable", false},
+		{"postgres://root@127.0.0.1/x", "postgres://root@127.0.0.1/x", false},
+		{"https://hooks.slack.com/services/T0/B0/secretpart", "https://hooks.slack.com/<redacted>", true},
+		{"host=db password=hunter2", "<redacted>", false},
+		{"postgres://db/x?sslpassword=hunter2&sslmode=require", "postgres://db/x?sslmode=require&sslpassword=<redacted>", false},
+	}
+	for _, tt := range tests {
+		if got := URL(tt.in, tt.pathSecret); got != tt.want {
+			t.Errorf("URL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
