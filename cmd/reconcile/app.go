@@ -72,12 +72,9 @@ func openDB(ctx context.Context, cfg config.Config, log *slog.Logger) (*deps, er
 		return nil, failed(fmt.Errorf("database unreachable (%s): %s",
 			redact.URL(cfg.Env.DatabaseURL.Reveal(), false), redact.String(err.Error())))
 	}
-	st, err := store.New(pool, store.Options{
-		Table:            cfg.Obligations,
-		RepeatInterval:   cfg.Alerts.RepeatInterval,
-		MaxApplyAttempts: cfg.Store.ApplyAttempts,
-		Logger:           log,
-	})
+	opts := store.OptionsFrom(cfg)
+	opts.Logger = log
+	st, err := store.New(pool, opts)
 	if err != nil {
 		pool.Close()
 		return nil, usageError("%v", err)
@@ -129,7 +126,7 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 		Provider:    stripe,
 		Obligations: d.obligations,
 		Store:       d.store,
-		Matcher:     matcherOptions(cfg),
+		Matcher:     matcher.OptionsFrom(cfg.Matcher),
 		Now:         time.Now,
 		Logger:      d.log,
 		Mirror:      store.NewMirror(d.pool),
@@ -143,16 +140,6 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 		r.Alerts = deliverer
 	}
 	return r, nil
-}
-
-func matcherOptions(cfg config.Config) matcher.Options {
-	return matcher.Options{
-		DuplicateWindow:        cfg.Matcher.DuplicateWindow,
-		PendingGrace:           cfg.Matcher.PendingGrace,
-		ClockSkew:              cfg.Matcher.ClockSkew,
-		MetadataObligationID:   cfg.Matcher.MetadataKeys.ObligationID,
-		MetadataIdempotencyKey: cfg.Matcher.MetadataKeys.IdempotencyKey,
-	}
 }
 
 // newDeliverer returns nil when no Slack is configured.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/store"
@@ -128,7 +129,7 @@ func TestRunFailedPrintsOneObject(t *testing.T) {
 	})
 
 	t.Run("another run holds the lock", func(t *testing.T) {
-		st, err := store.New(e.pool, store.Options{})
+		st, err := store.New(e.pool, store.OptionsFrom(config.Default()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
@@ -364,7 +365,7 @@ func reportPasses(b *testing.B, objects int, first, second passResult) {
 // wires it.
 func runInProcess(b *testing.B, s *server, pool *pgxpool.Pool) *runner.Outcome {
 	b.Helper()
-	st, err := store.New(pool, store.Options{})
+	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -376,7 +377,7 @@ func runInProcess(b *testing.B, s *server, pool *pgxpool.Pool) *runner.Outcome {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &runner.Runner{Provider: stripe, Obligations: obl, Store: st, Matcher: matcher.DefaultOptions(),
+	r := &runner.Runner{Provider: stripe, Obligations: obl, Store: st, Matcher: matcher.OptionsFrom(config.Default().Matcher),
 		Now: time.Now, Logger: slog.New(slog.DiscardHandler), Mirror: store.NewMirror(pool)}
 	now := time.Now().UTC().Truncate(time.Second)
 	out, err := r.Run(context.Background(), runner.Request{Window: reconcile.Window{From: now.Add(-720 * time.Hour), To: now},

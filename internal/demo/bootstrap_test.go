@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"reconcile/internal/config"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/store"
 )
@@ -54,7 +55,7 @@ func TestStartAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New(pool, store.Options{})
+	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"reconcile/internal/config"
+
 	"reconcile"
 )
 
@@ -237,8 +239,8 @@ func TestAcceptanceScenarios(t *testing.T) {
 				t.Fatalf("decode %s: %v", file, err)
 			}
 			in := sc.input(t, goldenNow)
-			res := Match(in, goldenNow, DefaultOptions())
-			checkInvariants(t, in, goldenNow, DefaultOptions(), res)
+			res := Match(in, goldenNow, OptionsFrom(config.Default().Matcher))
+			checkInvariants(t, in, goldenNow, OptionsFrom(config.Default().Matcher), res)
 			sc.check(t, in, res)
 			golden := strings.TrimSuffix(file, ".json") + ".golden"
 			got := marshal(t, summarise(res))
@@ -314,7 +316,7 @@ func TestCleanMix(t *testing.T) {
 	sc := scenario{Name: "clean-mix"}
 	cleanMix(&sc, 2000)
 	in := sc.input(t, goldenNow)
-	opts := DefaultOptions()
+	opts := OptionsFrom(config.Default().Matcher)
 	opts.ReportUnverified = true // not even an info finding
 	res := Match(in, goldenNow, opts)
 	for _, f := range res.Findings {

@@ -9,6 +9,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/bench"
+	"reconcile/internal/config"
 )
 
 // benchWorld is the shared benchmark history (internal/bench.World) of n
@@ -75,7 +76,7 @@ func BenchmarkMatch(b *testing.B) {
 			var cpu time.Duration
 			for b.Loop() {
 				c := cpuTime()
-				res = Match(in, propNow, DefaultOptions())
+				res = Match(in, propNow, OptionsFrom(config.Default().Matcher))
 				cpu += cpuTime() - c
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/objects, "ns/object")
@@ -107,7 +108,7 @@ func BenchmarkMatch(b *testing.B) {
 // kind and transitions, mostly clean.
 func TestBenchWorld(t *testing.T) {
 	in := benchWorld(10_000)
-	res := Match(in, propNow, DefaultOptions())
+	res := Match(in, propNow, OptionsFrom(config.Default().Matcher))
 	kinds := map[reconcile.FindingKind]int{}
 	for _, f := range res.Findings {
 		kinds[f.Kind]++

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"reconcile/internal/config"
+
 	"reconcile"
 )
 
@@ -152,7 +154,7 @@ func (c *goldenCase) input(tb testing.TB) (Input, time.Time, Options) {
 	default:
 		in.EventsFrom = ago(tb, c.EventsFrom)
 	}
-	opts := DefaultOptions()
+	opts := OptionsFrom(config.Default().Matcher)
 	if o := c.Options; o != nil {
 		if o.DuplicateWindow != "" {
 			opts.DuplicateWindow = now.Sub(ago(tb, o.DuplicateWindow))

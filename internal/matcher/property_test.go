@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"reconcile/internal/config"
+
 	"reconcile"
 )
 
@@ -53,7 +55,7 @@ func genInput(c chooser) (Input, Options) {
 	at := func() time.Time { return propNow.Add(-offs[c.intn(len(offs))]) }
 
 	var in Input
-	opts := DefaultOptions()
+	opts := OptionsFrom(config.Default().Matcher)
 	if c.intn(2) == 0 {
 		opts.ReportUnverified = true
 	}
@@ -757,7 +759,7 @@ func TestOracleSelf(t *testing.T) {
 		},
 		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_2", Key: "k1"}},
 	}
-	or := newOracle(in, propNow, DefaultOptions())
+	or := newOracle(in, propNow, OptionsFrom(config.Default().Matcher))
 	got := fmt.Sprint(or.links["pi_1"], or.links["ch_1"], or.links["ch_2"])
 	want := "map[o1:provider_id] map[o1:provider_id] map[o1:idempotency_key]"
 	if got != want {

@@ -44,6 +44,8 @@ import (
 	"slices"
 	"time"
 
+	"reconcile/internal/config"
+
 	"reconcile"
 )
 
@@ -83,7 +85,8 @@ type Input struct {
 	Context []string
 }
 
-// Options are the matcher's tunables; DefaultOptions gives the defaults.
+// Options are the matcher's tunables; OptionsFrom takes them from the
+// configuration.
 type Options struct {
 	// DuplicateWindow bounds how far apart in time an unlinked object and
 	// its linked twin may be to be a suspected duplicate.
@@ -139,14 +142,15 @@ func (o Options) CoverFrom(subject reconcile.Window, oldest, now time.Time, maxL
 	return from
 }
 
-// DefaultOptions returns the defaults of configs/reconcile.yaml.
-func DefaultOptions() Options {
+// OptionsFrom takes the matcher's tunables from the configuration;
+// config.Default holds their defaults, the one place they are defined.
+func OptionsFrom(c config.MatcherConfig) Options {
 	return Options{
-		DuplicateWindow:        24 * time.Hour,
-		PendingGrace:           72 * time.Hour,
-		ClockSkew:              5 * time.Minute,
-		MetadataObligationID:   "obligation_id",
-		MetadataIdempotencyKey: "idempotency_key",
+		DuplicateWindow:        c.DuplicateWindow,
+		PendingGrace:           c.PendingGrace,
+		ClockSkew:              c.ClockSkew,
+		MetadataObligationID:   c.MetadataKeys.ObligationID,
+		MetadataIdempotencyKey: c.MetadataKeys.IdempotencyKey,
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"reconcile/internal/config"
+
 	"reconcile"
 )
 
@@ -245,7 +247,7 @@ func TestWindowIndependence(t *testing.T) {
 	compared, paid, urgent, partial := 0, 0, 0, 0
 	for seed := range uint64(n) {
 		r := rand.New(rand.NewPCG(seed, 12))
-		opts := DefaultOptions()
+		opts := OptionsFrom(config.Default().Matcher)
 		if r.IntN(4) == 0 {
 			opts.DuplicateWindow = time.Hour
 		}

@@ -17,6 +17,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
@@ -161,7 +162,7 @@ func (w *lockWorld) newPass(app, stripeURL, slackURL string) *pass {
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(pool.Close)
-	st, err := store.New(pool, store.Options{})
+	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func (w *lockWorld) newPass(app, stripeURL, slackURL string) *pass {
 	}
 	p := &pass{store: &countingStore{Store: st}, mirror: &hookedMirror{Mirror: store.NewMirror(pool)}}
 	p.r = &runner.Runner{Provider: reader, Obligations: obl, Store: p.store, Alerts: d, Mirror: p.mirror,
-		Matcher: matcher.DefaultOptions(), Now: func() time.Time { return lockNow }, Logger: slog.New(slog.DiscardHandler)}
+		Matcher: matcher.OptionsFrom(config.Default().Matcher), Now: func() time.Time { return lockNow }, Logger: slog.New(slog.DiscardHandler)}
 	return p
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/sources"
 )
@@ -23,11 +24,11 @@ func TestNamedIfKeepsOnlyWhatItKeeps(t *testing.T) {
 		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_in", Key: "k-in"}, {ObjectID: "ch_out", Key: "k-out"}, {ObjectID: "ch_later", Key: "k-later"}},
 	}
 	w := reconcile.Window{From: at, To: at.Add(time.Hour)}
-	n := namedIf(l, matcher.DefaultOptions(), func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+	n := namedIf(l, matcher.OptionsFrom(config.Default().Matcher), func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
 	if !slices.Equal(n.IDs, []string{"o-in"}) || !slices.Equal(n.Keys, []string{"k-in"}) || !slices.Equal(n.ProviderIDs, []string{"ch_in"}) {
 		t.Errorf("namedIf(subject) = %+v, want o-in, k-in, ch_in only", n)
 	}
-	all := Named(l, matcher.DefaultOptions())
+	all := Named(l, matcher.OptionsFrom(config.Default().Matcher))
 	if !slices.Equal(all.Keys, []string{"k-in", "k-later", "k-out"}) || len(all.IDs) != 2 {
 		t.Errorf("Named = %+v, want every id and every key", all)
 	}

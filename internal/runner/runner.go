@@ -65,25 +65,11 @@ type Runner struct {
 	// and an overlap (incremental sync; see sync.go). Nil: every pass
 	// reads the whole window.
 	Mirror Mirror
-	// Overlap is how far behind the mirror's cursors a pass reads again
-	// (default DefaultOverlap).
-	Overlap time.Duration
 	// MaxLookback bounds how far before now a pass reads the provider's
-	// records for the obligations it decides on (default
-	// DefaultMaxLookback); an obligation older than that is never marked
-	// PAID on what was read (docs/design.md, "Coverage").
+	// records for the obligations it decides on (config's max_lookback;
+	// zero: no bound); an obligation older than that is never marked PAID
+	// on what was read (docs/design.md, "Coverage").
 	MaxLookback time.Duration
-}
-
-// DefaultMaxLookback is how far back a pass reads by default: Stripe
-// keeps objects indefinitely, but ninety days of them bound a pass's cost.
-const DefaultMaxLookback = 90 * 24 * time.Hour
-
-func (r *Runner) maxLookback() time.Duration {
-	if r.MaxLookback > 0 {
-		return r.MaxLookback
-	}
-	return DefaultMaxLookback
 }
 
 // Request is what one pass is asked to do.
@@ -245,7 +231,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
 	if out.Partial > 0 {
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
-			"count", out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.maxLookback().String())
+			"count", out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.MaxLookback.String())
 	}
 	run.Counts = res.Counts
 	run.Finished = r.Now().UTC()
@@ -335,7 +321,7 @@ func (r *Runner) coverage(ctx context.Context, w reconcile.Window, now time.Time
 	if err != nil {
 		return reconcile.Window{}, err
 	}
-	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.maxLookback()), To: now}, nil
+	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback), To: now}, nil
 }
 
 // read gathers one pass's input: the provider's records over the pass's
@@ -389,7 +375,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 			oldest = obs[i].CreatedAt
 		}
 	}
-	if from := r.Matcher.CoverFrom(w, oldest, now, r.maxLookback()); from.Before(cover.From) {
+	if from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback); from.Before(cover.From) {
 		// An obligation only the subject names began before the coverage:
 		// read back to it, and the obligations that stretch names.
 		ext := reconcile.Window{From: from, To: cover.From}

@@ -31,10 +31,10 @@ type Mirror interface {
 	Save(ctx context.Context, u store.MirrorUpdate) error
 }
 
-// DefaultOverlap is how far behind its cursors an incremental pass reads
-// again: Stripe's lists are eventually consistent, so an object created
-// just before a listing may appear only after it.
-const DefaultOverlap = 10 * time.Minute
+// overlap is how far behind its cursors an incremental pass reads again:
+// Stripe's lists are eventually consistent, so an object created just
+// before a listing may appear only after it.
+const overlap = 10 * time.Minute
 
 // feedMargin keeps an incremental pass clear of the edge of Stripe's event
 // retention: a change feed must start a day inside it.
@@ -94,13 +94,6 @@ type syncPlan struct {
 	older reconcile.Window
 }
 
-func (r *Runner) overlap() time.Duration {
-	if r.Overlap > 0 {
-		return r.Overlap
-	}
-	return DefaultOverlap
-}
-
 // plan decides whether the pass may be incremental: only when the mirror
 // is complete over the window up to its last pass, its change feed has no
 // gap that Stripe's 30 days of events cannot fill, and reading what is new
@@ -114,7 +107,6 @@ func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, fu
 	if err != nil {
 		return p, fmt.Errorf("read the mirror: %w", err)
 	}
-	overlap := r.overlap()
 	horizon := now.Add(-sources.EventRetention + feedMargin)
 	p.cur, p.seen = cur, now.Add(-overlap)
 	p.feedOK = !cur.Changes.To.IsZero() && !cur.Changes.To.Add(-overlap).Before(horizon)

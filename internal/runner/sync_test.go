@@ -14,6 +14,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/bench"
+	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
@@ -57,7 +58,7 @@ func newEnv(tb testing.TB) *env {
 	if err := store.Migrate(context.Background(), dbURL); err != nil {
 		tb.Fatal(err)
 	}
-	st, err := store.New(pool, store.Options{})
+	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func (e *env) runner(mirrored bool) *runner.Runner {
 	if e.provider != nil {
 		p = e.provider(e.stripe)
 	}
-	r := &runner.Runner{Provider: p, Obligations: e.obl, Store: e.store, Matcher: matcher.DefaultOptions(),
+	r := &runner.Runner{Provider: p, Obligations: e.obl, Store: e.store, Matcher: matcher.OptionsFrom(config.Default().Matcher),
 		Now: func() time.Time { return e.clock }, Logger: slog.New(slog.DiscardHandler)}
 	if mirrored {
 		r.Mirror = e.mirror

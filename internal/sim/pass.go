@@ -18,6 +18,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
@@ -489,7 +490,7 @@ func (w *world) newRunner(pc *passCtl) (*runner.Runner, error) {
 		Obligations: w.obligations,
 		Store:       &simStore{inner: w.store, pc: pc},
 		Alerts:      d,
-		Matcher:     matcher.DefaultOptions(),
+		Matcher:     matcher.OptionsFrom(config.Default().Matcher),
 		Now:         w.clock.Now,
 		Logger:      w.log,
 		MaxLookback: w.maxLookback,

@@ -14,6 +14,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
@@ -149,7 +150,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	st, err := store.New(pool, store.Options{})
+	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner.Runner{Provider: reader, Obligations: obs, Store: st, Alerts: d, Matcher: matcher.DefaultOptions(),
+	r := &runner.Runner{Provider: reader, Obligations: obs, Store: st, Alerts: d, Matcher: matcher.OptionsFrom(config.Default().Matcher),
 		Now: func() time.Time { return epoch }, Logger: discardLogger(), Mirror: store.NewMirror(pool)}
 	for _, dry := range []bool{false, true} {
 		_, err = r.Run(t.Context(), runner.Request{Window: reconcile.Window{From: epoch.Add(-lookback), To: epoch}, DryRun: dry})

@@ -73,8 +73,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/redact"
-	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -290,7 +290,7 @@ func (w *world) setUp() error {
 	w.mirror = w.rng.IntN(8) != 0
 	// Drawn apart from the history's own choices, which stay those of
 	// the seed.
-	w.maxLookback = runner.DefaultMaxLookback
+	w.maxLookback = config.Default().MaxLookback
 	if r := rand.New(rand.NewPCG(w.seed, 0x100cbac)); r.IntN(4) == 0 {
 		w.maxLookback = time.Duration(50+r.IntN(5*24)) * time.Hour
 	}
@@ -315,7 +315,9 @@ func (w *world) setUp() error {
 
 	w.log = slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: redact.Attr}))
 	w.pool = w.env.runner
-	w.store, err = store.New(w.pool, store.Options{Logger: w.log})
+	opts := store.OptionsFrom(config.Default())
+	opts.Logger = w.log
+	w.store, err = store.New(w.pool, opts)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func TestApplyTransitions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{})
+			e := newEnv(t, nil)
 			pgtest.InsertObligations(t, e.pool, tt.ob)
 			tr := markPaid(tt.ob, tt.providerID)
 			got, err := e.s.Apply(t.Context(), testRun("run-1", now), resultOf(nil, []reconcile.Transition{tr}), now)
@@ -135,7 +135,7 @@ func TestApplySkipsWhatAWorkerChanged(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{})
+			e := newEnv(t, nil)
 			other := unknownRefund("refund:other")
 			pgtest.InsertObligations(t, e.pool, tt.ob, other)
 			e.exec(tt.worker, tt.ob.ID)
@@ -188,7 +188,11 @@ func TestApplyLosesToAConcurrentWorker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{MaxApplyAttempts: tt.maxAttempts})
+			e := newEnv(t, func(o *Options) {
+				if tt.maxAttempts > 0 {
+					o.MaxApplyAttempts = tt.maxAttempts
+				}
+			})
 			ob := unknownRefund("refund:1")
 			ob.State, ob.LeaseExpiresAt = reconcile.Executing, now.Add(-time.Hour)
 			pgtest.InsertObligations(t, e.pool, ob)
@@ -267,9 +271,9 @@ func TestApplyRacingSameResult(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{})
+			e := newEnv(t, nil)
 			pgtest.InsertObligations(t, e.pool, obs...)
-			first, err := New(e.pool, Options{})
+			first, err := New(e.pool, testOptions(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,7 +333,7 @@ func TestApplyRacingSameResult(t *testing.T) {
 func TestApplyStampede(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{MaxApplyAttempts: 20})
+	e := newEnv(t, func(o *Options) { o.MaxApplyAttempts = 20 })
 	var obs []reconcile.Obligation
 	var ts []reconcile.Transition
 	for _, id := range []string{"refund:1", "refund:2", "refund:3", "refund:4"} {
@@ -378,7 +382,7 @@ func TestApplyConnectionKilled(t *testing.T) {
 	for _, stage := range []string{"transitions", "findings", "outbox"} {
 		t.Run("after "+stage, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{})
+			e := newEnv(t, nil)
 			obs := []reconcile.Obligation{unknownRefund("refund:1"), unknownRefund("refund:2")}
 			pgtest.InsertObligations(t, e.pool, obs...)
 			// An earlier run left an open finding that this one resolves.
@@ -389,7 +393,7 @@ func TestApplyConnectionKilled(t *testing.T) {
 			}
 			before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
 
-			killer, err := New(e.pool, Options{})
+			killer, err := New(e.pool, testOptions(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -450,7 +454,7 @@ func TestApplyConnectionKilled(t *testing.T) {
 func TestApplyAgainChangesNothing(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	obs := []reconcile.Obligation{unknownRefund("refund:1"), unknownRefund("refund:2")}
 	pgtest.InsertObligations(t, e.pool, obs...)
 	res := resultOf([]reconcile.Finding{
@@ -549,7 +553,7 @@ func TestApplyRefuses(t *testing.T) {
 			return tr
 		}, `state "" is not mapped`},
 	}
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	pgtest.InsertObligations(t, e.pool, ob, cancelled, blank)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -599,7 +603,7 @@ func TestApplyCustomTable(t *testing.T) {
 	table.Columns.LeaseExpiresAt, table.Columns.PaidAt, table.Columns.UpdatedAt = "lease_until", "settled", "modified"
 	table.States[reconcile.ConfirmationUnknown], table.States[reconcile.Executing], table.States[reconcile.Paid] =
 		"unknown", "running", "settled"
-	s, err := New(pool, Options{Table: table})
+	s, err := New(pool, testOptions(func(o *Options) { o.Table = table }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,12 +647,18 @@ func TestNewValidatesTable(t *testing.T) {
 	pool, _ := pgtest.NewPool(t)
 	table := reconcile.DefaultObligationTable()
 	table.Columns.State = `state"; DROP TABLE obligations; --`
-	_, err := New(pool, Options{Table: table})
+	_, err := New(pool, testOptions(func(o *Options) { o.Table = table }))
 	if err == nil || !strings.Contains(err.Error(), "obligations.columns.state") {
 		t.Errorf("New with a bad column = %v, want an error naming obligations.columns.state", err)
 	}
-	if _, err := New(pool, Options{RepeatInterval: -time.Hour}); err == nil {
+	if _, err := New(pool, testOptions(func(o *Options) { o.RepeatInterval = -time.Hour })); err == nil {
 		t.Error("New with a negative repeat interval succeeded")
+	}
+	if _, err := New(pool, testOptions(func(o *Options) { o.MaxApplyAttempts = 0 })); err == nil {
+		t.Error("New with no apply attempts succeeded")
+	}
+	if _, err := New(pool, Options{}); err == nil {
+		t.Error("New with no options succeeded; nothing may default inside the store")
 	}
 }
 
@@ -657,7 +667,7 @@ func TestNewValidatesTable(t *testing.T) {
 // statements it had.
 func TestUseTypesRefuses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	before := e.s.sql()
 	for _, tc := range []struct {
 		name   string
@@ -688,7 +698,7 @@ func TestUseTypesRefuses(t *testing.T) {
 func TestRecordFailedRun(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	pgtest.InsertObligations(t, e.pool, unknownRefund("refund:1"))
 	before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
 	run := testRun("run-f", now)
@@ -732,7 +742,7 @@ func TestRecordFailedRun(t *testing.T) {
 func TestDryRunWritesNothing(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	obs := []reconcile.Obligation{unknownRefund("refund:1"), unknownRefund("refund:2")}
 	pgtest.InsertObligations(t, e.pool, obs...)
 	f := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_2")
@@ -790,7 +800,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 
 func TestErrorsAreTranslated(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	if _, err := e.s.Ack(t.Context(), "0123456789", "ops", "why", t0()); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Ack(unknown) = %v, want ErrNotFound", err)
 	}

@@ -83,7 +83,7 @@ type applyBench struct {
 }
 
 func newApplyBench(b *testing.B) *applyBench {
-	ab := &applyBench{e: newEnv(b, Options{}), n: 100_000}
+	ab := &applyBench{e: newEnv(b, nil), n: 100_000}
 	ts := benchData(b, ab.e, ab.n)
 	now := t0()
 	ab.variants = []applyVariant{
@@ -171,7 +171,7 @@ func TestRowByRowMatchesBatched(t *testing.T) {
 	t.Parallel()
 	now := t0()
 	outcome := func(rowByRow bool) []string {
-		e := newEnv(t, Options{})
+		e := newEnv(t, nil)
 		ts := benchData(t, e, 50)
 		// A worker got to some first; another holds a lease.
 		e.exec(`UPDATE obligations SET state = 'PAID', provider_id = 're_worker' WHERE id IN ('refund:0000003', 'refund:0000017')`)

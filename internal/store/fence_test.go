@@ -129,7 +129,7 @@ func TestFenceRefusesStaleHolder(t *testing.T) {
 		for _, w := range writes {
 			t.Run(loss.name+"/"+w.name, func(t *testing.T) {
 				t.Parallel()
-				e := newEnv(t, Options{})
+				e := newEnv(t, nil)
 				pgtest.InsertObligations(t, e.pool, unknownRefund("refund:1"))
 				// Two unsent alerts for MarkSending to claim.
 				if _, err := e.s.Apply(t.Context(), testRun("run-0", now.Add(-time.Hour)),
@@ -179,7 +179,7 @@ func TestFenceHoldsOffTheNextHolderDuringApply(t *testing.T) {
 	for _, stage := range []string{"transitions", "outbox"} {
 		t.Run("after "+stage, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Options{})
+			e := newEnv(t, nil)
 			o := unknownRefund("refund:1")
 			pgtest.InsertObligations(t, e.pool, o)
 			first, err := e.s.Lock(t.Context(), false)
@@ -194,7 +194,7 @@ func TestFenceHoldsOffTheNextHolderDuringApply(t *testing.T) {
 				secondErr error
 				taken     chan struct{}
 			)
-			s, err := New(e.pool, Options{})
+			s, err := New(e.pool, testOptions(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,7 +245,7 @@ func TestFenceHoldsOffTheNextHolderDuringApply(t *testing.T) {
 // next run can see it unsent.
 func TestFenceHoldsOffTheNextHolderDuringASend(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	first, err := e.s.Lock(t.Context(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestFenceHoldsOffTheNextHolderDuringASend(t *testing.T) {
 // Held says plainly why a lock is lost.
 func TestHeldAfterTheConnectionDied(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	l, err := e.s.Lock(t.Context(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestMigrateAddsRunLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	s, err := New(pool, Options{})
+	s, err := New(pool, testOptions(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // says which alerts it must queue, in order.
 func TestFindingLifecycle(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{RepeatInterval: 24 * time.Hour})
+	e := newEnv(t, func(o *Options) { o.RepeatInterval = 24 * time.Hour })
 	dup := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1a", "re_1b")
 	stale := newFinding(reconcile.StaleLease, "refund:2", "", 0)
 	staleChanged := stale
@@ -205,7 +205,7 @@ func (e *env) finding(fp string) FindingRecord {
 func TestSummaryPayload(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	// Left open from an earlier run, outside this run's scope.
 	old := newFinding(reconcile.StaleLease, "refund:old", "", 0)
 	if _, err := e.s.Apply(t.Context(), testRun("run-0", now.Add(-time.Hour)), resultOf([]reconcile.Finding{old}, nil), now.Add(-time.Hour)); err != nil {
@@ -261,7 +261,7 @@ func TestSummaryPayload(t *testing.T) {
 func TestSummaryAtRiskBeyondInt64(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	yen := newFinding(reconcile.Orphan, "", "ch_jp", 12000, "ch_jp")
 	yen.AtRisk.Currency, yen.Money.Currency = "jpy", "jpy"
 	yen.ContentHash = reconcile.ContentHash(yen.AtRisk, yen.ProviderIDs)
@@ -303,7 +303,7 @@ var cmpInstants = cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })
 func TestAck(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	// Fingerprints chosen to share a prefix.
 	fs := []reconcile.Finding{newFinding(reconcile.Orphan, "", "re_1", 1, "re_1"), newFinding(reconcile.Orphan, "", "re_2", 1, "re_2"),
 		newFinding(reconcile.Orphan, "", "re_3", 1, "re_3")}
@@ -355,7 +355,7 @@ func TestAck(t *testing.T) {
 func TestFindingsList(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	fs := []reconcile.Finding{
 		newFinding(reconcile.StaleLease, "refund:3", "", 0),
 		newFinding(reconcile.Orphan, "", "re_9", 1, "re_9"),
@@ -402,7 +402,7 @@ func TestFindingsList(t *testing.T) {
 func TestObligationHistory(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	ob := unknownRefund("refund:1")
 	pgtest.InsertObligations(t, e.pool, ob)
 	f := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_2")

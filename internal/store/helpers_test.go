@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/pgtest"
 )
 
@@ -42,7 +43,7 @@ func helperMain(mode, dbURL string) int {
 			fmt.Println("error:", err)
 			return 1
 		}
-		s, err := New(pool, Options{})
+		s, err := New(pool, testOptions(nil))
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
@@ -157,8 +158,20 @@ type env struct {
 	s    *Store
 }
 
-func newEnv(tb testing.TB, opts Options) *env {
+// testOptions are the configuration's defaults for a Store, changed by
+// change (nil: none).
+func testOptions(change func(*Options)) Options {
+	o := OptionsFrom(config.Default())
+	if change != nil {
+		change(&o)
+	}
+	return o
+}
+
+// newEnv is an env whose Store has testOptions(change).
+func newEnv(tb testing.TB, change func(*Options)) *env {
 	tb.Helper()
+	opts := testOptions(change)
 	pool, url := pgtest.NewObligations(tb)
 	if err := Migrate(context.Background(), url); err != nil {
 		tb.Fatalf("Migrate: %v", err)

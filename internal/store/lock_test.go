@@ -10,7 +10,7 @@ import (
 
 func TestLock(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	first, err := e.s.Lock(t.Context(), false)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
@@ -79,7 +79,7 @@ func TestLock(t *testing.T) {
 // process is killed with SIGKILL, PostgreSQL frees its lock.
 func TestLockAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	a, b := startHelper(t, "lock", e.url), startHelper(t, "lock", e.url)
 	for _, h := range []*helper{a, b} {
 		if got := h.next(t); got != "ready" {

@@ -13,7 +13,7 @@ import (
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewPool(t)
-	s, err := New(pool, Options{})
+	s, err := New(pool, testOptions(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

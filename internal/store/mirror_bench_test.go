@@ -17,7 +17,7 @@ import (
 //	go test ./internal/store -run '^$' -bench Mirror -benchtime 3x
 func BenchmarkMirror(b *testing.B) {
 	const n = 100_000
-	e := newEnv(b, Options{})
+	e := newEnv(b, nil)
 	m := NewMirror(e.pool)
 	w := bench.NewWorld(n, t0())
 	window := reconcile.Window{From: t0().Add(-720 * time.Hour), To: t0()}

@@ -27,7 +27,7 @@ func mirrorCharge(id string, created time.Time, meta map[string]string) reconcil
 // window; cursors as set.
 func TestMirrorRoundTrip(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	m := NewMirror(e.pool)
 	ctx := t.Context()
 	at := t0()
@@ -100,7 +100,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 // cursors not given are left as they were.
 func TestMirrorKeepsTheNewestState(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	m := NewMirror(e.pool)
 	ctx := t.Context()
 	at := t0()
@@ -157,7 +157,7 @@ func TestMirrorKeepsTheNewestState(t *testing.T) {
 // go together.
 func TestMirrorSaveIsAtomic(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	m := NewMirror(e.pool)
 	at := t0()
 	err := m.Save(t.Context(), MirrorUpdate{RunID: "run", Now: at,

@@ -14,7 +14,7 @@ import (
 func TestOutboxDrain(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	dup := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_2")
 	stale := newFinding(reconcile.StaleLease, "refund:2", "", 0)
 	if _, err := e.s.Apply(t.Context(), testRun("run-1", now), resultOf([]reconcile.Finding{dup, stale}, nil), now); err != nil {
@@ -153,7 +153,7 @@ func TestOutboxDrain(t *testing.T) {
 func TestOutboxSendIntent(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	e := newEnv(t, Options{})
+	e := newEnv(t, nil)
 	dup := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_2")
 	if _, err := e.s.Apply(t.Context(), testRun("run-1", now), resultOf([]reconcile.Finding{dup}, nil), now); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reconcile/internal/config"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,25 +40,32 @@ var (
 	ErrAlreadySent = errors.New("alert already recorded as sent")
 )
 
-// Defaults for Options' zero values.
-const (
-	DefaultRepeatInterval   = 24 * time.Hour
-	DefaultMaxApplyAttempts = 5
-)
-
 // Options configure a Store.
 type Options struct {
-	// Table names the obligations table, its columns and state values. The
-	// zero value means reconcile.DefaultObligationTable().
+	// Table names the obligations table, its columns and state values
+	// (config's obligations).
 	Table reconcile.ObligationTable
 	// RepeatInterval is how long an open, unacknowledged finding waits
-	// before it is alerted again (default 24h).
+	// before it is alerted again (config's alerts.repeat_interval); it
+	// must be positive.
 	RepeatInterval time.Duration
 	// MaxApplyAttempts bounds how many times Apply runs its transaction
-	// when it loses a serialization race or a deadlock (default 5).
+	// when it loses a serialization race or a deadlock (config's
+	// store.apply_attempts); it must be positive.
 	MaxApplyAttempts int
 	// Logger receives retries and other events worth a line; default none.
 	Logger *slog.Logger
+}
+
+// OptionsFrom takes a Store's options from the configuration (config.Default
+// holds their defaults, the one place they are defined); Logger stays
+// unset.
+func OptionsFrom(c config.Config) Options {
+	return Options{
+		Table:            c.Obligations,
+		RepeatInterval:   c.Alerts.RepeatInterval,
+		MaxApplyAttempts: c.Store.ApplyAttempts,
+	}
 }
 
 // Store is the reconciler's state in one PostgreSQL database.
@@ -90,20 +99,14 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("new store: nil pool")
 	}
-	if opts.Table.Table == "" && opts.Table.States == nil {
-		opts.Table = reconcile.DefaultObligationTable()
-	}
 	if err := opts.Table.Validate("obligations"); err != nil {
 		return nil, fmt.Errorf("new store: %w", err)
 	}
-	if opts.RepeatInterval < 0 {
-		return nil, fmt.Errorf("new store: repeat interval %s is negative", opts.RepeatInterval)
-	}
-	if opts.RepeatInterval == 0 {
-		opts.RepeatInterval = DefaultRepeatInterval
+	if opts.RepeatInterval <= 0 {
+		return nil, fmt.Errorf("new store: repeat interval %s is not positive", opts.RepeatInterval)
 	}
 	if opts.MaxApplyAttempts <= 0 {
-		opts.MaxApplyAttempts = DefaultMaxApplyAttempts
+		return nil, fmt.Errorf("new store: %d apply attempts: want at least one", opts.MaxApplyAttempts)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

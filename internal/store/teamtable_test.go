@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -268,7 +269,9 @@ func runTeamTable(t *testing.T, tt teamTable) {
 	exec(fmt.Sprintf(`UPDATE %s SET %s = $1::text::%s, %s = 're_worker' WHERE %s = $2::text::%s`,
 		name, col(c.State), tt.state, col(c.ProviderID), col(c.ID), tt.id), raw(reconcile.Paid), tt.skip)
 
-	st, err := store.New(pool, store.Options{Table: table})
+	opts := store.OptionsFrom(config.Default())
+	opts.Table = table
+	st, err := store.New(pool, opts)
 	if err != nil {
 		t.Fatalf("store.New: %v", err)
 	}
