@@ -109,16 +109,9 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 	if err := d.store.UseTypes(d.obligations.Types()); err != nil {
 		return nil, failed(err)
 	}
-	stripe, err := sources.NewStripe(sources.StripeOptions{
-		APIKey:         cfg.Env.StripeAPIKey.Reveal(),
-		BaseURL:        cfg.Env.StripeAPIBase,
-		Rate:           cfg.Stripe.Rate,
-		Concurrency:    cfg.Stripe.Concurrency,
-		MaxRetries:     cfg.Stripe.MaxRetries,
-		RequestTimeout: cfg.Stripe.RequestTimeout,
-		Logger:         d.log,
-		Progress:       progress,
-	})
+	so := sources.StripeOptionsFrom(cfg)
+	so.Logger, so.Progress = d.log, progress
+	stripe, err := sources.NewStripe(so)
 	if err != nil {
 		return nil, usageError("%v", err)
 	}

@@ -373,7 +373,9 @@ func runInProcess(b *testing.B, s *server, pool *pgxpool.Pool) *runner.Outcome {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stripe, err := sources.NewStripe(sources.StripeOptions{APIKey: stripeKey, BaseURL: s.url, Rate: 10000})
+	so := sources.StripeOptionsFrom(config.Default())
+	so.APIKey, so.BaseURL, so.Rate = stripeKey, s.url, 10000
+	stripe, err := sources.NewStripe(so)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -170,8 +170,10 @@ func (w *lockWorld) newPass(app, stripeURL, slackURL string) *pass {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	reader, err := sources.NewStripe(sources.StripeOptions{APIKey: lockStripeKey, BaseURL: stripeURL, Rate: math.Inf(1),
-		RetryBase: time.Millisecond, RetryMax: 4 * time.Millisecond, RequestTimeout: 30 * time.Second})
+	so := sources.StripeOptionsFrom(config.Default())
+	so.APIKey, so.BaseURL, so.Rate = lockStripeKey, stripeURL, math.Inf(1)
+	so.RetryBase, so.RetryMax = time.Millisecond, 4*time.Millisecond
+	reader, err := sources.NewStripe(so)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -66,8 +66,10 @@ func newEnv(tb testing.TB) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	stripe, err := sources.NewStripe(sources.StripeOptions{APIKey: testKey, BaseURL: base, Rate: math.Inf(1),
-		RetryBase: time.Millisecond, RetryMax: 4 * time.Millisecond, RequestTimeout: 10 * time.Second})
+	so := sources.StripeOptionsFrom(config.Default())
+	so.APIKey, so.BaseURL, so.Rate = testKey, base, math.Inf(1)
+	so.RetryBase, so.RetryMax, so.RequestTimeout = time.Millisecond, 4*time.Millisecond, 10*time.Second
+	stripe, err := sources.NewStripe(so)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -158,7 +158,9 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := sources.NewStripe(sources.StripeOptions{APIKey: canaryStripeKey, BaseURL: stripeURL})
+	so := sources.StripeOptionsFrom(config.Default())
+	so.APIKey, so.BaseURL = canaryStripeKey, stripeURL
+	reader, err := sources.NewStripe(so)
 	if err != nil {
 		t.Fatal(err)
 	}

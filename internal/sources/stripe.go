@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reconcile/internal/config"
 	"reconcile/internal/redact"
 
 	stripe "github.com/stripe/stripe-go/v79"
@@ -29,9 +29,6 @@ import (
 // provider.
 const EventRetention = 30 * 24 * time.Hour
 
-// DefaultStripeBaseURL is the real API, used when no base URL is given.
-const DefaultStripeBaseURL = "https://api.stripe.com"
-
 // The lists the reader reads, by their names in Stripe's paths; errors and
 // progress name them so.
 const (
@@ -41,19 +38,23 @@ const (
 	ListEvents         = "events"
 )
 
-// StripeOptions configure a Stripe reader. Zero values take the defaults
-// given beside each field.
+// StripeOptions configure a Stripe reader. StripeOptionsFrom takes the
+// configurable ones (key, base URL, rate, concurrency, retries, request
+// timeout) from the configuration, which alone defines their defaults;
+// the reader's own tuning takes the default given beside each field when
+// zero.
 type StripeOptions struct {
 	// APIKey is the secret or restricted key (read access to charges,
 	// refunds, payment intents and events is enough). Required. It never
 	// appears in an error or a log line.
 	APIKey string
-	// BaseURL is STRIPE_API_BASE: stripe-mock or the test server; default
-	// https://api.stripe.com.
+	// BaseURL is STRIPE_API_BASE: https://api.stripe.com, stripe-mock or
+	// the demo's and tests' server. Required.
 	BaseURL string
 
 	// Rate is the most requests a second sent, all lists together
-	// (default 25, Stripe's test-mode read limit; live mode allows 100).
+	// (stripe.rate; required). Stripe's test-mode read limit is 25, live
+	// mode allows 100.
 	// Each 429 halves the pace, down to Rate/16, and answered requests
 	// raise it back (see pace): the limit is shared with the account's
 	// other clients. math.Inf(1) disables pacing. Burst is how many may go
@@ -61,7 +62,7 @@ type StripeOptions struct {
 	Rate  float64
 	Burst int
 	// Concurrency is how many time slices are read at once, and how many
-	// retrievals by id run at once (default 4, at most 64), so that
+	// retrievals by id run at once (stripe.concurrency; 1 to 64), so that
 	// latency does not cap throughput under the rate.
 	Concurrency int
 	// SliceMin is the shortest time slice a window is split into
@@ -73,7 +74,8 @@ type StripeOptions struct {
 	EventGrace time.Duration
 
 	// MaxRetries is how many times one request is retried after a 429, a
-	// 5xx or a network error (default 8). RetryBase is the first backoff
+	// 5xx or a network error (stripe.max_retries; 0: none). RetryBase is
+	// the first backoff
 	// (default 500ms), doubled at each retry up to RetryMax (default 20s),
 	// half of it jittered. Seed seeds the jitter (default 1), so that runs
 	// and tests are reproducible.
@@ -81,7 +83,8 @@ type StripeOptions struct {
 	RetryBase  time.Duration
 	RetryMax   time.Duration
 	Seed       uint64
-	// RequestTimeout bounds one attempt of one request (default 30s).
+	// RequestTimeout bounds one attempt of one request
+	// (stripe.request_timeout; required).
 	RequestTimeout time.Duration
 
 	// HTTPClient carries the requests (default: a client with connections
@@ -151,16 +154,27 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	return s, nil
 }
 
+// StripeOptionsFrom takes a reader's options from the configuration: the
+// key and base URL from the environment, the pacing, retries and timeout
+// from stripe.*.
+func StripeOptionsFrom(c config.Config) StripeOptions {
+	return StripeOptions{
+		APIKey:         c.Env.StripeAPIKey.Reveal(),
+		BaseURL:        c.Env.StripeAPIBase,
+		Rate:           c.Stripe.Rate,
+		Concurrency:    c.Stripe.Concurrency,
+		MaxRetries:     c.Stripe.MaxRetries,
+		RequestTimeout: c.Stripe.RequestTimeout,
+	}
+}
+
 func (o StripeOptions) withDefaults() (StripeOptions, error) {
 	if strings.TrimSpace(o.APIKey) == "" {
 		return o, errors.New("APIKey is required (STRIPE_API_KEY)")
 	}
-	if o.BaseURL == "" {
-		o.BaseURL = DefaultStripeBaseURL
-	}
 	u, err := url.Parse(o.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return o, fmt.Errorf("BaseURL (STRIPE_API_BASE) %q: want an http or https URL such as %s", o.BaseURL, DefaultStripeBaseURL)
+		return o, fmt.Errorf("BaseURL (STRIPE_API_BASE) %q: want an http or https URL such as https://api.stripe.com", o.BaseURL)
 	}
 	o.BaseURL = strings.TrimSuffix(o.BaseURL, "/")
 	checks := []struct {
@@ -168,31 +182,27 @@ func (o StripeOptions) withDefaults() (StripeOptions, error) {
 		bad  bool
 		want string
 	}{
-		{"Rate", o.Rate < 0 || math.IsNaN(o.Rate), "a positive number of requests a second"},
+		{"Rate", !(o.Rate > 0), "a positive number of requests a second"},
 		{"Burst", o.Burst < 0, "at least 1"},
-		{"Concurrency", o.Concurrency < 0 || o.Concurrency > 64, "between 1 and 64"},
+		{"Concurrency", o.Concurrency < 1 || o.Concurrency > 64, "between 1 and 64"},
 		{"SliceMin", o.SliceMin < 0, "a positive duration"},
 		{"EventGrace", o.EventGrace < 0, "a positive duration"},
 		{"MaxRetries", o.MaxRetries < 0 || o.MaxRetries > 30, "between 0 and 30"},
 		{"RetryBase", o.RetryBase < 0, "a positive duration"},
 		{"RetryMax", o.RetryMax < 0 || (o.RetryMax > 0 && o.RetryMax < o.RetryBase), "a positive duration, at least RetryBase"},
-		{"RequestTimeout", o.RequestTimeout < 0, "a positive duration"},
+		{"RequestTimeout", o.RequestTimeout <= 0, "a positive duration"},
 	}
 	for _, c := range checks {
 		if c.bad {
 			return o, fmt.Errorf("%s: want %s", c.name, c.want)
 		}
 	}
-	o.Rate = orDefault(o.Rate, 25)
 	o.Burst = orDefault(o.Burst, 1)
-	o.Concurrency = orDefault(o.Concurrency, 4)
 	o.SliceMin = orDefault(o.SliceMin, time.Hour)
 	o.EventGrace = orDefault(o.EventGrace, time.Minute)
-	o.MaxRetries = orDefault(o.MaxRetries, 8)
 	o.RetryBase = orDefault(o.RetryBase, 500*time.Millisecond)
 	o.RetryMax = orDefault(o.RetryMax, max(20*time.Second, o.RetryBase))
 	o.Seed = orDefault(o.Seed, 1)
-	o.RequestTimeout = orDefault(o.RequestTimeout, 30*time.Second)
 	if o.HTTPClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(8, 2*o.Concurrency)

@@ -20,6 +20,7 @@ import (
 	stripe "github.com/stripe/stripe-go/v79"
 
 	"reconcile"
+	"reconcile/internal/config"
 	"reconcile/internal/stripetest"
 )
 
@@ -53,10 +54,9 @@ func newEnv(tb testing.TB) *env {
 // backoffs), changed by mod.
 func (e *env) reader(tb testing.TB, mod func(*StripeOptions)) *Stripe {
 	tb.Helper()
-	opts := StripeOptions{
-		APIKey: testKey, BaseURL: e.base, Rate: math.Inf(1),
-		RetryBase: time.Millisecond, RetryMax: 4 * time.Millisecond, RequestTimeout: 5 * time.Second,
-	}
+	opts := testOptions()
+	opts.BaseURL, opts.Rate = e.base, math.Inf(1)
+	opts.RetryBase, opts.RetryMax, opts.RequestTimeout = time.Millisecond, 4*time.Millisecond, 5*time.Second
 	if mod != nil {
 		mod(&opts)
 	}
@@ -361,8 +361,15 @@ func TestShouldRetryHeader(t *testing.T) {
 	}
 }
 
+// testOptions are the configuration's defaults with the tests' key.
+func testOptions() StripeOptions {
+	o := StripeOptionsFrom(config.Default())
+	o.APIKey = testKey
+	return o
+}
+
 func TestTranslateDecidesRetries(t *testing.T) {
-	r, err := NewStripe(StripeOptions{APIKey: testKey})
+	r, err := NewStripe(testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -745,8 +752,9 @@ func TestForeignErrorBodyIsNotShown(t *testing.T) {
 			w.WriteHeader(http.StatusBadGateway)
 			io.WriteString(w, body)
 		}))
-		r, err := NewStripe(StripeOptions{APIKey: testKey, BaseURL: srv.URL, Rate: math.Inf(1), MaxRetries: 1,
-			RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+		o := testOptions()
+		o.BaseURL, o.Rate, o.MaxRetries, o.RetryBase, o.RetryMax = srv.URL, math.Inf(1), 1, time.Millisecond, time.Millisecond
+		r, err := NewStripe(o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -807,19 +815,24 @@ func TestNewStripeValidates(t *testing.T) {
 	}{
 		{"defaults", func(*StripeOptions) {}, ""},
 		{"no key", func(o *StripeOptions) { o.APIKey = " " }, "APIKey"},
+		{"no rate", func(o *StripeOptions) { o.Rate = 0 }, "Rate"},
 		{"negative rate", func(o *StripeOptions) { o.Rate = -1 }, "Rate"},
 		{"NaN rate", func(o *StripeOptions) { o.Rate = math.NaN() }, "Rate"},
 		{"unlimited rate", func(o *StripeOptions) { o.Rate = math.Inf(1) }, ""},
 		{"negative burst", func(o *StripeOptions) { o.Burst = -1 }, "Burst"},
+		{"no concurrency", func(o *StripeOptions) { o.Concurrency = 0 }, "Concurrency"},
 		{"huge concurrency", func(o *StripeOptions) { o.Concurrency = 1000 }, "Concurrency"},
+		{"no retries", func(o *StripeOptions) { o.MaxRetries = 0 }, ""},
 		{"negative retries", func(o *StripeOptions) { o.MaxRetries = -1 }, "MaxRetries"},
 		{"max below base", func(o *StripeOptions) { o.RetryBase, o.RetryMax = time.Second, time.Millisecond }, "RetryMax"},
 		{"negative timeout", func(o *StripeOptions) { o.RequestTimeout = -time.Second }, "RequestTimeout"},
+		{"no timeout", func(o *StripeOptions) { o.RequestTimeout = 0 }, "RequestTimeout"},
+		{"no base URL", func(o *StripeOptions) { o.BaseURL = "" }, "STRIPE_API_BASE"},
 		{"base URL without scheme", func(o *StripeOptions) { o.BaseURL = "api.stripe.com" }, "STRIPE_API_BASE"},
 		{"base URL of another scheme", func(o *StripeOptions) { o.BaseURL = "ftp://x" }, "BaseURL"},
 	}
 	for _, tt := range tests {
-		opts := StripeOptions{APIKey: testKey}
+		opts := testOptions()
 		tt.mod(&opts)
 		_, err := NewStripe(opts)
 		switch {
@@ -830,6 +843,20 @@ func TestNewStripeValidates(t *testing.T) {
 		case err != nil && strings.Contains(err.Error(), testKey):
 			t.Errorf("NewStripe(%s) error holds the key: %v", tt.name, err)
 		}
+	}
+}
+
+// TestNoRetriesMeansNone: stripe.max_retries: 0 is a choice, not a
+// missing value (it once became 8).
+func TestNoRetriesMeansNone(t *testing.T) {
+	o := testOptions()
+	o.MaxRetries = 0
+	r, err := NewStripe(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.opts.MaxRetries != 0 {
+		t.Errorf("MaxRetries 0 became %d", r.opts.MaxRetries)
 	}
 }
 
@@ -856,7 +883,9 @@ func TestSpans(t *testing.T) {
 
 func TestBackoffIsBoundedAndSeeded(t *testing.T) {
 	mk := func(seed uint64) *Stripe {
-		r, err := NewStripe(StripeOptions{APIKey: testKey, RetryBase: 100 * time.Millisecond, RetryMax: time.Second, Seed: seed})
+		o := testOptions()
+		o.RetryBase, o.RetryMax, o.Seed = 100*time.Millisecond, time.Second, seed
+		r, err := NewStripe(o)
 		if err != nil {
 			t.Fatal(err)
 		}

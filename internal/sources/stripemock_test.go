@@ -70,8 +70,10 @@ func stripeMock(tb testing.TB) string {
 // without error, and every request must be one stripe-mock validates.
 func TestStripeMock(t *testing.T) {
 	base := stripeMock(t)
-	r, err := NewStripe(StripeOptions{APIKey: "sk_test_123", BaseURL: base, Rate: 100, Concurrency: 2,
-		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, MaxRetries: 2})
+	o := testOptions()
+	o.APIKey, o.BaseURL, o.Rate, o.Concurrency = "sk_test_123", base, 100, 2
+	o.RetryBase, o.RetryMax, o.MaxRetries = time.Millisecond, 10*time.Millisecond, 2
+	r, err := NewStripe(o)
 	if err != nil {
 		t.Fatal(err)
 	}
