@@ -15,17 +15,18 @@ import (
 // reported the same way, saying what was not read.
 
 func (m *matcher) staleLeaseFinding(o *reconcile.Obligation, failed, stale []int32) {
-	var ids []string
-	for _, mv := range failed {
-		ids = m.ids(ids, mv, "")
-	}
-	for _, mv := range stale {
-		ids = m.ids(ids, mv, "")
-	}
-	m.add(reconcile.StaleLease, o.ID, "", ids, o.Money, o.Money, reconcile.DetailStaleLease(o, m.now, m.noSuccess(o, failed, stale)))
+	m.add(reconcile.StaleLease, o.ID, "", m.attemptIDs(failed, stale), o.Money, o.Money,
+		reconcile.DetailStaleLease(o, m.now, m.noSuccess(o, failed, stale)))
 }
 
 func (m *matcher) unknownFinding(o *reconcile.Obligation, failed, stale []int32) {
+	m.add(reconcile.UnresolvedUnknown, o.ID, "", m.attemptIDs(failed, stale), o.Money, o.Money,
+		reconcile.DetailUnknown(o, m.noSuccess(o, failed, stale)))
+}
+
+// attemptIDs are the provider ids of an obligation's attempts that moved
+// no money: the failed ones, then those left pending too long.
+func (m *matcher) attemptIDs(failed, stale []int32) []string {
 	var ids []string
 	for _, mv := range failed {
 		ids = m.ids(ids, mv, "")
@@ -33,7 +34,7 @@ func (m *matcher) unknownFinding(o *reconcile.Obligation, failed, stale []int32)
 	for _, mv := range stale {
 		ids = m.ids(ids, mv, "")
 	}
-	m.add(reconcile.UnresolvedUnknown, o.ID, "", ids, o.Money, o.Money, reconcile.DetailUnknown(o, m.noSuccess(o, failed, stale)))
+	return ids
 }
 
 // noSuccess says what the provider shows for an obligation without a
