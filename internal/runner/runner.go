@@ -62,7 +62,7 @@ type Runner struct {
 	Logger  *slog.Logger
 	// Mirror, when set, keeps the provider's records between passes, so
 	// that a pass reads from the provider only what is new, what changed
-	// and an overlap (incremental sync; see sync.go). Nil: every pass
+	// and an overlap (incremental sync; see plan.go). Nil: every pass
 	// reads the whole window.
 	Mirror Mirror
 	// MaxLookback bounds how far before now a pass reads the provider's
@@ -188,10 +188,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
 	}()
 	var in matcher.Input
-	st.cover, err = r.coverage(ctx, req.Window, started)
-	if err == nil {
-		st.plan, err = r.plan(ctx, st.cover, started, req.Full)
-	}
+	st.cover, st.plan, err = r.plan(ctx, req.Window, started, req.Full)
 	st.phases.mark("plan")
 	if err == nil {
 		in, err = r.read(ctx, log, req.Window, started, out, st)
@@ -267,7 +264,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		// Only a completed pass moves the mirror's cursors. A mirror that
 		// could not be saved costs the next pass more reading, nothing
 		// else: the pass stands.
-		err := r.Mirror.Save(ctx, r.finishSave(st.cover, now, run.ID, st))
+		u := st.save
+		u.RunID, u.Now, u.Cursors = run.ID, now, cursorsAfter(st.plan, st.cover, now, st.keysRead)
+		err := r.Mirror.Save(ctx, u)
 		if errors.Is(err, store.ErrLockLost) {
 			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
 		}
@@ -322,6 +321,26 @@ func (r *Runner) coverage(ctx context.Context, w reconcile.Window, now time.Time
 		return reconcile.Window{}, err
 	}
 	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback), To: now}, nil
+}
+
+// plan is how a pass about w reads the provider: its coverage, and the
+// plan planSync makes for it from the mirror's cursors (docs/design.md,
+// "Coverage").
+func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, full bool) (reconcile.Window, syncPlan, error) {
+	cover, err := r.coverage(ctx, w, now)
+	if err != nil {
+		return reconcile.Window{}, syncPlan{}, err
+	}
+	var cur *store.SyncCursors
+	if r.Mirror != nil {
+		c, err := r.Mirror.Cursors(ctx)
+		if err != nil {
+			return reconcile.Window{}, syncPlan{}, fmt.Errorf("read the mirror: %w", err)
+		}
+		cur = &c
+	}
+	_, canSync := r.Provider.(Syncer)
+	return cover, planSync(cur, cover, now, full, canSync), nil
 }
 
 // read gathers one pass's input: the provider's records over the pass's
