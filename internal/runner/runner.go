@@ -125,9 +125,15 @@ type Outcome struct {
 // ErrLocked is returned when another run holds the database's run lock.
 var ErrLocked = errors.New("another reconcile run holds the run lock on this database; try again when it ends, or pass --wait")
 
-// Run runs one pass. A pass that could not read everything fails: it
-// reports no findings and marks nothing, because a partial listing proves
-// nothing. A pass that began and failed returns a *FailedRunError naming it.
+// Run runs one pass, in the order data flows (docs/design.md, "The
+// house"): it reads the provider's records and the obligations (sources),
+// concludes from them (matcher), stores the conclusions and the mirror
+// (store), and delivers the alerts (alerts).
+//
+// A pass that could not read everything fails: it reports no findings and
+// marks nothing, because a partial listing proves nothing; its failed run
+// row says why (docs/design.md, "Runs and the lock"). A pass that began
+// and failed returns a *FailedRunError naming it.
 //
 // A pass that loses its run lock (its connection ended; another run may
 // hold it now) writes, records and posts nothing more, and returns an
@@ -136,35 +142,23 @@ var ErrLocked = errors.New("another reconcile run holds the run lock on this dat
 // since its conclusions stand, but with the mirror unsaved and its alerts
 // left in the outbox for the run that holds the lock.
 func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error) {
-	// Set once the pass has begun, when its log lines carry the id.
-	var begun string
-	defer func() {
-		if runErr != nil && begun != "" {
-			runErr = &FailedRunError{RunID: begun, Err: runErr}
-		}
-	}()
 	if !req.Window.Valid() {
 		return nil, fmt.Errorf("empty window %s – %s", req.Window.From.Format(time.RFC3339), req.Window.To.Format(time.RFC3339))
 	}
 	started := r.Now().UTC()
 	run := reconcile.Run{ID: NewRunID(started), Trigger: req.Trigger, Window: req.Window, Started: started}
 	log := r.Logger.With("run_id", run.ID)
-	out := &Outcome{Run: run}
 
 	// lock is nil on a dry run, which writes nothing and takes no lock.
 	var lock *store.Lock
 	if !req.DryRun {
 		var err error
-		lock, err = r.Store.Lock(ctx, req.Wait)
-		if errors.Is(err, store.ErrLocked) {
-			return nil, ErrLocked
-		}
-		if err != nil {
-			return nil, err // the store's error says it was taking the run lock
+		if lock, err = r.lock(ctx, req.Wait); err != nil {
+			return nil, err
 		}
 		// Every write of the pass proves in its own transaction that the
 		// lock is still this run's (store.WithFence); the checks of Held
-		// below only stop a run that lost it sooner and more clearly.
+		// (lostLock) only stop a run that lost it sooner and more clearly.
 		ctx = store.WithFence(ctx, lock)
 		log = log.With("lock_epoch", lock.Epoch())
 		defer func() {
@@ -176,33 +170,33 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			}
 		}()
 	}
-	begun = run.ID
+	// The pass has begun. Every step's error ends it here, while the lock
+	// is still held: the one failure path.
+	defer func() {
+		if runErr != nil {
+			runErr = r.failed(ctx, log, req.DryRun, run, runErr)
+		}
+	}()
 	log.Info("run started", "trigger", string(req.Trigger), "from", req.Window.From, "to", req.Window.To, "dry_run", req.DryRun)
-	var err error
-
+	out := &Outcome{Run: run}
 	st := &readState{}
 	st.phases.start(r.Now)
 	defer func() {
-		out.Phases = st.phases.phases
+		// How the pass read the provider and what its steps took, however
+		// it ends.
+		out.Sync, out.Phases = st.plan.report, st.phases.phases
 		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
 	}()
-	var in matcher.Input
-	st.cover, st.plan, err = r.plan(ctx, req.Window, started, req.Full)
-	st.phases.mark("plan")
-	if err == nil {
-		in, err = r.read(ctx, log, req.Window, started, out, st)
-	}
-	out.Sync = st.plan.report
+
+	// Sources: the provider's records every decision rests on, and the
+	// obligations (docs/design.md, "Reading the provider", "Coverage").
+	in, err := r.read(ctx, log, req, started, out, st)
 	if err != nil {
-		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
-		if !req.DryRun {
-			r.recordFailed(ctx, log, run, err)
-		}
 		return nil, err
 	}
 
-	// The clock is read once for the decisions of the whole pass.
+	// Matcher: the clock is read once for the decisions of the whole pass.
 	now := started
 	res := matcher.Match(in, now, r.Matcher)
 	st.phases.mark("match")
@@ -210,18 +204,12 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		// What the pass reports on from the mirror is checked first.
 		changed, err := r.verify(ctx, &in, res, now, st)
 		if err != nil {
-			run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
-			out.Sync = st.plan.report
-			if !req.DryRun {
-				r.recordFailed(ctx, log, run, err)
-			}
 			return nil, err
 		}
 		if changed {
 			res = matcher.Match(in, now, r.Matcher)
 		}
 		st.phases.mark("verify")
-		out.Sync = st.plan.report
 	}
 	out.Input, out.Result = in, res
 	out.Unmapped = unmappedStates(log, in.Obligations)
@@ -230,74 +218,136 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
 			"count", out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.MaxLookback.String())
 	}
-	run.Counts = res.Counts
-	run.Finished = r.Now().UTC()
-
+	run.Counts, run.Finished = res.Counts, r.Now().UTC()
 	if req.DryRun {
 		run.Status = reconcile.RunDry
-		out.Run = run
-		out.Transitions = res.Transitions
+		out.Run, out.Transitions = run, res.Transitions
 		log.Info("dry run completed", "findings", len(res.Findings), "transitions", len(res.Transitions))
 		return out, nil
 	}
+
+	// Store: the conclusions in one transaction; then, the pass standing,
+	// what it read into the mirror.
 	run.Status = reconcile.RunCompleted
+	applied, err := r.apply(ctx, lock, run, res, now, st)
+	if err != nil {
+		return nil, err
+	}
+	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
+	if err = r.saveMirror(ctx, log, lock, run.ID, now, st); err != nil {
+		return out, err
+	}
+	logApplied(log, res, applied)
+
+	// Alerts: the outbox drained to people (docs/design.md, "Alert
+	// lifecycle").
+	return out, r.alert(ctx, log, lock, out, st)
+}
+
+// lock takes the database's run lock, waiting for another run's if wait
+// (docs/design.md, "Runs and the lock").
+func (r *Runner) lock(ctx context.Context, wait bool) (*store.Lock, error) {
+	lock, err := r.Store.Lock(ctx, wait)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, ErrLocked
+	}
+	// The store's error says it was taking the run lock.
+	return lock, err
+}
+
+// failed ends a pass that began and met err: it returns the error naming
+// the pass (FailedRunError) and, unless the pass was a dry run (which
+// writes nothing) or lost its run lock, records the failed run with err as
+// its cause, even when ctx was cancelled. A pass that lost its lock
+// records nothing: before it applied, the run that holds the lock now may
+// be reading; after, its completed run row stands (docs/design.md, "Runs
+// and the lock").
+func (r *Runner) failed(ctx context.Context, log *slog.Logger, dryRun bool, run reconcile.Run, err error) error {
+	if !dryRun && !errors.Is(err, store.ErrLockLost) {
+		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := r.Store.RecordFailedRun(rctx, run, err.Error()); rerr != nil {
+			log.Warn("record failed run", "error", rerr)
+		}
+	}
+	return &FailedRunError{RunID: run.ID, Err: err}
+}
+
+// apply stores the pass's conclusions in one transaction (store.Apply),
+// unless the pass lost its run lock (docs/design.md, "Runs and the lock").
+func (r *Runner) apply(ctx context.Context, lock *store.Lock, run reconcile.Run, res matcher.Result, now time.Time, st *readState) (store.Applied, error) {
 	if err := lostLock(ctx, lock); err != nil {
-		return nil, stopped(err, "before applying")
+		return store.Applied{}, stopped(err, "before applying")
 	}
 	applied, err := r.Store.Apply(ctx, run, res.Conclusions, now)
 	st.phases.mark("apply")
 	if errors.Is(err, store.ErrLockLost) {
-		return nil, stopped(err, "before applying")
+		return store.Applied{}, stopped(err, "before applying")
 	}
 	if err != nil {
-		// Nothing of the pass was applied; the run row says why, as for
-		// a read that failed.
-		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
-		r.recordFailed(ctx, log, run, err)
-		return nil, fmt.Errorf("apply: %w", err)
+		// Nothing of the pass was applied; the failed run row says why.
+		return store.Applied{}, fmt.Errorf("apply: %w", err)
 	}
-	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
-	if r.Mirror != nil {
-		if err := lostLock(ctx, lock); err != nil {
-			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
-		}
-		// Only a completed pass moves the mirror's cursors. A mirror that
-		// could not be saved costs the next pass more reading, nothing
-		// else: the pass stands.
-		u := st.save
-		u.RunID, u.Now, u.Cursors = run.ID, now, cursorsAfter(st.plan, st.cover, now, st.keysRead)
-		err := r.Mirror.Save(ctx, u)
-		if errors.Is(err, store.ErrLockLost) {
-			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
-		}
-		if err != nil {
-			st.plan.report.SaveErr = err
-			log.Warn("the provider mirror was not saved; the next pass reads more", "error", err)
-		} else {
-			st.plan.report.Saved = true
-		}
-		st.phases.mark("mirror_save")
-		out.Sync = st.plan.report
+	return applied, nil
+}
+
+// saveMirror keeps what a completed pass read in the mirror and moves the
+// mirror's cursors (cursorsAfter); only a completed pass moves them. A
+// mirror that could not be saved costs the next pass more reading, nothing
+// else: the pass stands, and its error is only that of a lost run lock.
+func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.Lock, runID string, now time.Time, st *readState) error {
+	if r.Mirror == nil {
+		return nil
 	}
+	const where = "after applying, before saving the mirror and sending alerts"
+	if err := lostLock(ctx, lock); err != nil {
+		return stopped(err, where)
+	}
+	u := st.save
+	u.RunID, u.Now, u.Cursors = runID, now, cursorsAfter(st.plan, st.cover, now, st.keysRead)
+	err := r.Mirror.Save(ctx, u)
+	if errors.Is(err, store.ErrLockLost) {
+		return stopped(err, where)
+	}
+	if err != nil {
+		st.plan.report.SaveErr = err
+		log.Warn("the provider mirror was not saved; the next pass reads more", "error", err)
+	} else {
+		st.plan.report.Saved = true
+	}
+	st.phases.mark("mirror_save")
+	return nil
+}
+
+// logApplied logs what the pass's apply did, and each transition a worker's
+// change since the read made it skip.
+func logApplied(log *slog.Logger, res matcher.Result, applied store.Applied) {
 	for _, s := range applied.Skipped {
 		log.Warn("transition skipped: the obligation changed since it was read",
 			"obligation_id", s.Transition.ObligationID, "from", string(s.Transition.From), "reason", s.Reason)
 	}
 	log.Info("run applied", "findings", len(res.Findings), "new", applied.New, "changed", applied.Changed,
 		"resolved", applied.Resolved, "transitions", len(applied.Transitions), "skipped", len(applied.Skipped))
+}
 
+// alert drains the outbox to people (docs/design.md, "Alert lifecycle").
+// Alerts that could not be delivered leave the pass completed, with
+// out.AlertErr saying why: nothing is lost, and the next run sends the
+// rest. Its error is only that of a lost run lock.
+func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, out *Outcome, st *readState) error {
 	if r.Alerts == nil {
 		log.Warn("alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL; findings stay in the outbox")
-		return out, nil
+		return nil
 	}
 	if err := lostLock(ctx, lock); err != nil {
-		return out, stopped(err, "after applying, before sending alerts")
+		return stopped(err, "after applying, before sending alerts")
 	}
 	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
 	st.phases.mark("alerts")
 	out.Drained = stats
 	if errors.Is(err, store.ErrLockLost) {
-		return out, stopped(err, "while sending alerts (the rest stay in the outbox)")
+		return stopped(err, "while sending alerts (the rest stay in the outbox)")
 	}
 	if err != nil {
 		out.AlertErr = err
@@ -307,7 +357,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			log.Warn("alerts not all delivered; the next run sends the rest", "error", err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // coverage is the creation-time window of the provider's records a pass
@@ -344,16 +394,22 @@ func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, fu
 }
 
 // read gathers one pass's input: the provider's records over the pass's
-// coverage (st.cover: from the mirror where it can vouch for them, listed
-// otherwise), the obligations the pass decides on and those the records
+// coverage (st.cover: from the mirror where the plan lets it vouch for
+// them, listed otherwise), the obligations the pass decides on and those the records
 // read as evidence name, and by id the objects the former name that the
 // listing did not return.
-func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
+func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
+	w := req.Window
+	var err error
+	st.cover, st.plan, err = r.plan(ctx, w, now, req.Full)
+	st.phases.mark("plan")
+	if err != nil {
+		return matcher.Input{}, err
+	}
 	p := &st.plan
 	cover := st.cover
 	var listing *sources.Listing
 	var keysFrom time.Time // where the key evidence read is complete from
-	var err error
 	if p.report.Mode == SyncIncremental {
 		// What the mirror holds, incrementally; the stretch before it (if
 		// any) listed in full.
@@ -596,15 +652,6 @@ func lostLock(ctx context.Context, lock *store.Lock) error {
 // stopped says where a pass that lost its run lock stopped.
 func stopped(err error, where string) error {
 	return fmt.Errorf("%w: this run stopped %s; another run may hold it now", err, where)
-}
-
-// recordFailed records a pass that failed, even when ctx was cancelled.
-func (r *Runner) recordFailed(ctx context.Context, log *slog.Logger, run reconcile.Run, cause error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := r.Store.RecordFailedRun(rctx, run, cause.Error()); err != nil {
-		log.Warn("record failed run", "error", err)
-	}
 }
 
 // Named lists what the listed objects name, so that the obligations they
