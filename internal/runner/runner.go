@@ -198,18 +198,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 
 	// Matcher: the clock is read once for the decisions of the whole pass.
 	now := started
-	res := matcher.Match(in, now, r.Matcher)
-	st.phases.mark("match")
-	if st.plan.report.Mode == SyncIncremental {
-		// What the pass reports on from the mirror is checked first.
-		changed, err := r.verify(ctx, &in, res, now, st)
-		if err != nil {
-			return nil, err
-		}
-		if changed {
-			res = matcher.Match(in, now, r.Matcher)
-		}
-		st.phases.mark("verify")
+	res, err := r.match(ctx, &in, now, st)
+	if err != nil {
+		return nil, err
 	}
 	out.Input, out.Result = in, res
 	out.Unmapped = unmappedStates(log, in.Obligations)
@@ -259,9 +250,9 @@ func (r *Runner) lock(ctx context.Context, wait bool) (*store.Lock, error) {
 // the pass (FailedRunError) and, unless the pass was a dry run (which
 // writes nothing) or lost its run lock, records the failed run with err as
 // its cause, even when ctx was cancelled. A pass that lost its lock
-// records nothing: before it applied, the run that holds the lock now may
-// be reading; after, its completed run row stands (docs/design.md, "Runs
-// and the lock").
+// writes nothing more (docs/design.md, "Runs and the lock"): before it
+// applied, not even a failed run row; after, its completed run row
+// stands.
 func (r *Runner) failed(ctx context.Context, log *slog.Logger, dryRun bool, run reconcile.Run, err error) error {
 	if !dryRun && !errors.Is(err, store.ErrLockLost) {
 		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
@@ -272,6 +263,47 @@ func (r *Runner) failed(ctx context.Context, log *slog.Logger, dryRun bool, run 
 		}
 	}
 	return &FailedRunError{RunID: run.ID, Err: err}
+}
+
+// match concludes the pass from what it read: matcher.Match, called here
+// only (docs/design.md, "Findings", "The PAID rule").
+//
+// An incremental pass then verifies what it took from the mirror before it
+// reports on it: Stripe tells no event of a payment intent's metadata
+// being edited, so a mirrored intent may name an obligation now that it
+// did not when it was read (verify). Which mirrored intents to retrieve
+// again is decided by the conclusions: those the matcher left unlinked
+// (orphans, suspected duplicates, conflicts; every unlinked one where an
+// obligation is paid without evidence). What links to what is the
+// matcher's rule alone (docs/design.md, "Linking"): choosing the intents
+// before matching would restate it in the runner, and so would patching
+// the conclusions for an intent that changed, which may now link,
+// repeat, conflict or settle an obligation. So when a verified intent
+// changed or is gone, the pass matches once more, over the refreshed
+// input; it verifies only once, the first conclusions.
+func (r *Runner) match(ctx context.Context, in *matcher.Input, now time.Time, st *readState) (matcher.Result, error) {
+	incremental := st.plan.report.Mode == SyncIncremental
+	var res matcher.Result
+	for verified := false; ; verified = true {
+		res = matcher.Match(*in, now, r.Matcher)
+		if !verified {
+			st.phases.mark("match")
+		}
+		if verified || !incremental {
+			break
+		}
+		changed, err := r.verify(ctx, in, res, now, st)
+		if err != nil {
+			return matcher.Result{}, err
+		}
+		if !changed {
+			break
+		}
+	}
+	if incremental {
+		st.phases.mark("verify")
+	}
+	return res, nil
 }
 
 // apply stores the pass's conclusions in one transaction (store.Apply),
