@@ -265,6 +265,307 @@ func (r *Runner) failed(ctx context.Context, log *slog.Logger, dryRun bool, run 
 	return &FailedRunError{RunID: run.ID, Err: err}
 }
 
+// plan is how a pass about w reads the provider: its coverage, and the
+// plan planSync makes for it from the mirror's cursors (docs/design.md,
+// "Coverage").
+func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, full bool) (reconcile.Window, syncPlan, error) {
+	cover, err := r.coverage(ctx, w, now)
+	if err != nil {
+		return reconcile.Window{}, syncPlan{}, err
+	}
+	var cur *store.SyncCursors
+	if r.Mirror != nil {
+		c, err := r.Mirror.Cursors(ctx)
+		if err != nil {
+			return reconcile.Window{}, syncPlan{}, fmt.Errorf("read the mirror: %w", err)
+		}
+		cur = &c
+	}
+	_, canSync := r.Provider.(Syncer)
+	return cover, planSync(cur, cover, now, full, canSync), nil
+}
+
+// coverage is the creation-time window of the provider's records a pass
+// about w reads: back to where the oldest obligation it decides on by
+// state and window began (Matcher.CoverFrom), on to now. Obligations that
+// only the subject's objects name may reach further back; read extends it
+// for them (docs/design.md, "Coverage").
+func (r *Runner) coverage(ctx context.Context, w reconcile.Window, now time.Time) (reconcile.Window, error) {
+	oldest, err := r.Obligations.Oldest(ctx, w)
+	if err != nil {
+		return reconcile.Window{}, err
+	}
+	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback), To: now}, nil
+}
+
+// read gathers one pass's input, in steps: the plan; the provider's
+// records over the pass's coverage (st.cover: from the mirror where the
+// plan lets it vouch for them, listed otherwise); the obligations the pass
+// decides on and those the records read as evidence name, reading further
+// back for those only the subject names; and by id the objects the former
+// name that the records read lack.
+func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
+	w := req.Window
+	var err error
+	st.cover, st.plan, err = r.plan(ctx, w, now, req.Full)
+	st.phases.mark("plan")
+	if err != nil {
+		return matcher.Input{}, err
+	}
+	cover := st.cover
+	// keysFrom is where the key evidence read is complete from.
+	listing, keysFrom, err := r.readProvider(ctx, log, now, st)
+	if err != nil {
+		return matcher.Input{}, err
+	}
+
+	// The obligations: those in scope of w by state and window and those
+	// the subject's objects name are decided on; the others the records
+	// read name are read only to link them.
+	named := Named(listing, r.Matcher)
+	obs, err := r.Obligations.Read(ctx, w, named)
+	if err != nil {
+		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
+	}
+	subject := namedIf(listing, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+	oldest := time.Time{}
+	for i := range obs {
+		if decides(&obs[i], w, subject) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
+			oldest = obs[i].CreatedAt
+		}
+	}
+	if from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback); from.Before(cover.From) {
+		// An obligation only the subject names began before the coverage:
+		// read back to it, and the obligations that stretch names.
+		ext := reconcile.Window{From: from, To: cover.From}
+		older, kf, err := r.listOlder(ctx, ext, now, st)
+		if err != nil {
+			return matcher.Input{}, err
+		}
+		listing, keysFrom = join(older, kf, listing, keysFrom, cover.From)
+		cover.From, st.cover.From = from, from
+		olderNamed := Named(older, r.Matcher)
+		named.ProviderIDs = slices.Compact(slices.Sorted(slices.Values(append(named.ProviderIDs, olderNamed.ProviderIDs...))))
+		more, err := r.Obligations.ReadNamed(ctx, olderNamed)
+		if err != nil {
+			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
+		}
+		obs = mergeObligations(obs, more)
+		log.Info("read further back for obligations the window's records name", "from", from, "obligations", len(more))
+	}
+	decided := make([]bool, len(obs))
+	var context []string
+	for i := range obs {
+		if decided[i] = decides(&obs[i], w, subject); !decided[i] {
+			context = append(context, obs[i].ID)
+		}
+	}
+	out.Context = len(context)
+	st.phases.mark("obligations")
+
+	// Every listed object's id, sorted, to find what the listing lacks.
+	listed := named.ProviderIDs
+	var missing []string
+	for i := range obs {
+		o := &obs[i]
+		if !decided[i] {
+			continue
+		}
+		for _, id := range []string{o.ProviderID, o.TargetID} {
+			if _, ok := slices.BinarySearch(listed, id); id != "" && !ok {
+				missing = append(missing, id)
+			}
+		}
+	}
+	found, lookups, err := r.retrieve(ctx, log, missing, now, st)
+	if err != nil {
+		return matcher.Input{}, err
+	}
+	objects := append(listing.Objects, found...)
+	out.Lookups = lookups
+	st.phases.mark("retrieve")
+	keysFrom = later(cover.From, keysFrom)
+	if keysFrom.After(cover.From) {
+		log.Warn("the provider's events before events_from are gone (Stripe keeps them 30 days) and the mirror kept none: "+
+			"obligations created before then are not marked PAID", "events_from", keysFrom, "covered_from", cover.From)
+	}
+	out.Stats, out.Covered, out.EventsFrom = listing.Stats, cover, keysFrom
+	return matcher.Input{
+		Obligations: obs,
+		Objects:     objects,
+		Keys:        listing.Keys,
+		Lookups:     lookups,
+		Listed:      cover,
+		EventsFrom:  keysFrom,
+		Subject:     w,
+		Context:     context,
+	}, nil
+}
+
+// readProvider reads the provider's records over the pass's coverage as
+// planned: an incremental pass takes what the mirror holds, with what is
+// new and the stretch before the mirror (if any) listed; any other pass
+// lists the coverage whole. It returns where the key evidence read is
+// complete from.
+func (r *Runner) readProvider(ctx context.Context, log *slog.Logger, now time.Time, st *readState) (*sources.Listing, time.Time, error) {
+	p, cover := &st.plan, st.cover
+	if p.report.Mode != SyncIncremental {
+		listing, keysFrom, err := r.listOlder(ctx, cover, now, st)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		st.phases.mark("provider")
+		return listing, keysFrom, nil
+	}
+	mirrored := reconcile.Window{From: later(cover.From, p.older.To), To: cover.To}
+	listing, err := r.readIncremental(ctx, log, mirrored, now, st)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	keysFrom := later(mirrored.From, st.keysFrom)
+	if p.older.Valid() {
+		older, kf, err := r.listOlder(ctx, p.older, now, st)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		listing, keysFrom = join(older, kf, listing, keysFrom, mirrored.From)
+		st.phases.mark("provider_older")
+	}
+	return listing, keysFrom, nil
+}
+
+// listOlder lists from the provider the objects and events created in w,
+// with the mirror's keys for what Stripe's events no longer tell, keeping
+// what it read for the mirror. It returns where the key evidence is
+// complete from over w (w.To when nowhere).
+func (r *Runner) listOlder(ctx context.Context, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, time.Time, error) {
+	p := &st.plan
+	l, err := r.Provider.List(ctx, w)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read the provider: %w", err)
+	}
+	p.report.Listed += len(l.Objects)
+	p.report.EventsRead += l.Stats.Events
+	keysFrom := earlier(later(w.From, now.Add(-sources.EventRetention)), w.To)
+	if r.Mirror == nil {
+		return l, keysFrom, nil
+	}
+	st.saw(p.seen, l.Objects...)
+	st.save.Keys = append(st.save.Keys, l.Keys...)
+	if keysFrom.After(w.From) {
+		// Stripe keeps events 30 days; the mirror keeps the keys they told
+		// for longer. Every kept key links; key evidence is complete from
+		// further back only where the mirror's keys join the events read.
+		old, err := r.Mirror.Keys(ctx, reconcile.Window{From: w.From, To: keysFrom})
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("read the mirror: %w", err)
+		}
+		p.report.MirroredKeys += len(old)
+		l = &sources.Listing{Objects: l.Objects, Keys: append(old, l.Keys...), Stats: l.Stats}
+		if !p.keysFrom.IsZero() && p.keysFrom.Before(keysFrom) && !p.cur.Keys.To.Before(keysFrom) {
+			keysFrom = later(w.From, p.keysFrom)
+		}
+	}
+	if ev := later(w.From, now.Add(-sources.EventRetention)); ev.Before(w.To) {
+		st.keysRead = append(st.keysRead, reconcile.Window{From: ev, To: w.To})
+	}
+	return l, keysFrom, nil
+}
+
+// join puts an older stretch's listing (its key evidence complete from
+// olderKeys) before a later one that begins at at (complete from
+// laterKeys): the key evidence of both is complete from olderKeys if the
+// later's is complete from its start.
+func join(older *sources.Listing, olderKeys time.Time, l *sources.Listing, laterKeys, at time.Time) (*sources.Listing, time.Time) {
+	joined := &sources.Listing{
+		// The pass owns both listings: appending in place copies no
+		// more than the older stretch.
+		Objects: append(l.Objects, older.Objects...),
+		Keys:    append(l.Keys, older.Keys...),
+		Stats:   l.Stats,
+	}
+	joined.Stats.Add(older.Stats)
+	if laterKeys.After(at) {
+		return joined, laterKeys
+	}
+	return joined, olderKeys
+}
+
+// decides reports whether a pass about w decides on o: it is EXECUTING or
+// CONFIRMATION_UNKNOWN, was created or updated in w, or the objects
+// created in w name it (subject). The obligations the other records read
+// name are read only to link them (docs/design.md,
+// "Coverage").
+func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named) bool {
+	if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {
+		return true
+	}
+	in := func(list []string, v string) bool {
+		_, ok := slices.BinarySearch(list, v)
+		return v != "" && ok
+	}
+	return in(subject.IDs, o.ID) || in(subject.Keys, o.IdempotencyKey) ||
+		in(subject.ProviderIDs, o.ProviderID) || in(subject.ProviderIDs, o.TargetID)
+}
+
+// mergeObligations adds to obs (sorted by id) those of more it lacks,
+// keeping the order.
+func mergeObligations(obs, more []reconcile.Obligation) []reconcile.Obligation {
+	n := len(obs)
+	for _, o := range more {
+		if _, dup := slices.BinarySearchFunc(obs[:n], o.ID, func(a reconcile.Obligation, id string) int { return strings.Compare(a.ID, id) }); !dup {
+			obs = append(obs, o)
+		}
+	}
+	if len(obs) > n {
+		slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
+	}
+	return obs
+}
+
+// retrieve returns the objects of ids, which obligations the pass decides
+// on name but the records read lack, and how each was looked up: an
+// incremental pass takes those the mirror holds from it, and the rest are
+// retrieved by id (docs/design.md, "Reading the provider": a 404 is
+// evidence of absence, a timeout is not).
+func (r *Runner) retrieve(ctx context.Context, log *slog.Logger, ids []string, now time.Time, st *readState) ([]reconcile.ProviderObject, []reconcile.Lookup, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	slices.Sort(ids)
+	missing := slices.Compact(ids)
+	var found []reconcile.ProviderObject
+	var lookups []reconcile.Lookup
+	asked := len(missing)
+	if st.plan.report.Mode == SyncIncremental {
+		var err error
+		found, lookups, missing, err = r.namedFromMirror(ctx, missing, st)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	failed := 0
+	if len(missing) > 0 {
+		var got []reconcile.ProviderObject
+		var ls []reconcile.Lookup
+		if r.Mirror != nil {
+			got, ls = r.fetch(ctx, missing, now, st)
+		} else {
+			got, ls = r.Provider.Retrieve(ctx, missing)
+		}
+		found, lookups = append(found, got...), append(lookups, ls...)
+		slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
+		for _, l := range ls {
+			if l.Result == reconcile.LookupFailed {
+				failed++
+			}
+		}
+	}
+	log.Info("looked up objects named outside the records read", "ids", asked, "found", len(found),
+		"from_mirror", asked-len(missing), "failed", failed)
+	return found, lookups, nil
+}
+
 // match concludes the pass from what it read: matcher.Match, called here
 // only (docs/design.md, "Findings", "The PAID rule").
 //
@@ -390,282 +691,6 @@ func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, 
 		}
 	}
 	return nil
-}
-
-// coverage is the creation-time window of the provider's records a pass
-// about w reads: back to where the oldest obligation it decides on by
-// state and window began (Matcher.CoverFrom), on to now. Obligations that
-// only the subject's objects name may reach further back; read extends it
-// for them (docs/design.md, "Coverage").
-func (r *Runner) coverage(ctx context.Context, w reconcile.Window, now time.Time) (reconcile.Window, error) {
-	oldest, err := r.Obligations.Oldest(ctx, w)
-	if err != nil {
-		return reconcile.Window{}, err
-	}
-	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback), To: now}, nil
-}
-
-// plan is how a pass about w reads the provider: its coverage, and the
-// plan planSync makes for it from the mirror's cursors (docs/design.md,
-// "Coverage").
-func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, full bool) (reconcile.Window, syncPlan, error) {
-	cover, err := r.coverage(ctx, w, now)
-	if err != nil {
-		return reconcile.Window{}, syncPlan{}, err
-	}
-	var cur *store.SyncCursors
-	if r.Mirror != nil {
-		c, err := r.Mirror.Cursors(ctx)
-		if err != nil {
-			return reconcile.Window{}, syncPlan{}, fmt.Errorf("read the mirror: %w", err)
-		}
-		cur = &c
-	}
-	_, canSync := r.Provider.(Syncer)
-	return cover, planSync(cur, cover, now, full, canSync), nil
-}
-
-// read gathers one pass's input: the provider's records over the pass's
-// coverage (st.cover: from the mirror where the plan lets it vouch for
-// them, listed otherwise), the obligations the pass decides on and those the records
-// read as evidence name, and by id the objects the former name that the
-// listing did not return.
-func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
-	w := req.Window
-	var err error
-	st.cover, st.plan, err = r.plan(ctx, w, now, req.Full)
-	st.phases.mark("plan")
-	if err != nil {
-		return matcher.Input{}, err
-	}
-	p := &st.plan
-	cover := st.cover
-	var listing *sources.Listing
-	var keysFrom time.Time // where the key evidence read is complete from
-	if p.report.Mode == SyncIncremental {
-		// What the mirror holds, incrementally; the stretch before it (if
-		// any) listed in full.
-		mirrored := reconcile.Window{From: later(cover.From, p.older.To), To: cover.To}
-		listing, err = r.readIncremental(ctx, log, mirrored, now, st)
-		if err != nil {
-			return matcher.Input{}, err
-		}
-		keysFrom = later(mirrored.From, st.keysFrom)
-		if p.older.Valid() {
-			older, kf, err := r.listOlder(ctx, p.older, now, st)
-			if err != nil {
-				return matcher.Input{}, err
-			}
-			listing, keysFrom = join(older, kf, listing, keysFrom, mirrored.From)
-			st.phases.mark("provider_older")
-		}
-	} else {
-		listing, keysFrom, err = r.listOlder(ctx, cover, now, st)
-		if err != nil {
-			return matcher.Input{}, err
-		}
-		st.phases.mark("provider")
-	}
-
-	// The obligations: those in scope of w by state and window and those
-	// the subject's objects name are decided on; the others the records
-	// read name are read only to link them.
-	named := Named(listing, r.Matcher)
-	obs, err := r.Obligations.Read(ctx, w, named)
-	if err != nil {
-		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
-	}
-	subject := namedIf(listing, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
-	oldest := time.Time{}
-	for i := range obs {
-		if decides(&obs[i], w, subject) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
-			oldest = obs[i].CreatedAt
-		}
-	}
-	if from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback); from.Before(cover.From) {
-		// An obligation only the subject names began before the coverage:
-		// read back to it, and the obligations that stretch names.
-		ext := reconcile.Window{From: from, To: cover.From}
-		older, kf, err := r.listOlder(ctx, ext, now, st)
-		if err != nil {
-			return matcher.Input{}, err
-		}
-		listing, keysFrom = join(older, kf, listing, keysFrom, cover.From)
-		cover.From, st.cover.From = from, from
-		olderNamed := Named(older, r.Matcher)
-		named.ProviderIDs = slices.Compact(slices.Sorted(slices.Values(append(named.ProviderIDs, olderNamed.ProviderIDs...))))
-		more, err := r.Obligations.ReadNamed(ctx, olderNamed)
-		if err != nil {
-			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
-		}
-		obs = mergeObligations(obs, more)
-		log.Info("read further back for obligations the window's records name", "from", from, "obligations", len(more))
-	}
-	decided := make([]bool, len(obs))
-	var context []string
-	for i := range obs {
-		if decided[i] = decides(&obs[i], w, subject); !decided[i] {
-			context = append(context, obs[i].ID)
-		}
-	}
-	out.Context = len(context)
-	st.phases.mark("obligations")
-
-	objects := listing.Objects
-	// Every listed object's id, sorted, to find what the listing lacks.
-	listed := named.ProviderIDs
-	var missing []string
-	for i := range obs {
-		o := &obs[i]
-		if !decided[i] {
-			continue
-		}
-		for _, id := range []string{o.ProviderID, o.TargetID} {
-			if _, ok := slices.BinarySearch(listed, id); id != "" && !ok {
-				missing = append(missing, id)
-			}
-		}
-	}
-	var lookups []reconcile.Lookup
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		missing = slices.Compact(missing)
-		var found []reconcile.ProviderObject
-		asked := len(missing)
-		if p.report.Mode == SyncIncremental {
-			found, lookups, missing, err = r.namedFromMirror(ctx, missing, st)
-			if err != nil {
-				return matcher.Input{}, err
-			}
-		}
-		failed := 0
-		if len(missing) > 0 {
-			var got []reconcile.ProviderObject
-			var ls []reconcile.Lookup
-			if r.Mirror != nil {
-				got, ls = r.fetch(ctx, missing, now, st)
-			} else {
-				got, ls = r.Provider.Retrieve(ctx, missing)
-			}
-			found, lookups = append(found, got...), append(lookups, ls...)
-			slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
-			for _, l := range ls {
-				if l.Result == reconcile.LookupFailed {
-					failed++
-				}
-			}
-		}
-		objects = append(objects, found...)
-		log.Info("looked up objects named outside the records read", "ids", asked, "found", len(found),
-			"from_mirror", asked-len(missing), "failed", failed)
-	}
-	out.Lookups = lookups
-	st.phases.mark("retrieve")
-	keysFrom = later(cover.From, keysFrom)
-	if keysFrom.After(cover.From) {
-		log.Warn("the provider's events before events_from are gone (Stripe keeps them 30 days) and the mirror kept none: "+
-			"obligations created before then are not marked PAID", "events_from", keysFrom, "covered_from", cover.From)
-	}
-	out.Stats, out.Covered, out.EventsFrom = listing.Stats, cover, keysFrom
-	return matcher.Input{
-		Obligations: obs,
-		Objects:     objects,
-		Keys:        listing.Keys,
-		Lookups:     lookups,
-		Listed:      cover,
-		EventsFrom:  keysFrom,
-		Subject:     w,
-		Context:     context,
-	}, nil
-}
-
-// listOlder lists from the provider the objects and events created in w,
-// with the mirror's keys for what Stripe's events no longer tell, keeping
-// what it read for the mirror. It returns where the key evidence is
-// complete from over w (w.To when nowhere).
-func (r *Runner) listOlder(ctx context.Context, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, time.Time, error) {
-	p := &st.plan
-	l, err := r.Provider.List(ctx, w)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read the provider: %w", err)
-	}
-	p.report.Listed += len(l.Objects)
-	p.report.EventsRead += l.Stats.Events
-	keysFrom := earlier(later(w.From, now.Add(-sources.EventRetention)), w.To)
-	if r.Mirror == nil {
-		return l, keysFrom, nil
-	}
-	st.saw(p.seen, l.Objects...)
-	st.save.Keys = append(st.save.Keys, l.Keys...)
-	if keysFrom.After(w.From) {
-		// Stripe keeps events 30 days; the mirror keeps the keys they told
-		// for longer. Every kept key links; key evidence is complete from
-		// further back only where the mirror's keys join the events read.
-		old, err := r.Mirror.Keys(ctx, reconcile.Window{From: w.From, To: keysFrom})
-		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("read the mirror: %w", err)
-		}
-		p.report.MirroredKeys += len(old)
-		l = &sources.Listing{Objects: l.Objects, Keys: append(old, l.Keys...), Stats: l.Stats}
-		if !p.keysFrom.IsZero() && p.keysFrom.Before(keysFrom) && !p.cur.Keys.To.Before(keysFrom) {
-			keysFrom = later(w.From, p.keysFrom)
-		}
-	}
-	if ev := later(w.From, now.Add(-sources.EventRetention)); ev.Before(w.To) {
-		st.keysRead = append(st.keysRead, reconcile.Window{From: ev, To: w.To})
-	}
-	return l, keysFrom, nil
-}
-
-// join puts an older stretch's listing (its key evidence complete from
-// olderKeys) before a later one that begins at at (complete from
-// laterKeys): the key evidence of both is complete from olderKeys if the
-// later's is complete from its start.
-func join(older *sources.Listing, olderKeys time.Time, l *sources.Listing, laterKeys, at time.Time) (*sources.Listing, time.Time) {
-	joined := &sources.Listing{
-		// The pass owns both listings: appending in place copies no
-		// more than the older stretch.
-		Objects: append(l.Objects, older.Objects...),
-		Keys:    append(l.Keys, older.Keys...),
-		Stats:   l.Stats,
-	}
-	joined.Stats.Add(older.Stats)
-	if laterKeys.After(at) {
-		return joined, laterKeys
-	}
-	return joined, olderKeys
-}
-
-// decides reports whether a pass about w decides on o: it is EXECUTING or
-// CONFIRMATION_UNKNOWN, was created or updated in w, or the objects
-// created in w name it (subject). The obligations the other records read
-// name are read only to link them (docs/design.md,
-// "Coverage").
-func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named) bool {
-	if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {
-		return true
-	}
-	in := func(list []string, v string) bool {
-		_, ok := slices.BinarySearch(list, v)
-		return v != "" && ok
-	}
-	return in(subject.IDs, o.ID) || in(subject.Keys, o.IdempotencyKey) ||
-		in(subject.ProviderIDs, o.ProviderID) || in(subject.ProviderIDs, o.TargetID)
-}
-
-// mergeObligations adds to obs (sorted by id) those of more it lacks,
-// keeping the order.
-func mergeObligations(obs, more []reconcile.Obligation) []reconcile.Obligation {
-	n := len(obs)
-	for _, o := range more {
-		if _, dup := slices.BinarySearchFunc(obs[:n], o.ID, func(a reconcile.Obligation, id string) int { return strings.Compare(a.ID, id) }); !dup {
-			obs = append(obs, o)
-		}
-	}
-	if len(obs) > n {
-		slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
-	}
-	return obs
 }
 
 // lostLock returns Held's error if lock (nil on a dry run) was lost. Other

@@ -85,7 +85,7 @@ type readState struct {
 	// pass reads (docs/design.md, "Coverage").
 	cover reconcile.Window
 	// keysRead are the stretches over which listOlder read the key
-	// evidence whole, for the mirror's keys cursor.
+	// evidence whole, for the mirror's keys cursor (cursorsAfter).
 	keysRead []reconcile.Window
 	// phases time the pass's steps.
 	phases phaseClock
