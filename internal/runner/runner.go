@@ -62,7 +62,7 @@ type Runner struct {
 	Logger  *slog.Logger
 	// Mirror, when set, keeps the provider's records between passes, so
 	// that a pass reads from the provider only what is new, what changed
-	// and an overlap (incremental sync; see sync.go). Nil: every pass
+	// and an overlap (incremental sync; see plan.go). Nil: every pass
 	// reads the whole window.
 	Mirror Mirror
 	// MaxLookback bounds how far before now a pass reads the provider's
@@ -125,9 +125,15 @@ type Outcome struct {
 // ErrLocked is returned when another run holds the database's run lock.
 var ErrLocked = errors.New("another reconcile run holds the run lock on this database; try again when it ends, or pass --wait")
 
-// Run runs one pass. A pass that could not read everything fails: it
-// reports no findings and marks nothing, because a partial listing proves
-// nothing. A pass that began and failed returns a *FailedRunError naming it.
+// Run runs one pass, in the order data flows (docs/design.md, "The
+// house"): it reads the provider's records and the obligations (sources),
+// concludes from them (matcher), stores the conclusions and the mirror
+// (store), and delivers the alerts (alerts).
+//
+// A pass that could not read everything fails: it reports no findings and
+// marks nothing, because a partial listing proves nothing; its failed run
+// row says why (docs/design.md, "Runs and the lock"). A pass that began
+// and failed returns a *FailedRunError naming it.
 //
 // A pass that loses its run lock (its connection ended; another run may
 // hold it now) writes, records and posts nothing more, and returns an
@@ -136,35 +142,23 @@ var ErrLocked = errors.New("another reconcile run holds the run lock on this dat
 // since its conclusions stand, but with the mirror unsaved and its alerts
 // left in the outbox for the run that holds the lock.
 func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error) {
-	// Set once the pass has begun, when its log lines carry the id.
-	var begun string
-	defer func() {
-		if runErr != nil && begun != "" {
-			runErr = &FailedRunError{RunID: begun, Err: runErr}
-		}
-	}()
 	if !req.Window.Valid() {
 		return nil, fmt.Errorf("empty window %s – %s", req.Window.From.Format(time.RFC3339), req.Window.To.Format(time.RFC3339))
 	}
 	started := r.Now().UTC()
 	run := reconcile.Run{ID: NewRunID(started), Trigger: req.Trigger, Window: req.Window, Started: started}
 	log := r.Logger.With("run_id", run.ID)
-	out := &Outcome{Run: run}
 
 	// lock is nil on a dry run, which writes nothing and takes no lock.
 	var lock *store.Lock
 	if !req.DryRun {
 		var err error
-		lock, err = r.Store.Lock(ctx, req.Wait)
-		if errors.Is(err, store.ErrLocked) {
-			return nil, ErrLocked
-		}
-		if err != nil {
-			return nil, err // the store's error says it was taking the run lock
+		if lock, err = r.lock(ctx, req.Wait); err != nil {
+			return nil, err
 		}
 		// Every write of the pass proves in its own transaction that the
 		// lock is still this run's (store.WithFence); the checks of Held
-		// below only stop a run that lost it sooner and more clearly.
+		// (lostLock) only stop a run that lost it sooner and more clearly.
 		ctx = store.WithFence(ctx, lock)
 		log = log.With("lock_epoch", lock.Epoch())
 		defer func() {
@@ -176,55 +170,37 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			}
 		}()
 	}
-	begun = run.ID
+	// The pass has begun. Every step's error ends it here, while the lock
+	// is still held: the one failure path.
+	defer func() {
+		if runErr != nil {
+			runErr = r.failed(ctx, log, req.DryRun, run, runErr)
+		}
+	}()
 	log.Info("run started", "trigger", string(req.Trigger), "from", req.Window.From, "to", req.Window.To, "dry_run", req.DryRun)
-	var err error
-
+	out := &Outcome{Run: run}
 	st := &readState{}
 	st.phases.start(r.Now)
 	defer func() {
-		out.Phases = st.phases.phases
+		// How the pass read the provider and what its steps took, however
+		// it ends.
+		out.Sync, out.Phases = st.plan.report, st.phases.phases
 		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
 	}()
-	var in matcher.Input
-	st.cover, err = r.coverage(ctx, req.Window, started)
-	if err == nil {
-		st.plan, err = r.plan(ctx, st.cover, started, req.Full)
-	}
-	st.phases.mark("plan")
-	if err == nil {
-		in, err = r.read(ctx, log, req.Window, started, out, st)
-	}
-	out.Sync = st.plan.report
+
+	// Sources: the provider's records every decision rests on, and the
+	// obligations (docs/design.md, "Reading the provider", "Coverage").
+	in, err := r.read(ctx, log, req, started, out, st)
 	if err != nil {
-		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
-		if !req.DryRun {
-			r.recordFailed(ctx, log, run, err)
-		}
 		return nil, err
 	}
 
-	// The clock is read once for the decisions of the whole pass.
+	// Matcher: the clock is read once for the decisions of the whole pass.
 	now := started
-	res := matcher.Match(in, now, r.Matcher)
-	st.phases.mark("match")
-	if st.plan.report.Mode == SyncIncremental {
-		// What the pass reports on from the mirror is checked first.
-		changed, err := r.verify(ctx, &in, res, now, st)
-		if err != nil {
-			run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
-			out.Sync = st.plan.report
-			if !req.DryRun {
-				r.recordFailed(ctx, log, run, err)
-			}
-			return nil, err
-		}
-		if changed {
-			res = matcher.Match(in, now, r.Matcher)
-		}
-		st.phases.mark("verify")
-		out.Sync = st.plan.report
+	res, err := r.match(ctx, &in, now, st)
+	if err != nil {
+		return nil, err
 	}
 	out.Input, out.Result = in, res
 	out.Unmapped = unmappedStates(log, in.Obligations)
@@ -233,82 +209,80 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
 			"count", out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.MaxLookback.String())
 	}
-	run.Counts = res.Counts
-	run.Finished = r.Now().UTC()
-
+	run.Counts, run.Finished = res.Counts, r.Now().UTC()
 	if req.DryRun {
 		run.Status = reconcile.RunDry
-		out.Run = run
-		out.Transitions = res.Transitions
+		out.Run, out.Transitions = run, res.Transitions
 		log.Info("dry run completed", "findings", len(res.Findings), "transitions", len(res.Transitions))
 		return out, nil
 	}
+
+	// Store: the conclusions in one transaction; then, the pass standing,
+	// what it read into the mirror.
 	run.Status = reconcile.RunCompleted
-	if err := lostLock(ctx, lock); err != nil {
-		return nil, stopped(err, "before applying")
-	}
-	applied, err := r.Store.Apply(ctx, run, res.Conclusions, now)
-	st.phases.mark("apply")
-	if errors.Is(err, store.ErrLockLost) {
-		return nil, stopped(err, "before applying")
-	}
+	applied, err := r.apply(ctx, lock, run, res, now, st)
 	if err != nil {
-		// Nothing of the pass was applied; the run row says why, as for
-		// a read that failed.
-		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
-		r.recordFailed(ctx, log, run, err)
-		return nil, fmt.Errorf("apply: %w", err)
+		return nil, err
 	}
 	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
-	if r.Mirror != nil {
-		if err := lostLock(ctx, lock); err != nil {
-			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
-		}
-		// Only a completed pass moves the mirror's cursors. A mirror that
-		// could not be saved costs the next pass more reading, nothing
-		// else: the pass stands.
-		err := r.Mirror.Save(ctx, r.finishSave(st.cover, now, run.ID, st))
-		if errors.Is(err, store.ErrLockLost) {
-			return out, stopped(err, "after applying, before saving the mirror and sending alerts")
-		}
-		if err != nil {
-			st.plan.report.SaveErr = err
-			log.Warn("the provider mirror was not saved; the next pass reads more", "error", err)
-		} else {
-			st.plan.report.Saved = true
-		}
-		st.phases.mark("mirror_save")
-		out.Sync = st.plan.report
+	if err = r.saveMirror(ctx, log, lock, run.ID, now, st); err != nil {
+		return out, err
 	}
-	for _, s := range applied.Skipped {
-		log.Warn("transition skipped: the obligation changed since it was read",
-			"obligation_id", s.Transition.ObligationID, "from", string(s.Transition.From), "reason", s.Reason)
-	}
-	log.Info("run applied", "findings", len(res.Findings), "new", applied.New, "changed", applied.Changed,
-		"resolved", applied.Resolved, "transitions", len(applied.Transitions), "skipped", len(applied.Skipped))
+	logApplied(log, res, applied)
 
-	if r.Alerts == nil {
-		log.Warn("alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL; findings stay in the outbox")
-		return out, nil
+	// Alerts: the outbox drained to people (docs/design.md, "Alert
+	// lifecycle").
+	return out, r.alert(ctx, log, lock, out, st)
+}
+
+// lock takes the database's run lock, waiting for another run's if wait
+// (docs/design.md, "Runs and the lock").
+func (r *Runner) lock(ctx context.Context, wait bool) (*store.Lock, error) {
+	lock, err := r.Store.Lock(ctx, wait)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, ErrLocked
 	}
-	if err := lostLock(ctx, lock); err != nil {
-		return out, stopped(err, "after applying, before sending alerts")
-	}
-	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
-	st.phases.mark("alerts")
-	out.Drained = stats
-	if errors.Is(err, store.ErrLockLost) {
-		return out, stopped(err, "while sending alerts (the rest stay in the outbox)")
-	}
-	if err != nil {
-		out.AlertErr = err
-		if errors.Is(err, alerts.ErrPermanent) {
-			log.Error("alerts cannot be delivered", "error", err)
-		} else {
-			log.Warn("alerts not all delivered; the next run sends the rest", "error", err)
+	// The store's error says it was taking the run lock.
+	return lock, err
+}
+
+// failed ends a pass that began and met err: it returns the error naming
+// the pass (FailedRunError) and, unless the pass was a dry run (which
+// writes nothing) or lost its run lock, records the failed run with err as
+// its cause, even when ctx was cancelled. A pass that lost its lock
+// writes nothing more (docs/design.md, "Runs and the lock"): before it
+// applied, not even a failed run row; after, its completed run row
+// stands.
+func (r *Runner) failed(ctx context.Context, log *slog.Logger, dryRun bool, run reconcile.Run, err error) error {
+	if !dryRun && !errors.Is(err, store.ErrLockLost) {
+		run.Status, run.Finished = reconcile.RunFailed, r.Now().UTC()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := r.Store.RecordFailedRun(rctx, run, err.Error()); rerr != nil {
+			log.Warn("record failed run", "error", rerr)
 		}
 	}
-	return out, nil
+	return &FailedRunError{RunID: run.ID, Err: err}
+}
+
+// plan is how a pass about w reads the provider: its coverage, and the
+// plan planSync makes for it from the mirror's cursors (docs/design.md,
+// "Coverage").
+func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, full bool) (reconcile.Window, syncPlan, error) {
+	cover, err := r.coverage(ctx, w, now)
+	if err != nil {
+		return reconcile.Window{}, syncPlan{}, err
+	}
+	var cur *store.SyncCursors
+	if r.Mirror != nil {
+		c, err := r.Mirror.Cursors(ctx)
+		if err != nil {
+			return reconcile.Window{}, syncPlan{}, fmt.Errorf("read the mirror: %w", err)
+		}
+		cur = &c
+	}
+	_, canSync := r.Provider.(Syncer)
+	return cover, planSync(cur, cover, now, full, canSync), nil
 }
 
 // coverage is the creation-time window of the provider's records a pass
@@ -324,40 +298,25 @@ func (r *Runner) coverage(ctx context.Context, w reconcile.Window, now time.Time
 	return reconcile.Window{From: r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback), To: now}, nil
 }
 
-// read gathers one pass's input: the provider's records over the pass's
-// coverage (st.cover: from the mirror where it can vouch for them, listed
-// otherwise), the obligations the pass decides on and those the records
-// read as evidence name, and by id the objects the former name that the
-// listing did not return.
-func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
-	p := &st.plan
-	cover := st.cover
-	var listing *sources.Listing
-	var keysFrom time.Time // where the key evidence read is complete from
+// read gathers one pass's input, in steps: the plan; the provider's
+// records over the pass's coverage (st.cover: from the mirror where the
+// plan lets it vouch for them, listed otherwise); the obligations the pass
+// decides on and those the records read as evidence name, reading further
+// back for those only the subject names; and by id the objects the former
+// name that the records read lack.
+func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now time.Time, out *Outcome, st *readState) (matcher.Input, error) {
+	w := req.Window
 	var err error
-	if p.report.Mode == SyncIncremental {
-		// What the mirror holds, incrementally; the stretch before it (if
-		// any) listed in full.
-		mirrored := reconcile.Window{From: later(cover.From, p.older.To), To: cover.To}
-		listing, err = r.readIncremental(ctx, log, mirrored, now, st)
-		if err != nil {
-			return matcher.Input{}, err
-		}
-		keysFrom = later(mirrored.From, st.keysFrom)
-		if p.older.Valid() {
-			older, kf, err := r.listOlder(ctx, p.older, now, st)
-			if err != nil {
-				return matcher.Input{}, err
-			}
-			listing, keysFrom = join(older, kf, listing, keysFrom, mirrored.From)
-			st.phases.mark("provider_older")
-		}
-	} else {
-		listing, keysFrom, err = r.listOlder(ctx, cover, now, st)
-		if err != nil {
-			return matcher.Input{}, err
-		}
-		st.phases.mark("provider")
+	st.cover, st.plan, err = r.plan(ctx, w, now, req.Full)
+	st.phases.mark("plan")
+	if err != nil {
+		return matcher.Input{}, err
+	}
+	cover := st.cover
+	// keysFrom is where the key evidence read is complete from.
+	listing, keysFrom, err := r.readProvider(ctx, log, now, st)
+	if err != nil {
+		return matcher.Input{}, err
 	}
 
 	// The obligations: those in scope of w by state and window and those
@@ -404,7 +363,6 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 	out.Context = len(context)
 	st.phases.mark("obligations")
 
-	objects := listing.Objects
 	// Every listed object's id, sorted, to find what the listing lacks.
 	listed := named.ProviderIDs
 	var missing []string
@@ -419,39 +377,11 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 			}
 		}
 	}
-	var lookups []reconcile.Lookup
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		missing = slices.Compact(missing)
-		var found []reconcile.ProviderObject
-		asked := len(missing)
-		if p.report.Mode == SyncIncremental {
-			found, lookups, missing, err = r.namedFromMirror(ctx, missing, st)
-			if err != nil {
-				return matcher.Input{}, err
-			}
-		}
-		failed := 0
-		if len(missing) > 0 {
-			var got []reconcile.ProviderObject
-			var ls []reconcile.Lookup
-			if r.Mirror != nil {
-				got, ls = r.fetch(ctx, missing, now, st)
-			} else {
-				got, ls = r.Provider.Retrieve(ctx, missing)
-			}
-			found, lookups = append(found, got...), append(lookups, ls...)
-			slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
-			for _, l := range ls {
-				if l.Result == reconcile.LookupFailed {
-					failed++
-				}
-			}
-		}
-		objects = append(objects, found...)
-		log.Info("looked up objects named outside the records read", "ids", asked, "found", len(found),
-			"from_mirror", asked-len(missing), "failed", failed)
+	found, lookups, err := r.retrieve(ctx, log, missing, now, st)
+	if err != nil {
+		return matcher.Input{}, err
 	}
+	objects := append(listing.Objects, found...)
 	out.Lookups = lookups
 	st.phases.mark("retrieve")
 	keysFrom = later(cover.From, keysFrom)
@@ -470,6 +400,38 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, w reconcile.Window,
 		Subject:     w,
 		Context:     context,
 	}, nil
+}
+
+// readProvider reads the provider's records over the pass's coverage as
+// planned: an incremental pass takes what the mirror holds, with what is
+// new and the stretch before the mirror (if any) listed; any other pass
+// lists the coverage whole. It returns where the key evidence read is
+// complete from.
+func (r *Runner) readProvider(ctx context.Context, log *slog.Logger, now time.Time, st *readState) (*sources.Listing, time.Time, error) {
+	p, cover := &st.plan, st.cover
+	if p.report.Mode != SyncIncremental {
+		listing, keysFrom, err := r.listOlder(ctx, cover, now, st)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		st.phases.mark("provider")
+		return listing, keysFrom, nil
+	}
+	mirrored := reconcile.Window{From: later(cover.From, p.older.To), To: cover.To}
+	listing, err := r.readIncremental(ctx, log, mirrored, now, st)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	keysFrom := later(mirrored.From, st.keysFrom)
+	if p.older.Valid() {
+		older, kf, err := r.listOlder(ctx, p.older, now, st)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		listing, keysFrom = join(older, kf, listing, keysFrom, mirrored.From)
+		st.phases.mark("provider_older")
+	}
+	return listing, keysFrom, nil
 }
 
 // listOlder lists from the provider the objects and events created in w,
@@ -561,6 +523,176 @@ func mergeObligations(obs, more []reconcile.Obligation) []reconcile.Obligation {
 	return obs
 }
 
+// retrieve returns the objects of ids, which obligations the pass decides
+// on name but the records read lack, and how each was looked up: an
+// incremental pass takes those the mirror holds from it, and the rest are
+// retrieved by id (docs/design.md, "Reading the provider": a 404 is
+// evidence of absence, a timeout is not).
+func (r *Runner) retrieve(ctx context.Context, log *slog.Logger, ids []string, now time.Time, st *readState) ([]reconcile.ProviderObject, []reconcile.Lookup, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	slices.Sort(ids)
+	missing := slices.Compact(ids)
+	var found []reconcile.ProviderObject
+	var lookups []reconcile.Lookup
+	asked := len(missing)
+	if st.plan.report.Mode == SyncIncremental {
+		var err error
+		found, lookups, missing, err = r.namedFromMirror(ctx, missing, st)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	failed := 0
+	if len(missing) > 0 {
+		var got []reconcile.ProviderObject
+		var ls []reconcile.Lookup
+		if r.Mirror != nil {
+			got, ls = r.fetch(ctx, missing, now, st)
+		} else {
+			got, ls = r.Provider.Retrieve(ctx, missing)
+		}
+		found, lookups = append(found, got...), append(lookups, ls...)
+		slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
+		for _, l := range ls {
+			if l.Result == reconcile.LookupFailed {
+				failed++
+			}
+		}
+	}
+	log.Info("looked up objects named outside the records read", "ids", asked, "found", len(found),
+		"from_mirror", asked-len(missing), "failed", failed)
+	return found, lookups, nil
+}
+
+// match concludes the pass from what it read: matcher.Match, called here
+// only (docs/design.md, "Findings", "The PAID rule").
+//
+// An incremental pass then verifies what it took from the mirror before it
+// reports on it: Stripe tells no event of a payment intent's metadata
+// being edited, so a mirrored intent may name an obligation now that it
+// did not when it was read (verify). Which mirrored intents to retrieve
+// again is decided by the conclusions: those the matcher left unlinked
+// (orphans, suspected duplicates, conflicts; every unlinked one where an
+// obligation is paid without evidence). What links to what is the
+// matcher's rule alone (docs/design.md, "Linking"): choosing the intents
+// before matching would restate it in the runner, and so would patching
+// the conclusions for an intent that changed, which may now link,
+// repeat, conflict or settle an obligation. So when a verified intent
+// changed or is gone, the pass matches once more, over the refreshed
+// input; it verifies only once, the first conclusions.
+func (r *Runner) match(ctx context.Context, in *matcher.Input, now time.Time, st *readState) (matcher.Result, error) {
+	incremental := st.plan.report.Mode == SyncIncremental
+	var res matcher.Result
+	for verified := false; ; verified = true {
+		res = matcher.Match(*in, now, r.Matcher)
+		if !verified {
+			st.phases.mark("match")
+		}
+		if verified || !incremental {
+			break
+		}
+		changed, err := r.verify(ctx, in, res, now, st)
+		if err != nil {
+			return matcher.Result{}, err
+		}
+		if !changed {
+			break
+		}
+	}
+	if incremental {
+		st.phases.mark("verify")
+	}
+	return res, nil
+}
+
+// apply stores the pass's conclusions in one transaction (store.Apply),
+// unless the pass lost its run lock (docs/design.md, "Runs and the lock").
+func (r *Runner) apply(ctx context.Context, lock *store.Lock, run reconcile.Run, res matcher.Result, now time.Time, st *readState) (store.Applied, error) {
+	if err := lostLock(ctx, lock); err != nil {
+		return store.Applied{}, stopped(err, "before applying")
+	}
+	applied, err := r.Store.Apply(ctx, run, res.Conclusions, now)
+	st.phases.mark("apply")
+	if errors.Is(err, store.ErrLockLost) {
+		return store.Applied{}, stopped(err, "before applying")
+	}
+	if err != nil {
+		// Nothing of the pass was applied; the failed run row says why.
+		return store.Applied{}, fmt.Errorf("apply: %w", err)
+	}
+	return applied, nil
+}
+
+// saveMirror keeps what a completed pass read in the mirror and moves the
+// mirror's cursors (cursorsAfter); only a completed pass moves them. A
+// mirror that could not be saved costs the next pass more reading, nothing
+// else: the pass stands, and its error is only that of a lost run lock.
+func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.Lock, runID string, now time.Time, st *readState) error {
+	if r.Mirror == nil {
+		return nil
+	}
+	const where = "after applying, before saving the mirror and sending alerts"
+	if err := lostLock(ctx, lock); err != nil {
+		return stopped(err, where)
+	}
+	u := st.save
+	u.RunID, u.Now, u.Cursors = runID, now, cursorsAfter(st.plan, st.cover, now, st.keysRead)
+	err := r.Mirror.Save(ctx, u)
+	if errors.Is(err, store.ErrLockLost) {
+		return stopped(err, where)
+	}
+	if err != nil {
+		st.plan.report.SaveErr = err
+		log.Warn("the provider mirror was not saved; the next pass reads more", "error", err)
+	} else {
+		st.plan.report.Saved = true
+	}
+	st.phases.mark("mirror_save")
+	return nil
+}
+
+// logApplied logs what the pass's apply did, and each transition a worker's
+// change since the read made it skip.
+func logApplied(log *slog.Logger, res matcher.Result, applied store.Applied) {
+	for _, s := range applied.Skipped {
+		log.Warn("transition skipped: the obligation changed since it was read",
+			"obligation_id", s.Transition.ObligationID, "from", string(s.Transition.From), "reason", s.Reason)
+	}
+	log.Info("run applied", "findings", len(res.Findings), "new", applied.New, "changed", applied.Changed,
+		"resolved", applied.Resolved, "transitions", len(applied.Transitions), "skipped", len(applied.Skipped))
+}
+
+// alert drains the outbox to people (docs/design.md, "Alert lifecycle").
+// Alerts that could not be delivered leave the pass completed, with
+// out.AlertErr saying why: nothing is lost, and the next run sends the
+// rest. Its error is only that of a lost run lock.
+func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, out *Outcome, st *readState) error {
+	if r.Alerts == nil {
+		log.Warn("alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL; findings stay in the outbox")
+		return nil
+	}
+	if err := lostLock(ctx, lock); err != nil {
+		return stopped(err, "after applying, before sending alerts")
+	}
+	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
+	st.phases.mark("alerts")
+	out.Drained = stats
+	if errors.Is(err, store.ErrLockLost) {
+		return stopped(err, "while sending alerts (the rest stay in the outbox)")
+	}
+	if err != nil {
+		out.AlertErr = err
+		if errors.Is(err, alerts.ErrPermanent) {
+			log.Error("alerts cannot be delivered", "error", err)
+		} else {
+			log.Warn("alerts not all delivered; the next run sends the rest", "error", err)
+		}
+	}
+	return nil
+}
+
 // lostLock returns Held's error if lock (nil on a dry run) was lost. Other
 // errors of the check (ctx done) are left to the step that follows, which
 // meets them too.
@@ -577,15 +709,6 @@ func lostLock(ctx context.Context, lock *store.Lock) error {
 // stopped says where a pass that lost its run lock stopped.
 func stopped(err error, where string) error {
 	return fmt.Errorf("%w: this run stopped %s; another run may hold it now", err, where)
-}
-
-// recordFailed records a pass that failed, even when ctx was cancelled.
-func (r *Runner) recordFailed(ctx context.Context, log *slog.Logger, run reconcile.Run, cause error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := r.Store.RecordFailedRun(rctx, run, cause.Error()); err != nil {
-		log.Warn("record failed run", "error", err)
-	}
 }
 
 // Named lists what the listed objects name, so that the obligations they

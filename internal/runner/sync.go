@@ -31,15 +31,6 @@ type Mirror interface {
 	Save(ctx context.Context, u store.MirrorUpdate) error
 }
 
-// overlap is how far behind its cursors an incremental pass reads again:
-// Stripe's lists are eventually consistent, so an object created just
-// before a listing may appear only after it.
-const overlap = 10 * time.Minute
-
-// feedMargin keeps an incremental pass clear of the edge of Stripe's event
-// retention: a change feed must start a day inside it.
-const feedMargin = 24 * time.Hour
-
 // Sync modes.
 const (
 	SyncOff         = "off"         // no mirror: every pass reads the window
@@ -74,111 +65,6 @@ type SyncReport struct {
 	SaveErr error
 }
 
-// syncPlan is how one pass reads the provider.
-type syncPlan struct {
-	report SyncReport
-	cur    store.SyncCursors
-	// since: mirrored objects seen at or after it are current.
-	since time.Time
-	// seen is when this pass's reads are as the provider showed them: the
-	// pass's start less the overlap (a listing may lag a change).
-	seen time.Time
-	// feedOK: the change feed ran without a gap and its events still exist.
-	feedOK bool
-	// keysFrom is where the mirror's keys are complete from, if they join
-	// what this pass reads; zero otherwise.
-	keysFrom time.Time
-	// older is the stretch of an incremental pass's coverage before the
-	// mirror's, listed in full; empty when the mirror reaches back far
-	// enough.
-	older reconcile.Window
-}
-
-// plan decides whether the pass may be incremental: only when the mirror
-// is complete over the window up to its last pass, its change feed has no
-// gap that Stripe's 30 days of events cannot fill, and reading what is new
-// costs less than reading the window.
-func (r *Runner) plan(ctx context.Context, w reconcile.Window, now time.Time, full bool) (syncPlan, error) {
-	p := syncPlan{report: SyncReport{Mode: SyncOff, Fresh: w}}
-	if r.Mirror == nil {
-		return p, nil
-	}
-	cur, err := r.Mirror.Cursors(ctx)
-	if err != nil {
-		return p, fmt.Errorf("read the mirror: %w", err)
-	}
-	horizon := now.Add(-sources.EventRetention + feedMargin)
-	p.cur, p.seen = cur, now.Add(-overlap)
-	p.feedOK = !cur.Changes.To.IsZero() && !cur.Changes.To.Add(-overlap).Before(horizon)
-	p.since = cur.Changes.From
-	if !p.feedOK {
-		p.since = p.seen
-	}
-	if !cur.Keys.To.IsZero() && !cur.Keys.To.Add(-overlap).Before(horizon) {
-		p.keysFrom = cur.Keys.From
-	}
-	p.report.Mode = SyncFull
-	cov, covered := objectCoverage(cur)
-	_, syncer := r.Provider.(Syncer)
-	switch {
-	case full:
-		p.report.Reason = "a full read was asked for"
-	case !syncer:
-		p.report.Reason = "the provider reader cannot read incrementally"
-	case cur.Changes.To.IsZero() || !covered:
-		p.report.Reason = "the mirror is empty"
-	case !p.feedOK:
-		p.report.Reason = "the mirror was last brought up to date before Stripe's oldest events"
-	case p.keysFrom.IsZero():
-		p.report.Reason = "the mirror's idempotency keys stop before Stripe's oldest events"
-	case !cov.To.Add(-overlap).After(w.From) || !cov.To.Add(-overlap).After(cov.From):
-		p.report.Reason = "the window starts after the mirror ends"
-	}
-	if p.report.Reason != "" {
-		return p, nil
-	}
-	// The stretch before the mirror is listed; the mirror vouches for the
-	// rest, bar what is new.
-	if cov.From.After(w.From) {
-		p.older = reconcile.Window{From: w.From, To: cov.From}
-	}
-	mirrored := reconcile.Window{From: later(w.From, cov.From), To: w.To}
-	fresh := reconcile.Window{From: later(mirrored.From, cov.To.Add(-overlap)), To: w.To}
-	if fresh.From.After(fresh.To) {
-		fresh.From = fresh.To
-	}
-	evFrom := earlier(fresh.From, earlier(cur.Changes.To, cur.Keys.To).Add(-overlap))
-	evFrom = later(evFrom, now.Add(-sources.EventRetention))
-	if now.Sub(evFrom) > mirrored.To.Sub(mirrored.From) {
-		// A narrow window (an incident, a trace) long after the last pass:
-		// its own objects are fewer than the events since.
-		p.report.Reason = "the window is shorter than the time since the mirror was brought up to date"
-		p.older = reconcile.Window{}
-		return p, nil
-	}
-	p.report.Mode, p.report.Fresh, p.report.Events = SyncIncremental, fresh, reconcile.Window{From: evFrom, To: now}
-	p.report.Older = p.older
-	return p, nil
-}
-
-// objectCoverage is where the mirror holds every charge, refund and
-// payment intent.
-func objectCoverage(cur store.SyncCursors) (reconcile.Window, bool) {
-	var cov reconcile.Window
-	for i, k := range []reconcile.ObjectKind{reconcile.Charge, reconcile.Refund, reconcile.PaymentIntent} {
-		w, ok := cur.Objects[k]
-		if !ok || !w.Valid() {
-			return reconcile.Window{}, false
-		}
-		if i == 0 {
-			cov = w
-			continue
-		}
-		cov = reconcile.Window{From: later(cov.From, w.From), To: earlier(cov.To, w.To)}
-	}
-	return cov, cov.Valid()
-}
-
 // readState is what a pass read, kept to save into the mirror once the
 // pass completed.
 type readState struct {
@@ -199,7 +85,7 @@ type readState struct {
 	// pass reads (docs/design.md, "Coverage").
 	cover reconcile.Window
 	// keysRead are the stretches over which listOlder read the key
-	// evidence whole, for the mirror's keys cursor.
+	// evidence whole, for the mirror's keys cursor (cursorsAfter).
 	keysRead []reconcile.Window
 	// phases time the pass's steps.
 	phases phaseClock
@@ -454,69 +340,6 @@ func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Resu
 		changed = true
 	}
 	return changed, nil
-}
-
-// finishSave completes the mirror update of a pass: its cursors.
-func (r *Runner) finishSave(w reconcile.Window, now time.Time, runID string, st *readState) store.MirrorUpdate {
-	p := st.plan
-	u := st.save
-	u.RunID, u.Now = runID, now
-	u.Cursors.Objects = map[reconcile.ObjectKind]reconcile.Window{}
-	for _, k := range []reconcile.ObjectKind{reconcile.Charge, reconcile.Refund, reconcile.PaymentIntent} {
-		cov := w
-		if old, ok := p.cur.Objects[k]; ok && p.feedOK {
-			// Objects seen before a gap in the change feed may be stale:
-			// only a feed without gaps keeps the old coverage.
-			cov = extend(old, w)
-		}
-		u.Cursors.Objects[k] = cov
-	}
-	read := reconcile.Window{From: later(w.From, now.Add(-sources.EventRetention)), To: w.To}
-	if p.report.Mode == SyncIncremental {
-		read = reconcile.Window{From: later(p.report.Events.From, now.Add(-sources.EventRetention)), To: now}
-	}
-	if read.Valid() {
-		u.Cursors.Keys = read
-		if p.cur.Keys.Valid() {
-			u.Cursors.Keys = extend(p.cur.Keys, read)
-		}
-		// The stretches an incremental pass listed before the mirror's
-		// (or further back, for an obligation only its subject named)
-		// join the keys the mirror holds.
-		for _, kr := range st.keysRead {
-			u.Cursors.Keys = extend(u.Cursors.Keys, kr)
-		}
-	}
-	switch {
-	case p.report.Mode == SyncIncremental:
-		u.Cursors.Changes = reconcile.Window{From: p.cur.Changes.From, To: now}
-	case !p.feedOK:
-		// The feed starts here: what this pass read is as the provider
-		// showed it at seen.
-		u.Cursors.Changes = reconcile.Window{From: p.seen, To: p.seen}
-	}
-	return u
-}
-
-// extend joins what a pass read to an old coverage; when the two do not
-// meet, the later one is kept (a pass over an old window does not cost the
-// nightly pass its coverage).
-func extend(old, read reconcile.Window) reconcile.Window {
-	if un, ok := union(old, read); ok {
-		return un
-	}
-	if old.To.After(read.To) {
-		return old
-	}
-	return read
-}
-
-// union joins two windows that overlap or touch.
-func union(a, b reconcile.Window) (reconcile.Window, bool) {
-	if a.To.Before(b.From) || b.To.Before(a.From) {
-		return reconcile.Window{}, false
-	}
-	return reconcile.Window{From: earlier(a.From, b.From), To: later(a.To, b.To)}, true
 }
 
 func earlier(a, b time.Time) time.Time {
