@@ -354,13 +354,13 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		log.Info("read further back for obligations the window's records name", "from", from, "obligations", len(more))
 	}
 	decided := make([]bool, len(obs))
-	var context []string
+	var linkOnly []string // read only to link the records
 	for i := range obs {
 		if decided[i] = decides(&obs[i], w, subject); !decided[i] {
-			context = append(context, obs[i].ID)
+			linkOnly = append(linkOnly, obs[i].ID)
 		}
 	}
-	out.Context = len(context)
+	out.Context = len(linkOnly)
 	st.phases.mark("obligations")
 
 	// Every listed object's id, sorted, to find what the listing lacks.
@@ -398,7 +398,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		Listed:      cover,
 		EventsFrom:  keysFrom,
 		Subject:     w,
-		Context:     context,
+		Context:     linkOnly,
 	}, nil
 }
 
