@@ -81,9 +81,6 @@ func TestTeamTableEndToEnd(t *testing.T) {
     FAILED: failed
     REQUIRES_REVIEW: requires_review
 `)
-	if code, _, stderr := e.run("migrate"); code != 0 {
-		t.Fatalf("migrate exited %d: %s", code, stderr)
-	}
 	code, stdout, stderr := e.run("run", "--config", cfg, "--since", "24h", "--format", "json")
 	if code != 0 {
 		t.Fatalf("run exited %d: %s", code, stderr)

@@ -10,22 +10,39 @@ import (
 	"testing"
 	"time"
 
+	"reconcile/internal/slacktest"
+
 	"reconcile"
 )
 
 const testToken = "xoxb-test-SECRET-0042"
 
+// harness is a deliverer's world: Slack (slacktest, its messages stamped
+// by the fake clock), the clock, an in-memory outbox and the logs.
 type harness struct {
-	slack  *fakeSlack
-	clock  *fakeClock
-	outbox *fakeOutbox
-	logs   *bytes.Buffer
+	slack    *slacktest.Server
+	slackURL string
+	clock    *fakeClock
+	outbox   *fakeOutbox
+	logs     *bytes.Buffer
 }
 
 func newHarness(tb testing.TB) *harness {
 	tb.Helper()
 	clock := newFakeClock()
-	return &harness{slack: newFakeSlack(tb, testToken, clock), clock: clock, outbox: &fakeOutbox{}, logs: &bytes.Buffer{}}
+	slack := slacktest.New(testToken)
+	slack.Now = clock.Now
+	base, stop, err := slack.Start()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return &harness{slack: slack, slackURL: base, clock: clock, outbox: &fakeOutbox{}, logs: &bytes.Buffer{}}
+}
+
+// script has Slack answer the next posts so, one each (slacktest.Faults).
+func (h *harness) script(answers ...string) {
+	h.slack.SetFaults(slacktest.Faults{Script: answers})
 }
 
 // deliverer is a bot-token deliverer on the fake Slack; mod adjusts its
@@ -33,7 +50,7 @@ func newHarness(tb testing.TB) *harness {
 func (h *harness) deliverer(tb testing.TB, mod func(*SlackOptions)) *Deliverer {
 	tb.Helper()
 	opts := SlackOptions{
-		BotToken: testToken, Channel: "C0FINANCE", APIURL: h.slack.apiURL(),
+		BotToken: testToken, Channel: "C0FINANCE", APIURL: h.slackURL + "/api/",
 		MaxRetries: 3, Timeout: 5 * time.Second, Sleep: h.clock.Sleep,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -53,7 +70,9 @@ func (h *harness) drain(tb testing.TB, d *Deliverer) (DrainStats, error) {
 }
 
 func webhook(h *harness) func(*SlackOptions) {
-	return func(o *SlackOptions) { o.BotToken, o.Channel, o.WebhookURL = "", "", h.slack.webhookURL() }
+	return func(o *SlackOptions) {
+		o.BotToken, o.Channel, o.WebhookURL = "", "", h.slackURL+"/services/T0ACC/B0ACC/"+testToken
+	}
 }
 
 // smallRun is a run's outbox rows: a summary, two criticals, three others.
@@ -71,12 +90,12 @@ func smallRun(runID string) []reconcile.Alert {
 func TestDrainRateLimitedThenSentOnce(t *testing.T) {
 	h := newHarness(t)
 	ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
-	h.slack.setScript("429", "ok")
+	h.script("429", "ok")
 	st, err := h.drain(t, h.deliverer(t, nil))
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	posts, requests, _ := h.slack.snapshot()
+	posts, requests := h.slack.Messages(), h.slack.Requests()
 	if len(posts) != 1 || requests != 2 {
 		t.Fatalf("Drain posted %d messages in %d requests, want 1 in 2", len(posts), requests)
 	}
@@ -95,7 +114,7 @@ func TestDrainRateLimitedThenSentOnce(t *testing.T) {
 func TestDrainRetriesServerErrorsWithBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
-	h.slack.setScript("503", "500", "ok")
+	h.script("503", "500", "ok")
 	st, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.BackoffBase, o.BackoffMax = time.Second, 90*time.Second }))
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
@@ -112,7 +131,7 @@ func TestDrainRetriesServerErrorsWithBackoff(t *testing.T) {
 func TestDrainSlackDownThenBack(t *testing.T) {
 	h := newHarness(t)
 	h.outbox.add(smallRun("run-1")...)
-	h.slack.setDown(true)
+	h.slack.SetFaults(slacktest.Faults{Down: true})
 	d := h.deliverer(t, nil)
 	st, err := h.drain(t, d)
 	if err != nil {
@@ -124,23 +143,23 @@ func TestDrainSlackDownThenBack(t *testing.T) {
 	if n := h.outbox.unsent(); n != 6 {
 		t.Errorf("%d rows unsent after Slack was down, want 6", n)
 	}
-	_, requests, _ := h.slack.snapshot()
+	requests := h.slack.Requests()
 	if requests != 4 {
 		t.Errorf("%d requests while Slack was down, want 4 (one message, 3 retries, then stop)", requests)
 	}
 
-	h.slack.setDown(false)
+	h.slack.SetFaults(slacktest.Faults{})
 	st, err = h.drain(t, d)
 	if err != nil {
 		t.Fatalf("Drain after Slack came back: %v", err)
 	}
 	h.outbox.checkSentOnce(t)
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	if len(posts) != st.Messages || st.Messages != 4 {
 		t.Errorf("posted %d messages, stats say %d, want 4 (summary, 2 criticals, 1 group)", len(posts), st.Messages)
 	}
 	for _, p := range posts {
-		if strings.Contains(p.flat(), "Possible repeat") {
+		if strings.Contains(p.Flat, "Possible repeat") {
 			t.Errorf("a message after a plain outage says possible repeat: %q", p.Text)
 		}
 	}
@@ -172,7 +191,7 @@ func TestDrainPermanentErrors(t *testing.T) {
 			h := newHarness(t)
 			ids := h.outbox.add(smallRun("run-1")...)
 			if tt.script != "" {
-				h.slack.setScript(tt.script)
+				h.script(tt.script)
 			}
 			d := h.deliverer(t, func(o *SlackOptions) {
 				if tt.token != "" {
@@ -195,7 +214,7 @@ func TestDrainPermanentErrors(t *testing.T) {
 					t.Errorf("error %q lacks %q", msg, w)
 				}
 			}
-			_, requests, _ := h.slack.snapshot()
+			requests := h.slack.Requests()
 			if requests != 1 {
 				t.Errorf("%d requests, want 1: no retry can fix this", requests)
 			}
@@ -219,9 +238,9 @@ func TestDrainPermanentErrors(t *testing.T) {
 				t.Fatalf("Drain after the fix: %v", err)
 			}
 			h.outbox.checkSentOnce(t)
-			posts, _, _ := h.slack.snapshot()
+			posts := h.slack.Messages()
 			for _, p := range posts {
-				if strings.Contains(p.flat(), "Possible repeat") {
+				if strings.Contains(p.Flat, "Possible repeat") {
 					t.Errorf("a message Slack refused was sent after the fix as a possible repeat:\n%s", p.Text)
 				}
 			}
@@ -234,13 +253,13 @@ func TestDrainUnknownOutcomeResentMarked(t *testing.T) {
 		t.Run(behaviour, func(t *testing.T) {
 			h := newHarness(t)
 			ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]), firing(0, sampleFindings()[reconcile.StatusMismatch]))
-			h.slack.setScript(behaviour)
+			h.script(behaviour)
 			d := h.deliverer(t, func(o *SlackOptions) { o.Timeout = 50 * time.Millisecond })
 			st, err := h.drain(t, d)
 			if err != nil {
 				t.Fatalf("Drain: %v", err)
 			}
-			_, requests, _ := h.slack.snapshot()
+			requests := h.slack.Requests()
 			if requests != 1 {
 				t.Errorf("%d requests, want 1: a request that may have arrived is never repeated blindly", requests)
 			}
@@ -258,15 +277,15 @@ func TestDrainUnknownOutcomeResentMarked(t *testing.T) {
 				t.Fatalf("second Drain: %v", err)
 			}
 			h.outbox.checkSentOnce(t)
-			posts, _, _ := h.slack.snapshot()
+			posts := h.slack.Messages()
 			if len(posts) != 3 {
 				t.Fatalf("%d posts, want 3 (the lost one, its marked copy, the other)", len(posts))
 			}
-			if strings.Contains(posts[0].flat(), "Possible repeat") || !strings.Contains(posts[1].flat(), "Possible repeat") ||
+			if strings.Contains(posts[0].Flat, "Possible repeat") || !strings.Contains(posts[1].Flat, "Possible repeat") ||
 				!strings.Contains(posts[1].Text, "Possible repeat") {
 				t.Errorf("want only the resend marked as a possible repeat, in its text too:\n%s\n---\n%s", posts[0].Text, posts[1].Text)
 			}
-			if strings.Contains(posts[2].flat(), "Possible repeat") {
+			if strings.Contains(posts[2].Flat, "Possible repeat") {
 				t.Errorf("the other row's message is marked a possible repeat")
 			}
 		})
@@ -291,11 +310,11 @@ func TestDrainKilledAfterSlackAccepted(t *testing.T) {
 		t.Fatalf("second Drain: %v", err)
 	}
 	h.outbox.checkSentOnce(t)
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	if len(posts) != 2 {
 		t.Fatalf("%d posts, want 2 (the unrecorded one and its marked copy)", len(posts))
 	}
-	if strings.Contains(posts[0].flat(), "Possible repeat") || !strings.Contains(posts[1].flat(), "Possible repeat") {
+	if strings.Contains(posts[0].Flat, "Possible repeat") || !strings.Contains(posts[1].Flat, "Possible repeat") {
 		t.Errorf("want only the copy marked as a possible repeat:\n%s\n---\n%s", posts[0].Text, posts[1].Text)
 	}
 
@@ -305,7 +324,7 @@ func TestDrainKilledAfterSlackAccepted(t *testing.T) {
 	if _, err := h2.drain(t, h2.deliverer(t, nil)); err == nil || !strings.Contains(err.Error(), "connection reset") {
 		t.Errorf("Drain with MarkSending failing = %v, want its error", err)
 	}
-	if posts, requests, _ := h2.slack.snapshot(); len(posts) != 0 || requests != 0 {
+	if posts, requests := h2.slack.Messages(), h2.slack.Requests(); len(posts) != 0 || requests != 0 {
 		t.Errorf("%d posts, %d requests with no intent on record, want none", len(posts), requests)
 	}
 }
@@ -313,11 +332,11 @@ func TestDrainKilledAfterSlackAccepted(t *testing.T) {
 func TestDrainRefusedMessageFallsBackToText(t *testing.T) {
 	h := newHarness(t)
 	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
-	h.slack.setScript("invalid_blocks", "ok")
+	h.script("invalid_blocks", "ok")
 	if _, err := h.drain(t, h.deliverer(t, nil)); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	if len(posts) != 1 || len(posts[0].Blocks) != 0 || !strings.Contains(posts[0].Text, "refund:4821:approved-request-7") {
 		t.Fatalf("posts = %+v, want one text-only message with the ids", posts)
 	}
@@ -327,7 +346,7 @@ func TestDrainRefusedMessageFallsBackToText(t *testing.T) {
 func TestDrainRefusedTwiceSkipsOnlyThatMessage(t *testing.T) {
 	h := newHarness(t)
 	ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]), firing(0, sampleFindings()[reconcile.StatusMismatch]))
-	h.slack.setScript("msg_too_long", "msg_too_long", "ok")
+	h.script("msg_too_long", "msg_too_long", "ok")
 	st, err := h.drain(t, h.deliverer(t, nil))
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
@@ -351,7 +370,7 @@ func TestDrainTenThousandFindings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	posts, _, limits := h.slack.snapshot()
+	posts, limits := h.slack.Messages(), h.slack.Violations()
 	if len(posts) > 50 {
 		t.Errorf("10,000 findings took %d messages, want at most 50", len(posts))
 	}
@@ -375,7 +394,7 @@ func TestDrainPacingInterval(t *testing.T) {
 	if _, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.PerChannelInterval = 3 * time.Second })); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	for i := 1; i < len(posts); i++ {
 		if gap := posts[i].At.Sub(posts[i-1].At); gap < 3*time.Second {
 			t.Errorf("posts %d and %d %v apart, want at least 3s", i-1, i, gap)
@@ -390,12 +409,12 @@ func TestDrainRerunSendsNothing(t *testing.T) {
 	if _, err := h.drain(t, d); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	_, before, _ := h.slack.snapshot()
+	before := h.slack.Requests()
 	st, err := h.drain(t, d)
 	if err != nil {
 		t.Fatalf("second Drain: %v", err)
 	}
-	if _, after, _ := h.slack.snapshot(); after != before || st != (DrainStats{}) {
+	if after := h.slack.Requests(); after != before || st != (DrainStats{}) {
 		t.Errorf("rerun made %d requests with stats %+v, want none", after-before, st)
 	}
 }
@@ -417,7 +436,7 @@ func TestDrainThreads(t *testing.T) {
 	if _, err := h.drain(t, d); err != nil {
 		t.Fatalf("second Drain: %v", err)
 	}
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	threads := map[string]string{}
 	for _, p := range posts[4:] {
 		for _, f := range []reconcile.FindingKind{reconcile.Duplicate, reconcile.Orphan, reconcile.StatusMismatch} {
@@ -451,12 +470,12 @@ func TestDrainWebhookGroupsWithoutThreads(t *testing.T) {
 		reconcile.Alert{RunID: "run-1", Event: reconcile.AlertResolved, Finding: fs[reconcile.UnresolvedUnknown]},
 		reconcile.Alert{RunID: "run-1", Event: reconcile.AlertRepeat, Finding: fs[reconcile.ConflictingLink]},
 	)
-	h.slack.setScript("429", "ok")
+	h.script("429", "ok")
 	st, err := h.drain(t, h.deliverer(t, webhook(h)))
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	for _, p := range posts {
 		if p.Method != "webhook" || p.Thread != "" {
 			t.Errorf("post %s in thread %q, want webhook posts without threads", p.Method, p.Thread)
@@ -507,7 +526,7 @@ func TestSecretsNeverLeave(t *testing.T) {
 			dup.Detail = detail
 			rows = append(rows, firing(0, dup), reconcile.Alert{RunID: "run-1", Event: reconcile.AlertResolved, Finding: dup})
 			h.outbox.add(rows...)
-			h.slack.setScript("503", "429", "reset")
+			h.script("503", "429", "reset")
 			mod := func(o *SlackOptions) {}
 			if mode == "webhook" {
 				mod = webhook(h)
@@ -521,12 +540,12 @@ func TestSecretsNeverLeave(t *testing.T) {
 			if n := h.outbox.unsent(); n != 0 {
 				t.Fatalf("%d rows unsent", n)
 			}
-			posts, _, _ := h.slack.snapshot()
+			posts := h.slack.Messages()
 			var sent strings.Builder
 			for _, p := range posts {
-				sent.WriteString(p.flat() + "\n")
+				sent.WriteString(p.Flat + "\n")
 			}
-			where := map[string]string{"payloads": sent.String(), "request bodies": h.slack.allBodies(), "logs": h.logs.String()}
+			where := map[string]string{"payloads": sent.String(), "request bodies": strings.Join(h.slack.Bodies(), "\n"), "logs": h.logs.String()}
 			for _, r := range h.outbox.rows {
 				where["outbox errors"] += strings.Join(r.errs, "\n")
 			}
@@ -633,12 +652,12 @@ func TestDrainHoldsTheFenceAcrossEachSend(t *testing.T) {
 	h.outbox.add(smallRun("run_1")...)
 	// Two messages go out, the third meets a Slack that stays down: its
 	// failed attempt is recorded under the fence too.
-	h.slack.setScript("ok", "ok", "500", "500", "500", "500")
+	h.script("ok", "ok", "500", "500", "500", "500")
 	st, err := h.drain(t, h.deliverer(t, nil))
 	if err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	posts, _, _ := h.slack.snapshot()
+	posts := h.slack.Messages()
 	if len(posts) != 2 || st.Deferred == 0 {
 		t.Fatalf("%d posts, %d deferred; want 2 sent and the rest deferred", len(posts), st.Deferred)
 	}
@@ -656,7 +675,7 @@ func TestDrainHoldsTheFenceAcrossEachSend(t *testing.T) {
 	if !errors.Is(err, errFenceLost) {
 		t.Fatalf("Drain with the second fence refused = %v, want its error", err)
 	}
-	if posts, _, _ := h.slack.snapshot(); len(posts) != 1 {
+	if posts := h.slack.Messages(); len(posts) != 1 {
 		t.Errorf("%d posts with the second fence refused, want 1", len(posts))
 	}
 	for id := int64(1); id <= int64(len(h.outbox.rows)); id++ {

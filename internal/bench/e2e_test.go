@@ -82,12 +82,12 @@ func serve(b *testing.B, n int) *server {
 	return s
 }
 
-// database is a fresh database holding the World's obligations (COPY) and
-// the reconcile schema.
+// database is a fresh database holding the reconcile schema and the
+// World's obligations (COPY).
 func database(b *testing.B, w World) (*pgxpool.Pool, string) {
 	b.Helper()
 	start := time.Now()
-	pool, dbURL := pgtest.NewObligations(b)
+	pool, dbURL := pgtest.NewMigrated(b, store.SchemaDigest(), store.Migrate)
 	ctx := context.Background()
 	cols := []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id", "amount", "currency",
 		"state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
@@ -112,9 +112,6 @@ func database(b *testing.B, w World) (*pgxpool.Pool, string) {
 		b.Fatalf("copy obligations: %d rows, %v", n, err)
 	}
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE obligations"); err != nil {
-		b.Fatal(err)
-	}
-	if err := store.Migrate(ctx, dbURL); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("database with %d obligations ready in %s", n, time.Since(start).Round(time.Millisecond))

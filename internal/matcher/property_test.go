@@ -1,3 +1,10 @@
+// The second of three statements of the matching rules (docs/design.md,
+// "Three statements of the rules"): oracle re-derives from the design,
+// naively and apart from the matcher, what checkInvariants holds Match to.
+// The matcher and the simulation's oracle (internal/sim/oracle.go) are the
+// other two; a rule change touches all three and the design, so that one
+// stated wrong is caught by the other two.
+
 package matcher
 
 import (

@@ -3,6 +3,13 @@
 // no I/O, no clock (now comes in), no randomness. Every decision is a
 // function of Match's arguments.
 //
+// This package is one of three statements of the matching rules, on
+// purpose (docs/design.md, "Three statements of the rules"): the property
+// test's naive oracle (property_test.go) and the simulation's oracle
+// (internal/sim/oracle.go) state them again, apart from this one, so that
+// one stated wrong is caught by the other two. A rule change touches all
+// three and the design.
+//
 // The unit of judgement is the money movement: a refund, a charge on its
 // own, or a payment intent with its charges (linked by the charge's
 // payment_intent or the intent's latest charge), which together move money

@@ -53,10 +53,7 @@ const lockTransitions = 2
 
 func newLockWorld(t *testing.T) *lockWorld {
 	t.Helper()
-	pool, dbURL := pgtest.NewObligations(t)
-	if err := store.Migrate(t.Context(), dbURL); err != nil {
-		t.Fatal(err)
-	}
+	pool, dbURL := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
 	w := &lockWorld{t: t, dbURL: dbURL, pool: pool, stripe: stripetest.New(lockStripeKey), slack: slacktest.New(lockSlackTok)}
 	var stop func()
 	var err error

@@ -54,10 +54,7 @@ func newEnv(tb testing.TB) *env {
 	}
 	tb.Cleanup(stop)
 	tb.Cleanup(func() { srv.AssertNoWrites(tb) })
-	pool, dbURL := pgtest.NewObligations(tb)
-	if err := store.Migrate(context.Background(), dbURL); err != nil {
-		tb.Fatal(err)
-	}
+	pool, _ := pgtest.NewMigrated(tb, store.SchemaDigest(), store.Migrate)
 	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		tb.Fatal(err)

@@ -1,3 +1,10 @@
+// The third of three statements of the matching rules (docs/design.md,
+// "Three statements of the rules"): from the truth the simulation made, the
+// oracle says what each pass must conclude, written from the design apart
+// from the matcher (internal/matcher) and the property test's oracle
+// (internal/matcher/property_test.go). A rule change touches all three and
+// the design, so that one stated wrong is caught by the other two.
+
 package sim
 
 import (

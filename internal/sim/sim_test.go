@@ -28,10 +28,7 @@ const defaultSeeds = 500
 // newEnv is a database of its own for one worker of the simulation.
 func newEnv(tb testing.TB) *Env {
 	tb.Helper()
-	_, url := pgtest.NewObligations(tb)
-	if err := store.Migrate(context.Background(), url); err != nil {
-		tb.Fatalf("migrate: %v", err)
-	}
+	_, url := pgtest.NewMigrated(tb, store.SchemaDigest(), store.Migrate)
 	env, err := NewEnv(context.Background(), url)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,7 +1,10 @@
 // Package slacktest is a Slack Web API and incoming-webhook endpoint for
 // tests, the simulation and the demo: it speaks Slack's wire format
 // (chat.postMessage form or JSON bodies, {"ok":…,"ts":…} answers,
-// 429 with Retry-After), records what was posted, and injects faults.
+// 429 with Retry-After, webhooks answering "ok" or an error code with an
+// HTTP status), records what was posted and when, checks each post against
+// Slack's message limits, and injects faults: counted ones, or a script of
+// answers one post at a time.
 package slacktest
 
 import (
@@ -11,9 +14,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Message is one message Slack accepted.
@@ -23,10 +29,12 @@ type Message struct {
 	Thread  string // thread_ts, empty for a top-level message
 	TS      string
 	Text    string          // the top-level text field
-	Blocks  json.RawMessage // the blocks, as posted
+	Blocks  json.RawMessage // the blocks, as posted; empty when none were
 	// Flat is the text and every string inside the blocks and
 	// attachments, one per line, for assertions on what a reader sees.
 	Flat string
+	// At is when the post arrived, by Server.Now.
+	At time.Time
 }
 
 // Faults are injected into the next requests. Counters count down.
@@ -39,17 +47,44 @@ type Faults struct {
 	Error      string        // answer posts with {"ok":false,"error":Error}
 	AcceptHang int           // accept this many posts, then hang Hang before answering
 	Hang       time.Duration // how long an accepted post hangs
+	// Script answers the next posts (chat.postMessage or a webhook), one
+	// each and in order, in place of the counters; an empty answer is
+	// "ok". See Answer* for what an answer may be.
+	Script []string
 }
+
+// Scripted answers, besides an HTTP status ("500", "503", "404", …), which
+// Slack's edge gives with an HTML page on the Web API and a webhook with
+// the error code Slack gives for that status, and besides a Slack error
+// code ("channel_not_found", "msg_too_long", …), which the Web API gives as
+// {"ok":false,"error":code} and a webhook as the code under the status
+// Slack uses for it.
+const (
+	// AnswerOK accepts the post, as unscripted.
+	AnswerOK = "ok"
+	// AnswerRateLimited is HTTP 429 with Retry-After (Faults.RetryAfter).
+	AnswerRateLimited = "429"
+	// AnswerReset accepts the post, then breaks the connection before any
+	// answer: the client cannot know the message is in the channel.
+	AnswerReset = "reset"
+	// AnswerHang accepts the post and answers nothing until the client
+	// gives up.
+	AnswerHang = "hang"
+)
 
 // Server is a fake Slack. The zero value is not usable; use New.
 type Server struct {
 	Token string
+	// Now stamps Message.At; nil means time.Now. Set it before Start.
+	Now func() time.Time
 
-	mu     sync.Mutex
-	msgs   []Message
-	faults Faults
-	ts     int
-	reqs   int
+	mu         sync.Mutex
+	msgs       []Message
+	faults     Faults
+	ts         int
+	reqs       int
+	bodies     []string
+	violations []string
 }
 
 // New returns a server accepting bearer token (or form field) token.
@@ -62,11 +97,12 @@ func (s *Server) SetFaults(f Faults) {
 	s.faults = f
 }
 
-// Messages returns what Slack accepted so far.
+// Messages returns what Slack accepted so far, including posts whose
+// answer was lost (AnswerReset, AnswerHang): what the channel shows.
 func (s *Server) Messages() []Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Message(nil), s.msgs...)
+	return slices.Clone(s.msgs)
 }
 
 // Requests counts every request received.
@@ -76,8 +112,27 @@ func (s *Server) Requests() int {
 	return s.reqs
 }
 
+// Bodies returns every request's body as received, decoded: a form's
+// fields one name=value a line, a JSON body as sent. The token field is
+// left out: the credential belongs in the request, and a test looks for
+// secrets that do not.
+func (s *Server) Bodies() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.bodies)
+}
+
+// Violations says how the posts so far broke Slack's limits on a message,
+// one line each; see limits. Slack would refuse or cut such a message;
+// the server accepts it and says so here, for a test to fail on.
+func (s *Server) Violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.violations)
+}
+
 // Start serves on 127.0.0.1; the URL is the SLACK_API_URL base without
-// "/api/". Webhooks are posted to URL + "/services/…".
+// "/api/". Webhooks are posted to URL + "/services/…/" + Token.
 func (s *Server) Start() (baseURL string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,66 +146,117 @@ func (s *Server) Start() (baseURL string, stop func(), err error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	s.mu.Lock()
-	s.reqs++
-	f := &s.faults
-	if f.Down {
-		s.mu.Unlock()
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
-	}
 	webhook := strings.HasPrefix(r.URL.Path, "/services/")
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
-	if f.RateLimit > 0 && method != "auth.test" {
+	post := webhook || method == "chat.postMessage"
+	s.mu.Lock()
+	s.reqs++
+	s.bodies = append(s.bodies, decoded(r, body))
+	f := &s.faults
+	var answer string
+	switch {
+	case f.Down:
+		answer = "503"
+	case post && len(f.Script) > 0:
+		answer, f.Script = f.Script[0], f.Script[1:]
+	case f.RateLimit > 0 && method != "auth.test":
 		f.RateLimit--
+		answer = AnswerRateLimited
+	case f.ServerErr > 0:
+		f.ServerErr--
+		answer = "500"
+	}
+	if answer == AnswerRateLimited {
 		ra := f.RetryAfter
 		if ra == 0 {
 			ra = 1
 		}
 		s.mu.Unlock()
-		w.Header().Set("Retry-After", fmt.Sprint(ra))
+		w.Header().Set("Retry-After", strconv.Itoa(ra))
+		if webhook {
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, "rate_limited")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusTooManyRequests)
 		io.WriteString(w, `{"ok":false,"error":"ratelimited"}`)
 		return
 	}
-	if f.ServerErr > 0 {
-		f.ServerErr--
+	if code, err := strconv.Atoi(answer); err == nil {
 		s.mu.Unlock()
-		w.WriteHeader(http.StatusInternalServerError)
+		if webhook {
+			webhookError(w, code, webhookCodes[code])
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "<html><body>%d %s</body></html>", code, http.StatusText(code))
 		return
 	}
 	if webhook {
-		if f.BadAuth || !strings.HasSuffix(r.URL.Path, "/"+s.Token) {
-			s.mu.Unlock()
-			w.WriteHeader(http.StatusForbidden)
-			io.WriteString(w, "invalid_token")
-			return
-		}
-		var p map[string]any
-		json.Unmarshal(body, &p)
-		text, _ := p["text"].(string)
-		blocks, _ := json.Marshal(p["blocks"])
-		hang := s.record(Message{Method: "webhook", Text: text, Blocks: blocks, Flat: flatten(body)})
-		s.mu.Unlock()
-		time.Sleep(hang)
-		io.WriteString(w, "ok")
+		s.serveWebhook(w, r, body, answer) // unlocks
 		return
 	}
+	s.serveAPI(w, r, body, method, answer) // unlocks
+}
+
+// serveWebhook answers an incoming webhook's post; the caller holds s.mu.
+func (s *Server) serveWebhook(w http.ResponseWriter, r *http.Request, body []byte, answer string) {
+	if s.faults.BadAuth || !strings.HasSuffix(r.URL.Path, "/"+s.Token) {
+		s.mu.Unlock()
+		webhookError(w, http.StatusForbidden, "invalid_token")
+		return
+	}
+	var p struct {
+		Text     string          `json:"text"`
+		Blocks   json.RawMessage `json:"blocks"`
+		ThreadTS string          `json:"thread_ts"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil || !validBlocks(p.Blocks) {
+		s.mu.Unlock()
+		webhookError(w, http.StatusBadRequest, "invalid_payload")
+		return
+	}
+	if answer != "" && answer != AnswerOK && answer != AnswerReset && answer != AnswerHang {
+		s.mu.Unlock()
+		code, ok := webhookStatus[answer]
+		if !ok {
+			code = http.StatusBadRequest
+		}
+		webhookError(w, code, answer)
+		return
+	}
+	hang := s.record(Message{Method: "webhook", Thread: p.ThreadTS, Text: p.Text, Blocks: blocksOrNone(p.Blocks), Flat: flatten(body)})
+	s.mu.Unlock()
+	if s.lose(w, r, answer) {
+		return
+	}
+	time.Sleep(hang)
+	io.WriteString(w, "ok")
+}
+
+// serveAPI answers a Web API call; the caller holds s.mu.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, method, answer string) {
 	fields := formOrJSON(r, body)
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if tok == "" {
 		tok = fields["token"]
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if f.BadAuth || tok != s.Token {
+	fail := func(code string) {
 		s.mu.Unlock()
-		io.WriteString(w, `{"ok":false,"error":"invalid_auth"}`)
-		return
+		fmt.Fprintf(w, `{"ok":false,"error":%q}`, code)
 	}
-	if f.Error != "" && method != "auth.test" {
-		e := f.Error
-		s.mu.Unlock()
-		fmt.Fprintf(w, `{"ok":false,"error":%q}`, e)
+	switch {
+	case s.faults.BadAuth || tok != s.Token:
+		fail("invalid_auth")
+		return
+	case s.faults.Error != "" && method != "auth.test":
+		fail(s.faults.Error)
+		return
+	case answer != "" && answer != AnswerOK && answer != AnswerReset && answer != AnswerHang:
+		fail(answer)
 		return
 	}
 	switch method {
@@ -158,30 +264,184 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		io.WriteString(w, `{"ok":true,"url":"https://fake.slack.com/","team":"fake","user":"reconciler","team_id":"T1","user_id":"U1","bot_id":"B1"}`)
 	case "chat.postMessage":
+		blocks := json.RawMessage(fields["blocks"])
+		if !validBlocks(blocks) {
+			fail("invalid_blocks_format")
+			return
+		}
 		s.ts++
 		ts := fmt.Sprintf("1700000000.%06d", s.ts)
 		m := Message{Method: method, Channel: fields["channel"], Thread: fields["thread_ts"], TS: ts,
-			Text: fields["text"], Blocks: json.RawMessage(fields["blocks"]),
-			Flat: fields["text"] + "\n" + flatten([]byte(fields["blocks"])) + flatten([]byte(fields["attachments"]))}
+			Text: fields["text"], Blocks: blocksOrNone(blocks),
+			Flat: fields["text"] + "\n" + flatten(blocks) + flatten([]byte(fields["attachments"]))}
 		hang := s.record(m)
 		s.mu.Unlock()
+		if s.lose(w, r, answer) {
+			return
+		}
 		time.Sleep(hang)
 		fmt.Fprintf(w, `{"ok":true,"channel":%q,"ts":%q,"message":{"ts":%q}}`, m.Channel, ts, ts)
 	default:
-		s.mu.Unlock()
-		io.WriteString(w, `{"ok":false,"error":"unknown_method"}`)
+		fail("unknown_method")
 	}
 }
 
-// record appends m and returns how long to hang before answering; the
-// caller holds s.mu.
+// lose loses the answer to an accepted post if answer says so, and
+// reports whether it did.
+func (s *Server) lose(w http.ResponseWriter, r *http.Request, answer string) bool {
+	switch answer {
+	case AnswerHang:
+		<-r.Context().Done()
+		return true
+	case AnswerReset:
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+		return true
+	}
+	return false
+}
+
+// record appends m, stamped, with its limit violations, and returns how
+// long to hang before answering; the caller holds s.mu.
 func (s *Server) record(m Message) time.Duration {
+	if s.Now != nil {
+		m.At = s.Now()
+	} else {
+		m.At = time.Now()
+	}
 	s.msgs = append(s.msgs, m)
+	for _, v := range limits(m) {
+		s.violations = append(s.violations, fmt.Sprintf("message %d (%s): %s", len(s.msgs), m.Method, v))
+	}
 	if s.faults.AcceptHang > 0 {
 		s.faults.AcceptHang--
 		return s.faults.Hang
 	}
 	return 0
+}
+
+// Incoming webhooks answer errors as plain text under an HTTP status:
+// webhookStatus is the status of the codes they give, webhookCodes the
+// code a status is given with when a test scripts only the status.
+var (
+	webhookStatus = map[string]int{
+		"invalid_payload": 400, "user_not_found": 400, "too_many_attachments": 400, "no_text": 400,
+		"invalid_token": 403, "action_prohibited": 403, "posting_to_general_channel_denied": 403,
+		"channel_not_found": 404, "no_service": 404, "team_disabled": 404,
+		"channel_is_archived": 410,
+		"rollup_error":        500,
+	}
+	webhookCodes = map[int]string{
+		400: "invalid_payload", 403: "invalid_token", 404: "no_service", 410: "channel_is_archived", 500: "rollup_error",
+	}
+)
+
+func webhookError(w http.ResponseWriter, status int, code string) {
+	if code == "" {
+		code = strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_"))
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(status)
+	io.WriteString(w, code)
+}
+
+// validBlocks reports whether posted blocks are absent or a JSON array.
+func validBlocks(b json.RawMessage) bool {
+	if len(b) == 0 || string(b) == "null" {
+		return true
+	}
+	var arr []json.RawMessage
+	return json.Unmarshal(b, &arr) == nil
+}
+
+func blocksOrNone(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+// limits lists how m breaks Slack's limits on a message: text over 4,000
+// characters (Slack's advice; it cuts at 40,000), over 50 blocks, block
+// texts over 12,000 characters in all (msg_blocks_too_long), a header
+// over 150 characters, a section's text over 3,000, a context of over 10
+// elements (invalid_blocks).
+func limits(m Message) []string {
+	var v []string
+	if n := utf8.RuneCountInString(m.Text); n > 4000 {
+		v = append(v, fmt.Sprintf("text of %d characters", n))
+	}
+	var blocks []map[string]any
+	if len(m.Blocks) > 0 {
+		json.Unmarshal(m.Blocks, &blocks)
+	}
+	if len(blocks) > 50 {
+		v = append(v, fmt.Sprintf("%d blocks", len(blocks)))
+	}
+	textOf := func(m any) string {
+		t, _ := m.(map[string]any)
+		s, _ := t["text"].(string)
+		return s
+	}
+	total := 0
+	var walk func(any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			if s, ok := t["text"].(string); ok {
+				total += utf8.RuneCountInString(s)
+			}
+			for _, e := range t {
+				walk(e)
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		}
+	}
+	for _, b := range blocks {
+		walk(b)
+	}
+	if total > 12000 {
+		v = append(v, fmt.Sprintf("blocks hold %d characters", total))
+	}
+	for _, b := range blocks {
+		switch b["type"] {
+		case "header":
+			if n := utf8.RuneCountInString(textOf(b["text"])); n > 150 {
+				v = append(v, fmt.Sprintf("header of %d characters", n))
+			}
+		case "section":
+			if n := utf8.RuneCountInString(textOf(b["text"])); n > 3000 {
+				v = append(v, fmt.Sprintf("section of %d characters", n))
+			}
+		case "context":
+			els, _ := b["elements"].([]any)
+			if len(els) > 10 {
+				v = append(v, fmt.Sprintf("context of %d elements", len(els)))
+			}
+		}
+	}
+	return v
+}
+
+// decoded is a request body for Bodies.
+func decoded(r *http.Request, body []byte) string {
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		vals, err := url.ParseQuery(string(body))
+		if err == nil {
+			vals.Del("token")
+			var lines []string
+			for k, vs := range vals {
+				lines = append(lines, k+"="+strings.Join(vs, ","))
+			}
+			slices.Sort(lines)
+			return strings.Join(lines, "\n")
+		}
+	}
+	return string(body)
 }
 
 func formOrJSON(r *http.Request, body []byte) map[string]string {

@@ -585,10 +585,7 @@ func TestApplyRefuses(t *testing.T) {
 func TestApplyCustomTable(t *testing.T) {
 	t.Parallel()
 	now := t0()
-	pool, url := pgtest.NewPool(t)
-	if err := Migrate(t.Context(), url); err != nil {
-		t.Fatal(err)
-	}
+	pool, _ := pgtest.NewMigrated(t, SchemaDigest(), Migrate)
 	if _, err := pool.Exec(t.Context(), `CREATE SCHEMA billing;
 	CREATE TABLE billing."PaymentObligations" (
 		"Key" text PRIMARY KEY, status text NOT NULL, stripe_ref text, lease_until timestamptz,

@@ -172,10 +172,7 @@ func testOptions(change func(*Options)) Options {
 func newEnv(tb testing.TB, change func(*Options)) *env {
 	tb.Helper()
 	opts := testOptions(change)
-	pool, url := pgtest.NewObligations(tb)
-	if err := Migrate(context.Background(), url); err != nil {
-		tb.Fatalf("Migrate: %v", err)
-	}
+	pool, url := pgtest.NewMigrated(tb, SchemaDigest(), Migrate)
 	s, err := New(pool, opts)
 	if err != nil {
 		tb.Fatalf("New: %v", err)

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +19,29 @@ import (
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
+
+// SchemaDigest names the schema Migrate makes: a digest of the name and
+// content of every migration this build embeds, equal between two builds
+// exactly when they migrate alike. Tests key the template database they
+// clone on it (pgtest.NewMigrated).
+func SchemaDigest() string { return digest(migrationFiles) }
+
+// digest is SchemaDigest of the migrations in fsys.
+func digest(fsys fs.FS) string {
+	h := sha256.New()
+	entries, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		panic(err) // the pattern is valid
+	}
+	for _, e := range entries { // in lexical order, goose's order too
+		b, err := fs.ReadFile(fsys, e)
+		if err != nil {
+			panic(err) // listed a moment ago
+		}
+		fmt.Fprintf(h, "%s %d\n%s\n", e, len(b), b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // Schema is the PostgreSQL schema that holds the reconciler's own tables.
 const Schema = "reconcile"

@@ -2,8 +2,10 @@ package store
 
 import (
 	"errors"
+	"maps"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -90,5 +92,50 @@ func TestMigrateAcrossProcesses(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM reconcile.run_lock`); n != 1 {
 		t.Errorf("reconcile.run_lock holds %d rows, want the one epoch", n)
+	}
+}
+
+// The digest changes with a migration's content, a migration added or one
+// renamed, and only then: it names the template tests clone.
+func TestSchemaDigest(t *testing.T) {
+	t.Parallel()
+	base := fstest.MapFS{
+		"migrations/00001_a.sql": {Data: []byte("CREATE TABLE a ();")},
+		"migrations/00002_b.sql": {Data: []byte("CREATE TABLE b ();")},
+		"migrations/README":      {Data: []byte("not a migration")},
+	}
+	with := func(change func(fstest.MapFS)) fstest.MapFS {
+		m := maps.Clone(base)
+		change(m)
+		return m
+	}
+	if digest(base) != digest(maps.Clone(base)) {
+		t.Errorf("the same migrations have two digests")
+	}
+	if digest(base) != digest(with(func(m fstest.MapFS) { m["migrations/README"] = &fstest.MapFile{Data: []byte("edited")} })) {
+		t.Errorf("a file that is no migration changed the digest")
+	}
+	for name, change := range map[string]func(fstest.MapFS){
+		"content": func(m fstest.MapFS) {
+			m["migrations/00002_b.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE c ();")}
+		},
+		"added": func(m fstest.MapFS) { m["migrations/00003_c.sql"] = &fstest.MapFile{Data: []byte("")} },
+		"renamed": func(m fstest.MapFS) {
+			m["migrations/00003_b.sql"] = m["migrations/00002_b.sql"]
+			delete(m, "migrations/00002_b.sql")
+		},
+		// A boundary moved between two files: each name is hashed with
+		// its length.
+		"moved": func(m fstest.MapFS) {
+			m["migrations/00001_a.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE a ();CREATE")}
+			m["migrations/00002_b.sql"] = &fstest.MapFile{Data: []byte(" TABLE b ();")}
+		},
+	} {
+		if digest(base) == digest(with(change)) {
+			t.Errorf("migrations %s: the digest did not change", name)
+		}
+	}
+	if SchemaDigest() == digest(fstest.MapFS{}) {
+		t.Errorf("SchemaDigest() is the digest of no migrations: it reads none of the embedded ones")
 	}
 }

@@ -151,10 +151,7 @@ func runTeamTable(t *testing.T, tt teamTable) {
 	now := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 	created := now.Add(-2 * time.Hour)
 	lease := now.Add(-time.Hour) // expired: the matcher may mark it
-	_, dbURL := pgtest.NewPool(t)
-	if err := store.Migrate(ctx, dbURL); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
+	_, dbURL := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatal(err)

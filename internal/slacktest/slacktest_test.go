@@ -1,0 +1,179 @@
+package slacktest_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"reconcile/internal/slacktest"
+)
+
+const token = "xoxb-slacktest-token"
+
+func start(t *testing.T) (*slacktest.Server, string) {
+	t.Helper()
+	s := slacktest.New(token)
+	base, stop, err := s.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return s, base
+}
+
+// A script answers posts one each, in order, as Slack would, to the real
+// client: rate limited with Retry-After, accepted with the answer lost,
+// a Slack error, Slack's edge failing, accepted.
+func TestScriptThroughTheClient(t *testing.T) {
+	s, base := start(t)
+	at := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	s.Now = func() time.Time { return at }
+	s.SetFaults(slacktest.Faults{RetryAfter: 7, Script: []string{
+		slacktest.AnswerRateLimited, slacktest.AnswerReset, "channel_not_found", "503", slacktest.AnswerOK}})
+	client := slack.New(token, slack.OptionAPIURL(base+"/api/"))
+	post := func(text string) (string, error) {
+		_, ts, err := client.PostMessageContext(t.Context(), "C0FIN", slack.MsgOptionText(text, false), slack.MsgOptionTS("1.5"))
+		return ts, err
+	}
+	var rl *slack.RateLimitedError
+	if _, err := post("one"); !errors.As(err, &rl) || rl.RetryAfter != 7*time.Second {
+		t.Errorf("post 1 = %v, want rate limited for 7s", err)
+	}
+	if _, err := post("two"); err == nil {
+		t.Errorf("post 2 (reset) succeeded, want the connection's error")
+	}
+	var se slack.SlackErrorResponse
+	if _, err := post("three"); !errors.As(err, &se) || se.Err != "channel_not_found" {
+		t.Errorf("post 3 = %v, want channel_not_found", err)
+	}
+	var sc slack.StatusCodeError
+	if _, err := post("four"); !errors.As(err, &sc) || sc.Code != 503 {
+		t.Errorf("post 4 = %v, want HTTP 503", err)
+	}
+	ts, err := post("five")
+	if err != nil || ts == "" {
+		t.Errorf("post 5 = %q, %v; want accepted with a ts", ts, err)
+	}
+	msgs := s.Messages()
+	var texts []string
+	for _, m := range msgs {
+		texts = append(texts, m.Text)
+		if m.Channel != "C0FIN" || m.Thread != "1.5" || !m.At.Equal(at) || m.TS == "" || len(m.Blocks) != 0 {
+			t.Errorf("message %+v: want channel C0FIN, thread 1.5, stamped %v, a ts, no blocks", m, at)
+		}
+	}
+	if !slices.Equal(texts, []string{"two", "five"}) || s.Requests() != 5 {
+		t.Errorf("Slack shows %q after %d requests, want the reset post and the accepted one after 5", texts, s.Requests())
+	}
+	if _, err := post("six"); err != nil {
+		t.Errorf("post after the script = %v, want accepted", err)
+	}
+}
+
+// A wrong token, blocks that are not JSON and an unknown method are
+// refused as Slack refuses them; the token never shows in Bodies.
+func TestAPIRefusals(t *testing.T) {
+	s, base := start(t)
+	if _, _, err := slack.New("xoxb-wrong", slack.OptionAPIURL(base+"/api/")).PostMessage("C", slack.MsgOptionText("x", false)); err == nil ||
+		err.Error() != "invalid_auth" {
+		t.Errorf("post with a wrong token = %v, want invalid_auth", err)
+	}
+	for _, tt := range []struct{ path, body, want string }{
+		{"/api/chat.postMessage", "token=" + token + "&channel=C&text=hi&blocks=%5Bnot+json", `{"ok":false,"error":"invalid_blocks_format"}`},
+		{"/api/chat.nosuch", "token=" + token, `{"ok":false,"error":"unknown_method"}`},
+	} {
+		resp, err := http.Post(base+tt.path, "application/x-www-form-urlencoded", strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != tt.want {
+			t.Errorf("POST %s = %d %s, want 200 %s", tt.path, resp.StatusCode, b, tt.want)
+		}
+	}
+	if len(s.Messages()) != 0 {
+		t.Errorf("refused posts were recorded: %+v", s.Messages())
+	}
+	bodies := strings.Join(s.Bodies(), "\n")
+	if strings.Contains(bodies, token) || !strings.Contains(bodies, "text=hi") {
+		t.Errorf("bodies = %q, want the fields decoded, without the token", bodies)
+	}
+}
+
+// A webhook answers "ok" or an error code in plain text under Slack's
+// status for it, and records a message's thread and blocks.
+func TestWebhook(t *testing.T) {
+	s, base := start(t)
+	hook := base + "/services/T0/B0/" + token
+	post := func(url, body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	s.SetFaults(slacktest.Faults{Script: []string{"404", "channel_is_archived", slacktest.AnswerRateLimited}})
+	for _, tt := range []struct {
+		url, body string
+		code      int
+		answer    string
+	}{
+		{hook, `{"text":"a"}`, 404, "no_service"},
+		{hook, `{"text":"a"}`, 410, "channel_is_archived"},
+		{hook, `{"text":"a"}`, 429, "rate_limited"},
+		{base + "/services/T0/B0/wrong", `{"text":"a"}`, 403, "invalid_token"},
+		{hook, `{"text":`, 400, "invalid_payload"},
+		{hook, `{"text":"a","blocks":{"type":"section"}}`, 400, "invalid_payload"},
+		{hook, `{"text":"in a thread","thread_ts":"1.5","blocks":[{"type":"section","text":{"type":"mrkdwn","text":"*b*"}}]}`, 200, "ok"},
+	} {
+		if code, answer := post(tt.url, tt.body); code != tt.code || answer != tt.answer {
+			t.Errorf("webhook %s = %d %q, want %d %q", tt.body, code, answer, tt.code, tt.answer)
+		}
+	}
+	msgs := s.Messages()
+	if len(msgs) != 1 || msgs[0].Method != "webhook" || msgs[0].Thread != "1.5" || msgs[0].TS != "" ||
+		!strings.Contains(string(msgs[0].Blocks), `"*b*"`) || !strings.Contains(msgs[0].Flat, "*b*\n") {
+		t.Errorf("messages = %+v, want the one accepted webhook post, its thread and blocks", msgs)
+	}
+	if err := slack.PostWebhook(hook, &slack.WebhookMessage{Text: "through the client"}); err != nil {
+		t.Errorf("PostWebhook = %v", err)
+	}
+	if m := s.Messages(); len(m) != 2 || m[1].Text != "through the client" || m[1].Blocks != nil {
+		t.Errorf("the client's webhook post was recorded as %+v, want its text and no blocks", m[len(m)-1])
+	}
+}
+
+// Posts over Slack's limits are accepted and named in Violations.
+func TestViolations(t *testing.T) {
+	s, base := start(t)
+	client := slack.New(token, slack.OptionAPIURL(base+"/api/"))
+	within := []slack.Block{slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, strings.Repeat("h", 150), false, false))}
+	if _, _, err := client.PostMessage("C", slack.MsgOptionText("fine", false), slack.MsgOptionBlocks(within...)); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Violations(); len(v) != 0 {
+		t.Errorf("a message within the limits: violations %q", v)
+	}
+	over := []slack.Block{slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, strings.Repeat("h", 151), false, false))}
+	for range 50 {
+		over = append(over, slack.NewDividerBlock())
+	}
+	if _, _, err := client.PostMessage("C", slack.MsgOptionText(strings.Repeat("t", 4001), false), slack.MsgOptionBlocks(over...)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"message 2 (chat.postMessage): text of 4001 characters", "message 2 (chat.postMessage): 51 blocks",
+		"message 2 (chat.postMessage): header of 151 characters"}
+	if v := s.Violations(); !slices.Equal(v, want) {
+		t.Errorf("violations = %q, want %q", v, want)
+	}
+}
