@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -141,16 +140,7 @@ func newDeliverer(cfg config.Config, log *slog.Logger) (*alerts.Deliverer, error
 	if e.SlackBotToken == "" && e.SlackWebhookURL == "" {
 		return nil, nil
 	}
-	key := e.StripeAPIKey.Reveal()
-	return alerts.NewSlack(alerts.SlackOptions{
-		BotToken:           e.SlackBotToken.Reveal(),
-		Channel:            e.SlackChannel,
-		WebhookURL:         e.SlackWebhookURL.Reveal(),
-		APIURL:             e.SlackAPIURL,
-		PerChannelInterval: cfg.Alerts.PerChannelInterval,
-		MaxRetries:         cfg.Alerts.MaxRetries,
-		Timeout:            cfg.Alerts.Timeout,
-		Live:               strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
-		Logger:             log,
-	})
+	opts := alerts.SlackOptionsFrom(cfg)
+	opts.Logger = log
+	return alerts.NewSlack(opts)
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reconcile/internal/config"
 	"reconcile/internal/redact"
 
 	"github.com/slack-go/slack"
@@ -22,9 +23,6 @@ import (
 // NotConfiguredWarning is the one warning to log when no Slack is
 // configured: findings stay in the outbox and in the report.
 const NotConfiguredWarning = "alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL or SLACK_WEBHOOK_URL"
-
-// DefaultAPIURL is Slack's Web API, where SLACK_API_URL points by default.
-const DefaultAPIURL = "https://slack.com/api/"
 
 // ErrNotConfigured is returned by Drain when neither a bot token nor a
 // webhook URL is set.
@@ -54,16 +52,17 @@ type SlackOptions struct {
 	BotToken   string // SLACK_BOT_TOKEN; needs Channel
 	Channel    string // SLACK_CHANNEL, an id (C0123456789) or a name
 	WebhookURL string // SLACK_WEBHOOK_URL, used when there is no bot token
-	APIURL     string // SLACK_API_URL; default DefaultAPIURL
-	// PerChannelInterval is the least time between two posts to a channel;
-	// default 1s (Slack allows about one message a second per channel).
-	// Negative: no pacing.
+	APIURL     string // SLACK_API_URL (https://slack.com/api/); required with a bot token
+	// PerChannelInterval is the least time between two posts to a channel
+	// (alerts.per_channel_interval; Slack allows about one message a
+	// second per channel). Zero or negative: no pacing.
 	PerChannelInterval time.Duration
 	// MaxRetries is how many times one message is tried again after a 429,
 	// a 5xx or a network error that happened before the request went out;
 	// then the drain stops and the rest waits in the outbox. 0: no retries.
 	MaxRetries int
-	// Timeout bounds one request; default 10s.
+	// Timeout bounds one request (alerts.timeout); required when Slack is
+	// configured.
 	Timeout    time.Duration
 	HTTPClient *http.Client // default: a plain client; Timeout applies per request
 	// Live says the Stripe key is a live one (sk_live_, rk_live_), so that
@@ -131,6 +130,25 @@ type Deliverer struct {
 	secrets []string // literal secrets to scrub from error text
 }
 
+// SlackOptionsFrom takes delivery's options from the configuration: the
+// token, channel, webhook and API URL from the environment, pacing,
+// retries and timeout from alerts.*, and whether the Stripe key is live
+// (for dashboard links).
+func SlackOptionsFrom(c config.Config) SlackOptions {
+	e := c.Env
+	key := e.StripeAPIKey.Reveal()
+	return SlackOptions{
+		BotToken:           e.SlackBotToken.Reveal(),
+		Channel:            e.SlackChannel,
+		WebhookURL:         e.SlackWebhookURL.Reveal(),
+		APIURL:             e.SlackAPIURL,
+		PerChannelInterval: c.Alerts.PerChannelInterval,
+		MaxRetries:         c.Alerts.MaxRetries,
+		Timeout:            c.Alerts.Timeout,
+		Live:               strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
+	}
+}
+
 // NewSlack validates the options and returns a Deliverer. A bot token
 // needs a channel; a webhook URL alone is enough; with both, the bot token
 // is used (it can thread). With neither, the Deliverer is not Configured
@@ -142,20 +160,16 @@ func NewSlack(opts SlackOptions) (*Deliverer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if opts.APIURL == "" {
-		opts.APIURL = DefaultAPIURL
+	if opts.BotToken != "" || opts.APIURL != "" {
+		if u, err := url.Parse(opts.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, errors.New("slack: SLACK_API_URL must be an absolute http(s) URL such as https://slack.com/api/")
+		}
+		if !strings.HasSuffix(opts.APIURL, "/") {
+			opts.APIURL += "/"
+		}
 	}
-	if u, err := url.Parse(opts.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("slack: SLACK_API_URL must be an absolute http(s) URL such as " + DefaultAPIURL)
-	}
-	if !strings.HasSuffix(opts.APIURL, "/") {
-		opts.APIURL += "/"
-	}
-	if opts.PerChannelInterval == 0 {
-		opts.PerChannelInterval = time.Second
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 10 * time.Second
+	if opts.Timeout <= 0 && (opts.BotToken != "" || opts.WebhookURL != "") {
+		return nil, fmt.Errorf("slack: request timeout %s: want a positive duration (alerts.timeout)", opts.Timeout)
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{}
@@ -463,7 +477,7 @@ func (d *Deliverer) classifyStatus(code int, text string) attempt {
 	}
 	switch code {
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusGone, http.StatusMethodNotAllowed:
-		return fatal(reason, "the Slack API refused the request outright; check SLACK_API_URL (default "+DefaultAPIURL+")", text)
+		return fatal(reason, "the Slack API refused the request outright; check SLACK_API_URL (Slack's is https://slack.com/api/)", text)
 	}
 	return attempt{class: classRefused, text: text}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"reconcile/internal/config"
 	"reconcile/internal/slacktest"
 
 	"reconcile"
@@ -49,11 +50,10 @@ func (h *harness) script(answers ...string) {
 // options.
 func (h *harness) deliverer(tb testing.TB, mod func(*SlackOptions)) *Deliverer {
 	tb.Helper()
-	opts := SlackOptions{
-		BotToken: testToken, Channel: "C0FINANCE", APIURL: h.slackURL + "/api/",
-		MaxRetries: 3, Timeout: 5 * time.Second, Sleep: h.clock.Sleep,
-		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	opts := testOptions()
+	opts.BotToken, opts.Channel, opts.APIURL = testToken, "C0FINANCE", h.slackURL+"/api/"
+	opts.MaxRetries, opts.Timeout, opts.Sleep = 3, 5*time.Second, h.clock.Sleep
+	opts.Logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if mod != nil {
 		mod(&opts)
 	}
@@ -590,8 +590,13 @@ func TestWebhookErrorsHideTheURL(t *testing.T) {
 	}
 }
 
+// testOptions are the configuration's delivery defaults, with nothing
+// configured.
+func testOptions() SlackOptions { return SlackOptionsFrom(config.Default()) }
+
 func TestSlackOptionsNeverPrintSecrets(t *testing.T) {
-	o := SlackOptions{BotToken: testToken, Channel: "C0FINANCE", WebhookURL: "https://hooks.slack.com/services/T/B/hookSECRET"}
+	o := testOptions()
+	o.BotToken, o.Channel, o.WebhookURL = testToken, "C0FINANCE", "https://hooks.slack.com/services/T/B/hookSECRET"
 	var logs bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "slack", o)
 	d, err := NewSlack(o)
@@ -619,10 +624,21 @@ func TestNewSlack(t *testing.T) {
 		{name: "bot token without channel", opts: SlackOptions{BotToken: testToken}, wantErr: "SLACK_CHANNEL"},
 		{name: "webhook not a URL", opts: SlackOptions{WebhookURL: "hooks.slack.com/SECRET"}, wantErr: "SLACK_WEBHOOK_URL"},
 		{name: "api url not a URL", opts: SlackOptions{BotToken: testToken, Channel: "C", APIURL: "slack"}, wantErr: "SLACK_API_URL"},
+		{name: "bot token without api url", opts: SlackOptions{BotToken: testToken, Channel: "C", APIURL: ""}, wantErr: "SLACK_API_URL"},
+		{name: "no timeout", opts: SlackOptions{WebhookURL: "https://hooks.slack.com/services/T/B/x", Timeout: -1}, wantErr: "alerts.timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := NewSlack(tt.opts)
+			// The configuration's defaults under what the row sets.
+			o := testOptions()
+			o.BotToken, o.Channel, o.WebhookURL = tt.opts.BotToken, tt.opts.Channel, tt.opts.WebhookURL
+			if tt.opts.APIURL != "" || tt.name == "bot token without api url" {
+				o.APIURL = tt.opts.APIURL
+			}
+			if tt.opts.Timeout != 0 {
+				o.Timeout = tt.opts.Timeout
+			}
+			d, err := NewSlack(o)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "SECRET") {
 					t.Fatalf("NewSlack = %v, want an error naming %s without secrets", err, tt.wantErr)

@@ -174,8 +174,9 @@ func (w *lockWorld) newPass(app, stripeURL, slackURL string) *pass {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	d, err := alerts.NewSlack(alerts.SlackOptions{BotToken: lockSlackTok, Channel: "C0FINANCE", APIURL: slackURL + "/api/",
-		PerChannelInterval: -1, Timeout: 30 * time.Second})
+	ao := alerts.SlackOptionsFrom(config.Default())
+	ao.BotToken, ao.Channel, ao.APIURL, ao.PerChannelInterval, ao.Timeout = lockSlackTok, "C0FINANCE", slackURL+"/api/", 0, 30*time.Second
+	d, err := alerts.NewSlack(ao)
 	if err != nil {
 		w.t.Fatal(err)
 	}

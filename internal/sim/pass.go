@@ -465,7 +465,7 @@ func (w *world) newRunner(pc *passCtl) (*runner.Runner, error) {
 	}
 	opts := alerts.SlackOptions{
 		APIURL:             w.slackURL + "/api/",
-		PerChannelInterval: -1,
+		PerChannelInterval: 0, // no pacing: the virtual clock
 		MaxRetries:         2,
 		Timeout:            30 * time.Second,
 		HTTPClient:         &http.Client{Transport: &slackTransport{pc: pc, base: http.DefaultTransport}},

@@ -164,7 +164,9 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := alerts.NewSlack(alerts.SlackOptions{BotToken: canaryBotToken, Channel: "C0SIMFIN", APIURL: slackURL + "/api/"})
+	ao := alerts.SlackOptionsFrom(config.Default())
+	ao.BotToken, ao.Channel, ao.APIURL = canaryBotToken, "C0SIMFIN", slackURL+"/api/"
+	d, err := alerts.NewSlack(ao)
 	if err != nil {
 		t.Fatal(err)
 	}
