@@ -19,7 +19,7 @@ import (
 	"reconcile/internal/report"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 const (
@@ -32,7 +32,7 @@ type env struct {
 	t      *testing.T
 	vars   map[string]string
 	pool   *pgxpool.Pool
-	stripe *stripetest.Server
+	stripe *stripesim.Server
 	slack  *slacktest.Server
 }
 
@@ -54,7 +54,7 @@ func newUnmigratedEnv(t *testing.T) *env {
 
 func newEnvOn(t *testing.T, pool *pgxpool.Pool, dbURL string) *env {
 	t.Helper()
-	e := &env{t: t, pool: pool, stripe: stripetest.New(testStripeKey), slack: slacktest.New(testSlackTok)}
+	e := &env{t: t, pool: pool, stripe: stripesim.New(testStripeKey), slack: slacktest.New(testSlackTok)}
 	stripeURL, stop, err := e.stripe.Start()
 	if err != nil {
 		t.Fatal(err)

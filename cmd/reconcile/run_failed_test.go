@@ -16,7 +16,7 @@ import (
 	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // oneObject decodes stdout as exactly one JSON object, failing the test
@@ -71,8 +71,8 @@ func TestRunFailedPrintsOneObject(t *testing.T) {
 	}
 
 	t.Run("stripe list fails for good", func(t *testing.T) {
-		e.stripe.SetFaults(stripetest.Faults{FailList: stripetest.ListRefunds})
-		defer e.stripe.SetFaults(stripetest.Faults{})
+		e.stripe.SetFaults(stripesim.Faults{FailList: stripesim.ListRefunds})
+		defer e.stripe.SetFaults(stripesim.Faults{})
 		code, stdout, stderr := e.run("run", "--config", cfg, "--since", "2h", "--format", "json")
 		if code != 1 {
 			t.Fatalf("exit %d, want 1; stderr %s", code, stderr)

@@ -26,7 +26,7 @@ import (
 	"reconcile/internal/runner"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 const stripeKey = "sk_test_bench_reconcile"
@@ -42,7 +42,7 @@ var e2eSizes = []struct {
 // shared by the benchmarks of one process: it is only read.
 type server struct {
 	world World
-	srv   *stripetest.Server
+	srv   *stripesim.Server
 	url   string
 }
 
@@ -62,7 +62,7 @@ func serve(b *testing.B, n int) *server {
 	// The newest objects two minutes old: a second pass's overlap holds
 	// some, as a nightly pass's does.
 	w := NewWorldWith(n, time.Now().UTC().Truncate(time.Second), WorldOptions{Newest: 2 * time.Minute})
-	srv := stripetest.New(stripeKey)
+	srv := stripesim.New(stripeKey)
 	keys := w.KeyOf()
 	for _, o := range w.Objects {
 		if err := srv.Add(o, keys[o.ID]); err != nil {
@@ -78,7 +78,7 @@ func serve(b *testing.B, n int) *server {
 	_ = stop
 	s := &server{world: w, srv: srv, url: url}
 	servers[n] = s
-	b.Logf("stripetest with %d objects ready in %s", len(w.Objects), time.Since(start).Round(time.Millisecond))
+	b.Logf("stripesim with %d objects ready in %s", len(w.Objects), time.Since(start).Round(time.Millisecond))
 	return s
 }
 
@@ -119,7 +119,7 @@ func database(b *testing.B, w World) (*pgxpool.Pool, string) {
 }
 
 // reads counts what the server handed out since its stats were reset.
-func reads(s *stripetest.Server) (entries, requests int) {
+func reads(s *stripesim.Server) (entries, requests int) {
 	st := s.Stats()
 	return st.Reads(), st.Requests
 }

@@ -17,7 +17,7 @@ import (
 	"reconcile/internal/alerts"
 	"reconcile/internal/redact"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // Key is the demo's Stripe API key: a test-mode key of no account, which
@@ -63,7 +63,7 @@ func (e *Env) start(ctx context.Context, adminURL string, data Dataset) error {
 		return fmt.Errorf("demo database: %w", err)
 	}
 
-	stripe := stripetest.New(Key)
+	stripe := stripesim.New(Key)
 	for _, o := range data.Objects {
 		if err := stripe.Add(o.ProviderObject, o.Key); err != nil {
 			return fmt.Errorf("demo data: %w", err)

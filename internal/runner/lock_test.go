@@ -24,7 +24,7 @@ import (
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 const (
@@ -41,7 +41,7 @@ type lockWorld struct {
 	t      *testing.T
 	dbURL  string
 	pool   *pgxpool.Pool // the test's own, to watch and to kill
-	stripe *stripetest.Server
+	stripe *stripesim.Server
 	slack  *slacktest.Server
 	// The servers' URLs for the second run; the first run's go through
 	// hooks (hooked).
@@ -54,7 +54,7 @@ const lockTransitions = 2
 func newLockWorld(t *testing.T) *lockWorld {
 	t.Helper()
 	pool, dbURL := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
-	w := &lockWorld{t: t, dbURL: dbURL, pool: pool, stripe: stripetest.New(lockStripeKey), slack: slacktest.New(lockSlackTok)}
+	w := &lockWorld{t: t, dbURL: dbURL, pool: pool, stripe: stripesim.New(lockStripeKey), slack: slacktest.New(lockSlackTok)}
 	var stop func()
 	var err error
 	if w.stripeURL, stop, err = w.stripe.Start(); err != nil {

@@ -16,7 +16,7 @@ import (
 	"reconcile/internal/runner"
 	"reconcile/internal/sources"
 	"reconcile/internal/store/storetest"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // A charges page answered 200 {} used to read as the end of the charges:
@@ -43,7 +43,7 @@ func TestMalformedPageFailsThePass(t *testing.T) {
 		IdempotencyKey: "key-dup", Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: created})
 
 	for _, mirrored := range []bool{false, true} {
-		e.srv.SetFaults(stripetest.Faults{Malformed: stripetest.ShapeEmpty, MalformedList: stripetest.ListCharges})
+		e.srv.SetFaults(stripesim.Faults{Malformed: stripesim.ShapeEmpty, MalformedList: stripesim.ListCharges})
 		before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
 		out, err := e.runner(mirrored).Run(context.Background(), runner.Request{
 			Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock}, Trigger: reconcile.TriggerManual})
@@ -71,8 +71,8 @@ func TestMalformedPageFailsThePass(t *testing.T) {
 		}
 	}
 
-	for _, f := range []stripetest.Faults{
-		{Malformed: stripetest.ShapeEmpty, MalformedList: stripetest.ListCharges, MalformedEvery: 2},
+	for _, f := range []stripesim.Faults{
+		{Malformed: stripesim.ShapeEmpty, MalformedList: stripesim.ListCharges, MalformedEvery: 2},
 		{},
 	} {
 		e.srv.SetFaults(f)

@@ -21,7 +21,7 @@ import (
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
 	"reconcile/internal/store/storetest"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 const testKey = "sk_test_runner0123456789abcdefSECRET"
@@ -33,7 +33,7 @@ var t0 = time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
 // the obligations table and the reconcile schema, and a clock.
 type env struct {
 	tb     testing.TB
-	srv    *stripetest.Server
+	srv    *stripesim.Server
 	pool   *pgxpool.Pool
 	clock  time.Time
 	stripe *sources.Stripe
@@ -47,7 +47,7 @@ type env struct {
 
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
-	srv := stripetest.New(testKey)
+	srv := stripesim.New(testKey)
 	base, stop, err := srv.Start()
 	if err != nil {
 		tb.Fatal(err)
@@ -377,7 +377,7 @@ func TestFailedPassKeepsTheMirror(t *testing.T) {
 	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM reconcile.provider_objects`).Scan(&objects); err != nil {
 		t.Fatal(err)
 	}
-	e.srv.SetFaults(stripetest.Faults{FailList: stripetest.ListEvents, FailListAfter: 0})
+	e.srv.SetFaults(stripesim.Faults{FailList: stripesim.ListEvents, FailListAfter: 0})
 	if _, err := e.runner(true).Run(t.Context(), runner.Request{Window: reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock},
 		Trigger: reconcile.TriggerManual}); err == nil {
 		t.Fatal("pass with the events list failing succeeded")

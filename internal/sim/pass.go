@@ -24,7 +24,7 @@ import (
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // errKilled is what a killed pass's process no longer does: every call a
@@ -37,8 +37,8 @@ type passPlan struct {
 	dryRun bool
 	full   bool // run --full: read the whole window even where the mirror could vouch for it
 
-	stripe       stripetest.Faults // while listing
-	retrieveFail bool              // every retrieval by id answers 500
+	stripe       stripesim.Faults // while listing
+	retrieveFail bool             // every retrieval by id answers 500
 	// stripeTimeout lists the listing requests (1-based, in the pass)
 	// whose answer never arrives in time: the reader sees a timeout.
 	stripeTimeout map[int]bool
@@ -374,7 +374,7 @@ func (p *simProvider) read(list func() error) error {
 	pc.listing = true
 	w.mu.Unlock()
 	err := list()
-	w.stripe.SetFaults(stripetest.Faults{})
+	w.stripe.SetFaults(stripesim.Faults{})
 	st := w.stripe.Stats()
 	w.mu.Lock()
 	pc.listing = false
@@ -412,10 +412,10 @@ func (p *simProvider) Retrieve(ctx context.Context, ids []string) ([]reconcile.P
 	}
 	if pc.plan.retrieveFail {
 		// Every retrieval fails, whatever order the reader sends them in.
-		w.stripe.SetFaults(stripetest.Faults{ServerErrorEvery: 1})
+		w.stripe.SetFaults(stripesim.Faults{ServerErrorEvery: 1})
 	}
 	objs, ls := p.inner.Retrieve(ctx, ids)
-	w.stripe.SetFaults(stripetest.Faults{})
+	w.stripe.SetFaults(stripesim.Faults{})
 	w.mu.Lock()
 	for _, l := range ls {
 		if l.Result == reconcile.LookupFailed {
@@ -663,7 +663,7 @@ func pollUntil(ctx context.Context, pool *pgxpool.Pool, query string, args ...an
 	return false, nil
 }
 
-// stripeTransport carries the Stripe reader's requests to stripetest and
+// stripeTransport carries the Stripe reader's requests to stripesim and
 // turns the answers of the listing requests the plan names into timeouts:
 // the server answered, the reader never saw it. Retrievals are left
 // alone, since the reader sends them in no fixed order.

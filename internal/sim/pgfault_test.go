@@ -20,7 +20,7 @@ import (
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // busyWorld is a world whose next pass has everything to do: obligations
@@ -129,7 +129,7 @@ func TestKilledDatabaseSessions(t *testing.T) {
 // TestDatabaseDownAtStart: with the database unreachable, a pass fails at
 // once, before any request to Stripe or Slack.
 func TestDatabaseDownAtStart(t *testing.T) {
-	stripe := stripetest.New(canaryStripeKey)
+	stripe := stripesim.New(canaryStripeKey)
 	stripeURL, stop, err := stripe.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestCommandDatabaseDown(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	stripe := stripetest.New(canaryStripeKey)
+	stripe := stripesim.New(canaryStripeKey)
 	stripeURL, stop, err := stripe.Start()
 	if err != nil {
 		t.Fatal(err)

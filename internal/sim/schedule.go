@@ -5,7 +5,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/slacktest"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // lookback is the window of an ordinary pass, as `reconcile run --since 72h`.
@@ -90,18 +90,18 @@ func (w *world) reconcile() error {
 func (w *world) drawPlan(kill bool) passPlan {
 	p := w.quiet()
 	if w.chance(0.5) {
-		f := stripetest.Faults{Seed: w.rng.Uint64()}
+		f := stripesim.Faults{Seed: w.rng.Uint64()}
 		for range 1 + w.rng.IntN(2) {
 			switch w.rng.IntN(7) {
 			case 6:
 				// 200s in a broken shape: now and then (retried past) or on
 				// every request to one list (the pass must fail).
-				shapes := []stripetest.Shape{stripetest.ShapeEmpty, stripetest.ShapeNoData, stripetest.ShapeNullData,
-					stripetest.ShapeNoHasMore, stripetest.ShapeNotList, stripetest.ShapeTruncated,
-					stripetest.Without("amount"), stripetest.Without("currency"), stripetest.Without("status"),
-					stripetest.Without("created"), stripetest.Without("id")}
+				shapes := []stripesim.Shape{stripesim.ShapeEmpty, stripesim.ShapeNoData, stripesim.ShapeNullData,
+					stripesim.ShapeNoHasMore, stripesim.ShapeNotList, stripesim.ShapeTruncated,
+					stripesim.Without("amount"), stripesim.Without("currency"), stripesim.Without("status"),
+					stripesim.Without("created"), stripesim.Without("id")}
 				f.Malformed = shapes[w.rng.IntN(len(shapes))]
-				f.MalformedList = []string{"", stripetest.ListEvents, stripetest.ListCharges, stripetest.ListRefunds}[w.rng.IntN(4)]
+				f.MalformedList = []string{"", stripesim.ListEvents, stripesim.ListCharges, stripesim.ListRefunds}[w.rng.IntN(4)]
 				if w.chance(0.6) {
 					f.MalformedEvery = 2 + w.rng.IntN(3)
 				}
@@ -126,7 +126,7 @@ func (w *world) drawPlan(kill bool) passPlan {
 				f.DropP = 0.05 + 0.25*w.rng.Float64()
 			case 3:
 				if f.ServerErrorP == 0 {
-					f.FailList = []string{stripetest.ListEvents, stripetest.ListCharges, stripetest.ListRefunds, stripetest.ListPaymentIntents}[w.rng.IntN(4)]
+					f.FailList = []string{stripesim.ListEvents, stripesim.ListCharges, stripesim.ListRefunds, stripesim.ListPaymentIntents}[w.rng.IntN(4)]
 					f.FailListAfter = w.rng.IntN(2)
 				}
 			case 4:

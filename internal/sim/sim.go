@@ -9,7 +9,7 @@
 // did checks the invariants I1–I9 after every pass.
 //
 // Everything real runs: the runner, the stripe-go reader against
-// stripetest over HTTP, the obligations reader, the store and the provider
+// stripesim over HTTP, the obligations reader, the store and the provider
 // mirror on PostgreSQL, and the slack-go deliverer against slacktest.
 // Faults are injected only at those boundaries, or by wrapping the
 // runner's own interfaces (runner.Store, runner.Provider) to kill a pass
@@ -78,7 +78,7 @@ import (
 	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // Canaries are secrets and personal data planted in the world. None may
@@ -200,7 +200,7 @@ type world struct {
 	rng   *rand.Rand
 	clock *clock
 
-	stripe    *stripetest.Server
+	stripe    *stripesim.Server
 	stripeURL string
 	slack     *slacktest.Server
 	slackURL  string
@@ -294,7 +294,7 @@ func (w *world) setUp() error {
 	if r := rand.New(rand.NewPCG(w.seed, 0x100cbac)); r.IntN(4) == 0 {
 		w.maxLookback = time.Duration(50+r.IntN(5*24)) * time.Hour
 	}
-	w.stripe = stripetest.New(canaryStripeKey)
+	w.stripe = stripesim.New(canaryStripeKey)
 	u, stop, err := w.stripe.Start()
 	if err != nil {
 		return err

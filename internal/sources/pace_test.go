@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // A 429 halves the pace, once per overload, down to a sixteenth; answers
@@ -60,7 +60,7 @@ func TestReaderYieldsToASharedLimit(t *testing.T) {
 	e := newEnv(t)
 	d := populate(t, e, 3000)
 	// Well under what the reader asks for, even on a loaded machine.
-	e.srv.SetFaults(stripetest.Faults{RateLimit: 15, RateBurst: 2})
+	e.srv.SetFaults(stripesim.Faults{RateLimit: 15, RateBurst: 2})
 	r := e.reader(t, func(o *StripeOptions) {
 		o.Rate, o.Burst, o.Concurrency, o.SliceMin, o.MaxRetries = 160, 1, 4, time.Minute, 20
 	})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"reconcile"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // benchWindow is spread with benchData's objects.
@@ -57,11 +57,11 @@ func benchData(tb testing.TB, e *env, n int) {
 func BenchmarkFetch(b *testing.B) {
 	cases := []struct {
 		name   string
-		faults stripetest.Faults
+		faults stripesim.Faults
 		rate   float64
 	}{
-		{"paced", stripetest.Faults{Latency: 50 * time.Millisecond, RateLimit: 25}, 25},
-		{"unpaced", stripetest.Faults{}, math.Inf(1)},
+		{"paced", stripesim.Faults{Latency: 50 * time.Millisecond, RateLimit: 25}, 25},
+		{"unpaced", stripesim.Faults{}, math.Inf(1)},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -13,7 +13,7 @@ import (
 	stripe "github.com/stripe/stripe-go/v79"
 
 	"reconcile"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 const (
@@ -158,26 +158,26 @@ func FuzzCheckObject(f *testing.F) {
 // malformedCases are the broken shapes of each list the reader must refuse,
 // and what its error must say.
 var malformedCases = []struct {
-	shape stripetest.Shape
+	shape stripesim.Shape
 	list  string
 	want  string
 }{
-	{stripetest.ShapeEmpty, ListCharges, `malformed list page: no object "list", data, has_more`},
-	{stripetest.ShapeNoData, ListRefunds, "malformed list page: no data"},
-	{stripetest.ShapeNullData, ListPaymentIntents, "malformed list page: no data"},
-	{stripetest.ShapeNoHasMore, ListCharges, "malformed list page: no has_more"},
-	{stripetest.ShapeNotList, ListEvents, `malformed list page: no object "list"`},
-	{stripetest.Without("id"), ListRefunds, "malformed refund #1 of the page: no id"},
-	{stripetest.Without("amount"), ListCharges, "malformed charge ch_00249: no amount"},
-	{stripetest.Without("currency"), ListRefunds, ": no currency"},
-	{stripetest.Without("status"), ListPaymentIntents, "malformed payment_intent pi_00248: no status"},
-	{stripetest.Without("created"), ListCharges, "malformed charge ch_00249: no created"},
-	{stripetest.ShapeTruncated, ListCharges, "malformed response: undecodable JSON: unexpected end of JSON input"},
-	{stripetest.ShapeTruncated, ListEvents, "malformed response: undecodable JSON"},
-	{stripetest.Without("data.object"), ListEvents, ": no data.object with an id"},
-	{stripetest.Without("type"), ListEvents, ": no type"},
-	{stripetest.Without("created"), ListEvents, ": no created"},
-	{stripetest.Without("id"), ListEvents, "malformed event #1 of the page: no id"},
+	{stripesim.ShapeEmpty, ListCharges, `malformed list page: no object "list", data, has_more`},
+	{stripesim.ShapeNoData, ListRefunds, "malformed list page: no data"},
+	{stripesim.ShapeNullData, ListPaymentIntents, "malformed list page: no data"},
+	{stripesim.ShapeNoHasMore, ListCharges, "malformed list page: no has_more"},
+	{stripesim.ShapeNotList, ListEvents, `malformed list page: no object "list"`},
+	{stripesim.Without("id"), ListRefunds, "malformed refund #1 of the page: no id"},
+	{stripesim.Without("amount"), ListCharges, "malformed charge ch_00249: no amount"},
+	{stripesim.Without("currency"), ListRefunds, ": no currency"},
+	{stripesim.Without("status"), ListPaymentIntents, "malformed payment_intent pi_00248: no status"},
+	{stripesim.Without("created"), ListCharges, "malformed charge ch_00249: no created"},
+	{stripesim.ShapeTruncated, ListCharges, "malformed response: undecodable JSON: unexpected end of JSON input"},
+	{stripesim.ShapeTruncated, ListEvents, "malformed response: undecodable JSON"},
+	{stripesim.Without("data.object"), ListEvents, ": no data.object with an id"},
+	{stripesim.Without("type"), ListEvents, ": no type"},
+	{stripesim.Without("created"), ListEvents, ": no created"},
+	{stripesim.Without("id"), ListEvents, "malformed event #1 of the page: no id"},
 }
 
 // readers are the two ways a window is read: List, and Sync as an
@@ -205,7 +205,7 @@ func TestListRefusesMalformedPages(t *testing.T) {
 	for _, tt := range malformedCases {
 		for _, rd := range readers {
 			t.Run(rd.name+"/"+tt.list+"/"+string(tt.shape), func(t *testing.T) {
-				e.srv.SetFaults(stripetest.Faults{Malformed: tt.shape, MalformedList: tt.list})
+				e.srv.SetFaults(stripesim.Faults{Malformed: tt.shape, MalformedList: tt.list})
 				e.srv.ResetStats()
 				r := e.reader(t, func(o *StripeOptions) { o.Concurrency, o.MaxRetries = 1, 3 })
 				l, err := rd.read(r, t)
@@ -251,7 +251,7 @@ func TestListRetriesMalformedPages(t *testing.T) {
 			t.Run(rd.name+"/"+string(tt.shape), func(t *testing.T) {
 				// Every third page of any list: with one worker, each list
 				// meets it, mid-list where it has pages enough.
-				e.srv.SetFaults(stripetest.Faults{Malformed: tt.shape, MalformedEvery: 3})
+				e.srv.SetFaults(stripesim.Faults{Malformed: tt.shape, MalformedEvery: 3})
 				e.srv.ResetStats()
 				r := e.reader(t, func(o *StripeOptions) { o.Concurrency, o.MaxRetries = 1, 3 })
 				l, err := rd.read(r, t)
@@ -289,24 +289,24 @@ func TestRetrieveRefusesMalformedObjects(t *testing.T) {
 	e := newEnv(t)
 	d := populate(t, e, 30)
 	tests := []struct {
-		shape  stripetest.Shape
+		shape  stripesim.Shape
 		list   string
 		id     string
 		reason string
 	}{
-		{stripetest.ShapeEmpty, ListCharges, "ch_00001", "no id, amount, currency, status, created"},
-		{stripetest.Without("id"), ListCharges, "ch_00001", "no id"},
-		{stripetest.Without("amount"), ListCharges, "ch_00001", "no amount"},
-		{stripetest.Without("currency"), ListRefunds, "re_00000", "no currency"},
-		{stripetest.Without("status"), ListPaymentIntents, "pi_00004", "no status"},
-		{stripetest.Without("created"), ListCharges, "ch_00001", "no created"},
-		{stripetest.ShapeTruncated, ListRefunds, "re_00000", "malformed response: undecodable JSON"},
+		{stripesim.ShapeEmpty, ListCharges, "ch_00001", "no id, amount, currency, status, created"},
+		{stripesim.Without("id"), ListCharges, "ch_00001", "no id"},
+		{stripesim.Without("amount"), ListCharges, "ch_00001", "no amount"},
+		{stripesim.Without("currency"), ListRefunds, "re_00000", "no currency"},
+		{stripesim.Without("status"), ListPaymentIntents, "pi_00004", "no status"},
+		{stripesim.Without("created"), ListCharges, "ch_00001", "no created"},
+		{stripesim.ShapeTruncated, ListRefunds, "re_00000", "malformed response: undecodable JSON"},
 	}
 	r := e.reader(t, func(o *StripeOptions) { o.MaxRetries, o.Concurrency = 2, 1 })
 	for _, tt := range tests {
 		t.Run(tt.list+"/"+string(tt.shape), func(t *testing.T) {
 			kind, _ := kindOfID(tt.id)
-			e.srv.SetFaults(stripetest.Faults{Malformed: tt.shape, MalformedList: tt.list})
+			e.srv.SetFaults(stripesim.Faults{Malformed: tt.shape, MalformedList: tt.list})
 			e.srv.ResetStats()
 			objs, lookups := r.Retrieve(t.Context(), []string{tt.id})
 			l := lookups[0]
@@ -324,7 +324,7 @@ func TestRetrieveRefusesMalformedObjects(t *testing.T) {
 			// Every other answer malformed: of two ids read one after the
 			// other, the second is malformed once, retried and found.
 			other := map[reconcile.ObjectKind]string{reconcile.Charge: "ch_00002", reconcile.Refund: "re_00006", reconcile.PaymentIntent: "pi_00008"}[kind]
-			e.srv.SetFaults(stripetest.Faults{Malformed: tt.shape, MalformedList: tt.list, MalformedEvery: 2})
+			e.srv.SetFaults(stripesim.Faults{Malformed: tt.shape, MalformedList: tt.list, MalformedEvery: 2})
 			e.srv.ResetStats()
 			objs, lookups = r.Retrieve(t.Context(), []string{tt.id, other})
 			for _, l := range lookups {
@@ -349,7 +349,7 @@ func TestRetrieveRefusesMalformedObjects(t *testing.T) {
 		})
 	}
 	t.Run("page shapes spare retrievals", func(t *testing.T) {
-		e.srv.SetFaults(stripetest.Faults{Malformed: stripetest.ShapeNoHasMore})
+		e.srv.SetFaults(stripesim.Faults{Malformed: stripesim.ShapeNoHasMore})
 		if _, lookups := r.Retrieve(t.Context(), []string{"ch_00001"}); lookups[0].Result != reconcile.LookupFound {
 			t.Errorf("lookup %+v, want found", lookups[0])
 		}
@@ -368,7 +368,7 @@ func TestMalformedIsLogged(t *testing.T) {
 	})
 	// The charges take three pages: the second and the third arrive
 	// without amounts once.
-	e.srv.SetFaults(stripetest.Faults{Malformed: stripetest.Without("amount"), MalformedList: ListCharges, MalformedEvery: 2})
+	e.srv.SetFaults(stripesim.Faults{Malformed: stripesim.Without("amount"), MalformedList: ListCharges, MalformedEvery: 2})
 	l, err := r.List(t.Context(), window)
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +440,7 @@ func BenchmarkCheckPage(b *testing.B) {
 func TestDroppedBodyIsNotMalformed(t *testing.T) {
 	e := newEnv(t)
 	populate(t, e, 20)
-	e.srv.SetFaults(stripetest.Faults{DropEvery: 1})
+	e.srv.SetFaults(stripesim.Faults{DropEvery: 1})
 	r := e.reader(t, func(o *StripeOptions) { o.Concurrency, o.MaxRetries = 1, 2 })
 	_, err := r.List(t.Context(), window)
 	var le *ListError

@@ -9,7 +9,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"reconcile"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 // Sync lists the objects of its object window and, from the events of its
@@ -93,7 +93,7 @@ func TestSyncTellsChanges(t *testing.T) {
 func TestSyncFailsWhole(t *testing.T) {
 	e := newEnv(t)
 	populate(t, e, 200)
-	e.srv.SetFaults(stripetest.Faults{FailList: ListEvents, FailListAfter: 1})
+	e.srv.SetFaults(stripesim.Faults{FailList: ListEvents, FailListAfter: 1})
 	r := e.reader(t, func(o *StripeOptions) { o.Concurrency = 1; o.MaxRetries = 1 })
 	s, err := r.Sync(t.Context(), SyncRequest{Objects: reconcile.Window{From: window.To, To: window.To}, Events: window})
 	var le *ListError

@@ -21,7 +21,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/config"
-	"reconcile/internal/stripetest"
+	"reconcile/internal/stripesim"
 )
 
 const testKey = "sk_test_reader0123456789abcdefSECRET"
@@ -34,13 +34,13 @@ var (
 // env is a Stripe-compatible server for one test. Every test proves at its
 // end that no write reached it.
 type env struct {
-	srv  *stripetest.Server
+	srv  *stripesim.Server
 	base string
 }
 
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
-	srv := stripetest.New(testKey)
+	srv := stripesim.New(testKey)
 	base, stop, err := srv.Start()
 	if err != nil {
 		tb.Fatal(err)
@@ -226,11 +226,11 @@ func TestListConcurrencyDoesNotChangeTheListing(t *testing.T) {
 func TestListSurvivesTransientFaults(t *testing.T) {
 	tests := []struct {
 		name   string
-		faults stripetest.Faults
-		check  func(t *testing.T, st stripetest.Stats, l *Listing)
+		faults stripesim.Faults
+		check  func(t *testing.T, st stripesim.Stats, l *Listing)
 	}{
-		{"429 every 3rd and 500 every 5th", stripetest.Faults{RateLimitEvery: 3, ServerErrorEvery: 5},
-			func(t *testing.T, st stripetest.Stats, l *Listing) {
+		{"429 every 3rd and 500 every 5th", stripesim.Faults{RateLimitEvery: 3, ServerErrorEvery: 5},
+			func(t *testing.T, st stripesim.Stats, l *Listing) {
 				if st.RateLimited == 0 || st.ServerErrors == 0 {
 					t.Errorf("server served %d 429s and %d 500s, want some of each", st.RateLimited, st.ServerErrors)
 				}
@@ -238,14 +238,14 @@ func TestListSurvivesTransientFaults(t *testing.T) {
 					t.Errorf("retries = %d, want one per failure served (%d)", l.Stats.Retries, st.RateLimited+st.ServerErrors)
 				}
 			}},
-		{"connection dropped mid-page", stripetest.Faults{DropEvery: 4},
-			func(t *testing.T, st stripetest.Stats, l *Listing) {
+		{"connection dropped mid-page", stripesim.Faults{DropEvery: 4},
+			func(t *testing.T, st stripesim.Stats, l *Listing) {
 				if st.Dropped == 0 || l.Stats.Retries != st.Dropped {
 					t.Errorf("dropped %d, retried %d: want some, one retry each", st.Dropped, l.Stats.Retries)
 				}
 			}},
-		{"random faults", stripetest.Faults{Seed: 42, RateLimitP: 0.1, ServerErrorP: 0.1, DropP: 0.1},
-			func(t *testing.T, st stripetest.Stats, l *Listing) {
+		{"random faults", stripesim.Faults{Seed: 42, RateLimitP: 0.1, ServerErrorP: 0.1, DropP: 0.1},
+			func(t *testing.T, st stripesim.Stats, l *Listing) {
 				if l.Stats.Retries == 0 {
 					t.Error("no retry, want some")
 				}
@@ -253,8 +253,8 @@ func TestListSurvivesTransientFaults(t *testing.T) {
 		// The reader paced a little above the server's limit, as when another
 		// client shares the account's limit: the excess is refused, retried
 		// and read.
-		{"server rate limit below the reader's pace", stripetest.Faults{RateLimit: 200, RateBurst: 2},
-			func(t *testing.T, st stripetest.Stats, l *Listing) {
+		{"server rate limit below the reader's pace", stripesim.Faults{RateLimit: 200, RateBurst: 2},
+			func(t *testing.T, st stripesim.Stats, l *Listing) {
 				if st.RateLimited == 0 {
 					t.Error("the server limited nothing; the test proves nothing")
 				}
@@ -299,15 +299,15 @@ func TestListFailsRatherThanReturnPartial(t *testing.T) {
 	})
 	tests := []struct {
 		name       string
-		faults     stripetest.Faults
+		faults     stripesim.Faults
 		list       string
 		cursor     string
 		requests   int // to the failing list's path
 		wantInText []string
 	}{
-		{"charges fail from their second page", stripetest.Faults{FailList: ListCharges, FailListAfter: 1},
+		{"charges fail from their second page", stripesim.Faults{FailList: ListCharges, FailListAfter: 1},
 			ListCharges, charges[99].ID, 1 + 4, []string{"charges", "starting after " + charges[99].ID, "500", "after 4 attempts"}},
-		{"events fail from the start", stripetest.Faults{FailList: ListEvents},
+		{"events fail from the start", stripesim.Faults{FailList: ListEvents},
 			ListEvents, "", 4, []string{"events", "first page"}},
 	}
 	for _, tt := range tests {
@@ -341,7 +341,7 @@ func TestListFailsRatherThanReturnPartial(t *testing.T) {
 func TestShouldRetryHeader(t *testing.T) {
 	e := newEnv(t)
 	populate(t, e, 10)
-	e.srv.SetFaults(stripetest.Faults{ServerErrorEvery: 1, ShouldRetry: "false"})
+	e.srv.SetFaults(stripesim.Faults{ServerErrorEvery: 1, ShouldRetry: "false"})
 	r := e.reader(t, func(o *StripeOptions) { o.Concurrency = 1 })
 
 	_, err := r.List(t.Context(), window)
@@ -479,12 +479,12 @@ func TestKeyEvidenceEndToEnd(t *testing.T) {
 	// A refund.updated sent by a request (a metadata update) carries that
 	// request's key; a charge.captured carries the capture's, not the
 	// creation's.
-	if _, err := e.srv.AddEvent(stripetest.Event{Type: "refund.updated", Created: t0.Add(4 * time.Hour), ObjectID: "re_2",
-		Request: &stripetest.Request{ID: "req_upd", IdempotencyKey: "key-update"}}); err != nil {
+	if _, err := e.srv.AddEvent(stripesim.Event{Type: "refund.updated", Created: t0.Add(4 * time.Hour), ObjectID: "re_2",
+		Request: &stripesim.Request{ID: "req_upd", IdempotencyKey: "key-update"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.srv.AddEvent(stripetest.Event{Type: "charge.captured", Created: t0.Add(4 * time.Hour), ObjectID: "ch_1",
-		Request: &stripetest.Request{ID: "req_cap", IdempotencyKey: "key-capture"}}); err != nil {
+	if _, err := e.srv.AddEvent(stripesim.Event{Type: "charge.captured", Created: t0.Add(4 * time.Hour), ObjectID: "ch_1",
+		Request: &stripesim.Request{ID: "req_cap", IdempotencyKey: "key-capture"}}); err != nil {
 		t.Fatal(err)
 	}
 	l, err := e.reader(t, nil).List(t.Context(), window)
@@ -660,8 +660,8 @@ func TestRetrieve(t *testing.T) {
 	}
 
 	t.Run("500 forever fails, never not found", func(t *testing.T) {
-		e.srv.SetFaults(stripetest.Faults{ServerErrorEvery: 1})
-		defer e.srv.SetFaults(stripetest.Faults{})
+		e.srv.SetFaults(stripesim.Faults{ServerErrorEvery: 1})
+		defer e.srv.SetFaults(stripesim.Faults{})
 		e.srv.ResetStats()
 		_, lookups := r.Retrieve(t.Context(), []string{"ch_00001", "ch_missing"})
 		for _, l := range lookups {
@@ -674,8 +674,8 @@ func TestRetrieve(t *testing.T) {
 		}
 	})
 	t.Run("a timeout fails, never not found", func(t *testing.T) {
-		e.srv.SetFaults(stripetest.Faults{Latency: 200 * time.Millisecond})
-		defer e.srv.SetFaults(stripetest.Faults{})
+		e.srv.SetFaults(stripesim.Faults{Latency: 200 * time.Millisecond})
+		defer e.srv.SetFaults(stripesim.Faults{})
 		slow := e.reader(t, func(o *StripeOptions) { o.RequestTimeout, o.MaxRetries = 20*time.Millisecond, 1 })
 		_, lookups := slow.Retrieve(t.Context(), []string{"ch_missing"})
 		if l := lookups[0]; l.Result != reconcile.LookupFailed || !strings.Contains(l.Err, "deadline exceeded") || !strings.Contains(l.Err, "2 attempts") {
@@ -707,7 +707,7 @@ func TestKeyNeverInErrorsOrLogs(t *testing.T) {
 	_, lookups := r.Retrieve(t.Context(), []string{"ch_00001"})
 
 	good := e.reader(t, func(o *StripeOptions) { o.Logger, o.MaxRetries = logger, 1 })
-	e.srv.SetFaults(stripetest.Faults{ServerErrorEvery: 1})
+	e.srv.SetFaults(stripesim.Faults{ServerErrorEvery: 1})
 	_, err2 := good.List(t.Context(), window)
 	if err2 == nil {
 		t.Fatal("List against a failing server = nil error")
@@ -772,7 +772,7 @@ func TestForeignErrorBodyIsNotShown(t *testing.T) {
 func TestListCanceled(t *testing.T) {
 	e := newEnv(t)
 	populate(t, e, 10)
-	e.srv.SetFaults(stripetest.Faults{ServerErrorEvery: 1})
+	e.srv.SetFaults(stripesim.Faults{ServerErrorEvery: 1})
 	ctx, cancel := context.WithCancel(t.Context())
 	r := e.reader(t, func(o *StripeOptions) {
 		o.RetryBase, o.RetryMax = time.Hour, time.Hour

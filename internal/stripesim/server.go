@@ -1,5 +1,7 @@
-// Package stripetest is a Stripe-compatible read API over data built from Go
-// values, for the tests, the demo and the benchmarks.
+// Package stripesim is a simulated Stripe: the provider of the demo, the
+// simulation, the benchmarks and the tests. It is a Stripe-compatible read
+// API over data built from Go values, shipped in the binary because
+// `reconcile demo` serves its sample shop from it.
 //
 // It serves what the reconciler reads, in Stripe's wire format as stripe-go
 // v79 decodes it: the lists of charges, refunds, payment intents and events
@@ -14,7 +16,7 @@
 // created, each carrying the idempotency key of the creating request.
 //
 // The package must not import "testing": the demo binary uses it.
-package stripetest
+package stripesim
 
 import (
 	"encoding/json"
@@ -88,7 +90,7 @@ func New(apiKey string) *Server {
 func (s *Server) Start() (baseURL string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, fmt.Errorf("start stripetest server: %w", err)
+		return "", nil, fmt.Errorf("start stripesim server: %w", err)
 	}
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
@@ -312,7 +314,7 @@ func (s *Server) emit(typ string, created int64, object []byte, req *Request) st
 	if err != nil {
 		// The parts are JSON the server rendered itself or that AddEvent
 		// checked, so this cannot happen.
-		panic(fmt.Sprintf("stripetest: render event: %v", err))
+		panic(fmt.Sprintf("stripesim: render event: %v", err))
 	}
 	s.lists[ListEvents].add(&entry{id: id, created: created, body: body, typ: typ})
 	return id

@@ -1,4 +1,4 @@
-package stripetest
+package stripesim
 
 import (
 	"fmt"
@@ -105,7 +105,7 @@ func (f Faults) hit(n uint64, every int, p float64, salt uint64) bool {
 // and rate limiter.
 func (s *Server) SetFaults(f Faults) {
 	if !f.Malformed.valid() {
-		panic(fmt.Sprintf("stripetest: unknown Malformed shape %q", f.Malformed))
+		panic(fmt.Sprintf("stripesim: unknown Malformed shape %q", f.Malformed))
 	}
 	var lim *rate.Limiter
 	if f.RateLimit > 0 {
@@ -207,6 +207,6 @@ type TB interface {
 func (s *Server) AssertNoWrites(tb TB) {
 	tb.Helper()
 	if st := s.Stats(); st.Writes != 0 {
-		tb.Errorf("stripetest: %d write request(s) reached the provider, want none: %v", st.Writes, st.WriteRequests)
+		tb.Errorf("stripesim: %d write request(s) reached the provider, want none: %v", st.Writes, st.WriteRequests)
 	}
 }

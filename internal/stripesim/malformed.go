@@ -1,4 +1,4 @@
-package stripetest
+package stripesim
 
 import (
 	"encoding/json"
@@ -149,7 +149,7 @@ func without(obj []byte, path string) ([]byte, bool) {
 func mustMarshal(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic("stripetest: render a malformed body: " + err.Error())
+		panic("stripesim: render a malformed body: " + err.Error())
 	}
 	return b
 }

@@ -1,4 +1,4 @@
-package stripetest
+package stripesim
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 	"reconcile"
 )
 
-const testKey = "sk_test_stripetest0123456789"
+const testKey = "sk_test_stripesim0123456789"
 
 var t0 = time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 

@@ -1,4 +1,4 @@
-package stripetest
+package stripesim
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 		s.writeError(w, reqID, &apiErr{status: http.StatusForbidden, typ: "invalid_request_error",
-			msg: fmt.Sprintf("This key is read-only: %s %s is refused (stripetest serves reads only; the reconciler must never write to the provider).", r.Method, r.URL.Path)})
+			msg: fmt.Sprintf("This key is read-only: %s %s is refused (stripesim serves reads only; the reconciler must never write to the provider).", r.Method, r.URL.Path)})
 		return
 	}
 	f, lim := s.currentFaults()

@@ -1,4 +1,4 @@
-package stripetest
+package stripesim
 
 import (
 	"encoding/json"
@@ -213,7 +213,7 @@ func render(o reconcile.ProviderObject) ([]byte, error) {
 	case reconcile.PaymentIntent:
 		p := paymentIntentJSON{
 			ID: o.ID, Object: "payment_intent", Amount: o.Money.Amount, CaptureMethod: "automatic",
-			ClientSecret: o.ID + "_secret_stripetest", Created: created, Currency: o.Money.Currency,
+			ClientSecret: o.ID + "_secret_stripesim", Created: created, Currency: o.Money.Currency,
 			Customer: nullable(o.Customer), LatestCharge: nullable(o.Charge), Metadata: metadata(o.Metadata),
 			Status: status,
 		}
