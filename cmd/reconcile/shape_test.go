@@ -55,8 +55,8 @@ func keyShape(name string, v any) []string {
 // `findings` are contracts that other tools parse: this pins every object's
 // keys, in every variant the outputs print (a finding acknowledged,
 // resolved or neither; a trace with and without the provider's side), in
-// testdata/json_keys.golden, written from the outputs before issue 13 gave
-// a finding one JSON type. A field renamed, removed or added where it was
+// testdata/json_keys.golden, written from the outputs before a finding had
+// one JSON type. A field renamed, removed or added where it was
 // not printed before fails it.
 func TestJSONKeysUnchanged(t *testing.T) {
 	e := newEnv(t)

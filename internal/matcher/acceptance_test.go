@@ -16,7 +16,7 @@ import (
 	"reconcile"
 )
 
-// scenario is the part of ../shared/acceptance's scenario format that
+// scenario is the part of the acceptance suite's scenario format that
 // concerns the matcher (testdata/acceptance holds verbatim copies).
 type scenario struct {
 	Name           string       `json:"name"`
@@ -225,7 +225,7 @@ func TestAcceptanceScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(files) < 5 {
-		t.Fatalf("found %d acceptance scenarios, want the five copied from ../shared/acceptance", len(files))
+		t.Fatalf("found %d acceptance scenarios, want the five acceptance scenarios", len(files))
 	}
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".json")
@@ -261,7 +261,7 @@ func TestAcceptanceScenarios(t *testing.T) {
 	}
 }
 
-// cleanMix is ../shared/acceptance's generator of n settled obligations in
+// cleanMix is the acceptance suite's generator of n settled obligations in
 // the shapes a real Stripe integration produces (ids, intents, metadata,
 // keys only, partial refunds, two equal refunds of one charge,
 // zero-decimal money), none of which is a finding. Ported verbatim.

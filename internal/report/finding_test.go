@@ -15,7 +15,7 @@ import (
 	"reconcile/internal/store"
 )
 
-// The shapes a finding had before issue 13 gave it one type, copied from
+// The shapes a finding had before it had one type, copied from
 // cmd/reconcile as they were (report.go's reportFinding, cmd_store.go's
 // findingJSON), with the conversions that filled them: the before of the
 // tests below.

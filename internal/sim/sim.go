@@ -1,5 +1,5 @@
 // Package sim is a seeded simulation of whole histories of the
-// reconciler's world, in the manner of TigerBeetle's VOPR at the scale of
+// reconciler's world, a deterministic simulator at the scale of
 // this project: one seed drives one deterministic history on a virtual
 // clock, in which a payment worker creates obligations, claims leases,
 // calls the provider, loses answers, retries with fresh keys and crashes;
