@@ -204,19 +204,18 @@ func DetailMoved(o *Obligation, movs []Mention) string {
 // shows is what the provider shows for it (NoSuccess).
 func DetailStaleLease(o *Obligation, now time.Time, shows string) string {
 	noun, _, _ := oblWords(o.Kind)
-	lease := "has no worker lease"
+	stopped := "no part of the system is working on it"
 	if !o.LeaseExpiresAt.IsZero() {
-		lease = fmt.Sprintf("lost its worker when the lease expired %s ago (%s)", human(now.Sub(o.LeaseExpiresAt)), stamp(o.LeaseExpiresAt))
+		stopped = fmt.Sprintf("the system stopped working on it %s ago (%s)", human(now.Sub(o.LeaseExpiresAt)), stamp(o.LeaseExpiresAt))
 	}
-	return fmt.Sprintf("%s %s of %s is still marked executing but %s, and %s: someone must find out whether it was sent.",
-		noun, o.ID, o.Money, lease, shows)
+	return fmt.Sprintf("%s %s of %s was being paid, but %s, and %s.", noun, o.ID, o.Money, stopped, shows)
 }
 
 // DetailUnknown: o waits for confirmation; shows is what the provider
 // shows for it (NoSuccess).
 func DetailUnknown(o *Obligation, shows string) string {
 	noun, _, _ := oblWords(o.Kind)
-	return fmt.Sprintf("%s %s of %s is waiting for confirmation, and %s.", noun, o.ID, o.Money, shows)
+	return fmt.Sprintf("%s %s of %s was sent to the provider without an answer, and %s.", noun, o.ID, o.Money, shows)
 }
 
 // NoSuccess says what the provider shows for o without a succeeded
@@ -303,9 +302,9 @@ func (g Gap) String() string {
 // could show a second one (gap), so it is not marked.
 func DetailUnconfirmed(kind FindingKind, o *Obligation, mv Mention, gap Gap) string {
 	noun, verb, _ := oblWords(o.Kind)
-	state := "is waiting for confirmation"
+	state := "was sent to the provider without an answer"
 	if kind == StaleLease {
-		state = "is still marked in progress, though its worker's time ran out"
+		state = "was being paid when the system stopped working on it"
 	}
 	return fmt.Sprintf("%s %s of %s %s. The provider %s %s for it (%s), but it was not marked paid: %s, so a second payment "+
 		"there could not be ruled out.", noun, o.ID, o.Money, state, verb, mv.Money, mv.ID, gap)

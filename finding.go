@@ -120,6 +120,8 @@ type Transition struct {
 	// ProviderID is the provider object that proves the change; the store
 	// fills obligation.provider_id with it only where that was NULL.
 	ProviderID string
+	// Money is the obligation's, for the reports; the store writes none.
+	Money Money
 }
 
 // Route is how a provider object was linked to an obligation.

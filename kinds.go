@@ -15,40 +15,43 @@ type KindInfo struct {
 	Means string
 	// Do is the one line that says what a person does next.
 	Do string
+	// Meaning is what the money at risk of such a finding is.
+	Meaning Meaning
 }
 
 // Kinds lists every finding kind in its display order: most severe first,
-// and within a severity the order people act in.
+// and within a severity the order people act in. The words are finance's:
+// what happened to the money and what to do, never how the code found it.
 var Kinds = []KindInfo{
-	{Kind: Duplicate, Severity: Critical, Label: "Duplicate payment",
-		Means: "one obligation is linked to two or more succeeded provider objects: money moved more than once",
-		Do:    "Confirm with the customer and recover the extra money; do not retry the obligation."},
-	{Kind: PaidWithoutEvidence, Severity: Critical, Label: "Paid without evidence",
-		Means: "the obligation is PAID but the provider has no record of it (its records were all read, or the id it names does not exist)",
-		Do:    "Look for the payment in the Stripe dashboard before anyone tells the customer it is paid; if there is none, send the obligation back for review."},
-	{Kind: StatusMismatch, Severity: Critical, Label: "Status mismatch",
-		Means: "PAID but the provider's object failed or was canceled; or FAILED, APPROVED, PENDING_APPROVAL, REQUIRES_REVIEW or a state the configuration does not map, although money moved",
-		Do:    "Compare the obligation's state with Stripe's record and correct the obligation by hand; do not retry it until they agree."},
-	{Kind: SuspectedDuplicate, Severity: High, Label: "Suspected duplicate",
-		Means: "an unlinked succeeded object has the same kind, target and money as a linked one within the duplicate window",
-		Do:    "Check whether this second movement of the same amount was intended; if not, recover it from the customer's account and record why."},
-	{Kind: Orphan, Severity: High, Label: "Money moved without an obligation",
-		Means: "a succeeded provider object that no obligation accounts for (a refund made by hand in the dashboard, a charge from another system)",
-		Do:    "Find who moved this money outside the workflow; record it against an obligation or reverse it."},
-	{Kind: AmountMismatch, Severity: High, Label: "Amount mismatch",
-		Means: "linked, but amount or currency differ",
-		Do:    "Compare the two amounts and settle the difference with the customer; correct the obligation if it is the one that is wrong."},
-	{Kind: ConflictingLink, Severity: High, Label: "Conflicting link",
-		Means: "one provider object links to two different obligations; neither is changed",
-		Do:    "One Stripe object is linked to two obligations: decide which one it belongs to and correct the other's provider id or metadata."},
-	{Kind: StaleLease, Severity: Warning, Label: "Stalled payment (stale lease)",
-		Means: "EXECUTING, the worker's lease expired, and the provider has no succeeded object yet (or not all its records were read to confirm the one it has)",
-		Do:    "A worker stopped mid-payment: check Stripe before anyone retries, then let the workflow resume or fail the obligation."},
-	{Kind: UnresolvedUnknown, Severity: Warning, Label: "Outcome still unknown",
-		Means: "CONFIRMATION_UNKNOWN and the provider shows no success (the detail says if it shows only failures, or which records were not read)",
-		Do:    "Stripe shows no successful payment for it yet: confirm with Stripe before retrying, and retry only with the same idempotency key."},
-	{Kind: Unverified, Severity: Info, Label: "Unverified",
-		Means: "PAID, nothing links to it, and its absence could not be proved either (reported only when asked for)",
+	{Kind: Duplicate, Severity: Critical, Meaning: PaidOutTooMuch, Label: "Paid twice",
+		Means: "One approved payment went out two or more times at Stripe.",
+		Do:    "Recover the extra payment from the customer; do not pay this obligation again."},
+	{Kind: PaidWithoutEvidence, Severity: Critical, Meaning: Unconfirmed, Label: "Marked paid, not found at Stripe",
+		Means: "Our records say paid, but Stripe has no payment for it.",
+		Do:    "Find the payment in Stripe before anyone tells the customer it is paid; if there is none, send it back for review."},
+	{Kind: StatusMismatch, Severity: Critical, Meaning: CollectedWrong, Label: "Our status disagrees with Stripe",
+		Means: "Our records say paid and Stripe says it failed, or our records say not paid and Stripe moved the money.",
+		Do:    "Compare our status with Stripe's and correct ours by hand; nobody retries it until they agree."},
+	{Kind: SuspectedDuplicate, Severity: High, Meaning: PaidOutTooMuch, Label: "Possible duplicate payment",
+		Means: "A second payment of the same amount to the same place, soon after the first, that no approval accounts for.",
+		Do:    "Check whether the second payment was meant; if not, recover it and note why."},
+	{Kind: Orphan, Severity: High, Meaning: PaidOutTooMuch, Label: "Money moved outside the workflow",
+		Means: "Money moved at Stripe that no approved payment accounts for, such as a refund made by hand in the dashboard.",
+		Do:    "Find who moved it and why; record it against an approval or reverse it."},
+	{Kind: AmountMismatch, Severity: High, Meaning: CollectedWrong, Label: "Wrong amount",
+		Means: "Stripe moved a different amount or currency than was approved.",
+		Do:    "Settle the difference with the customer, and correct our record if it is the one that is wrong."},
+	{Kind: ConflictingLink, Severity: High, Meaning: CollectedWrong, Label: "One Stripe payment, two approvals",
+		Means: "One Stripe payment matches two approved payments, so neither is marked paid.",
+		Do:    "Decide which approval the payment belongs to and correct the other one's Stripe reference."},
+	{Kind: StaleLease, Severity: Warning, Meaning: Unconfirmed, Label: "Payment stuck mid-way",
+		Means: "The system stopped while making this payment, and Stripe shows no completed payment yet.",
+		Do:    "Check Stripe before anyone retries; then let the payment finish or cancel it."},
+	{Kind: UnresolvedUnknown, Severity: Warning, Meaning: Unconfirmed, Label: "Payment outcome unknown",
+		Means: "We asked Stripe to pay but never heard back, and Stripe shows no completed payment yet.",
+		Do:    "Do not pay again yet: confirm in Stripe first, and retry only with the same idempotency key."},
+	{Kind: Unverified, Severity: Info, Meaning: Unconfirmed, Label: "Not confirmed",
+		Means: "Marked paid, and Stripe's records could not confirm it either way (reported only when asked for).",
 		Do:    "Review it with `reconcile trace OBLIGATION_ID`."},
 }
 

@@ -96,6 +96,13 @@ type RunSummary struct {
 	AtRisk []Total `json:"at_risk,omitempty"`
 	// Open counts every finding open after the run, by kind.
 	Open map[FindingKind]int `json:"open,omitempty"`
+	// ByMeaning splits AtRisk by what the money is; nil in a summary
+	// stored before it existed.
+	ByMeaning *AtRiskByMeaning `json:"by_meaning,omitempty"`
+	// Confirmed counts the unknown outcomes this run confirmed from the
+	// provider's records and marked PAID; ConfirmedTotal is their money.
+	Confirmed      int     `json:"confirmed_paid,omitempty"`
+	ConfirmedTotal []Total `json:"confirmed_paid_total,omitempty"`
 }
 
 // Conclusions are what one pass concluded, as the store applies them:

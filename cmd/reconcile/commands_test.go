@@ -76,7 +76,9 @@ func TestTextReport(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("run exited %d: %s", code, stderr)
 	}
-	for _, want := range []string{"findings     3 (1 critical, 1 high, 1 warning)", "USD 274.00",
+	for _, want := range []string{"findings     3 (1 critical, 1 high, 1 warning)",
+		"at risk      Paid out too much: USD 89.00\n", "at risk      Collected too little or too much: USD 178.00\n",
+		"at risk      Unconfirmed (may or may not have moved): USD 7.00\n",
 		"CRITICAL", "duplicate", "refund:4821:approved-request-7", "HIGH", "orphan", "ch_4821", "WARNING", "stale_lease",
 		"reconcile trace charge:5400"} {
 		if !strings.Contains(stdout, want) {
@@ -112,7 +114,7 @@ func TestAtRiskBeyondInt64(t *testing.T) {
 		t.Fatalf("run exited %d: %s", code, stderr)
 	}
 	const want = "USD 184,467,440,737,095,516.14"
-	if !strings.Contains(stdout, "  at risk      "+want+"\n") {
+	if !strings.Contains(stdout, "  at risk      Collected too little or too much: "+want+"\n") {
 		t.Errorf("text report's money at risk is not %s:\n%s", want, stdout)
 	}
 	var summary string
@@ -308,7 +310,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"Duplicate payment", "refund:4821:approved-request-7", "re_4821a", "re_4821b", "USD 89.00",
+	for _, want := range []string{"Paid twice", "Paid out too much: USD 99.00", "confirmed from Stripe's records and marked PAID (USD 43.00)", "refund:4821:approved-request-7", "re_4821a", "re_4821b", "USD 89.00",
 		"refund:5100:1   CONFIRMATION_UNKNOWN → PAID", "stale_lease", "orphan", "re_5600x", "amount_mismatch", "EUR 9.00",
 		"A second run over the same data: 4 findings still open, 0 new alerts, 0 transitions."} {
 		if !strings.Contains(out, want) {

@@ -116,7 +116,7 @@ func (e *env) add(objs ...reconcile.ProviderObject) {
 
 func usd(a int64) reconcile.Money { return reconcile.Money{Amount: a, Currency: "usd"} }
 
-// The double refund of order 4821 (the story README.md opens with): the response of
+// The double refund of order 4821 (the story this tool exists for): the response of
 // the first refund was lost, the agent retried with a fresh key, and the
 // provider refunded twice.
 func TestDoubleRefundEndToEnd(t *testing.T) {

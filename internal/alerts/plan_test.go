@@ -78,6 +78,14 @@ func sampleSummary(id int64) reconcile.Alert {
 			AtRisk: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 1000, Currency: "kwd"}),
 				reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}), reconcile.TotalOf(reconcile.Money{Amount: 12400, Currency: "usd"})},
 			Open: map[reconcile.FindingKind]int{reconcile.Duplicate: 1, reconcile.Orphan: 2, reconcile.StaleLease: 1, reconcile.AmountMismatch: 1},
+			ByMeaning: &reconcile.AtRiskByMeaning{
+				PaidOutTooMuch: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}),
+					reconcile.TotalOf(reconcile.Money{Amount: 9900, Currency: "usd"})},
+				CollectedWrong: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 1000, Currency: "kwd"})},
+				Unconfirmed:    []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 2500, Currency: "usd"})},
+			},
+			Confirmed:      2,
+			ConfirmedTotal: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 4800, Currency: "usd"})},
 		},
 	}
 }
@@ -529,20 +537,22 @@ func violations(text string, blocks []slack.Block) []string {
 func TestPlanAtRiskBeyondInt64(t *testing.T) {
 	const maxI = math.MaxInt64
 	s := sampleSummary(1)
-	s.Summary.AtRisk = reconcile.SumByCurrency([]reconcile.Money{
+	huge := reconcile.SumByCurrency([]reconcile.Money{
 		{Amount: maxI, Currency: "usd"}, {Amount: maxI, Currency: "usd"},
 		{Amount: maxI, Currency: "jpy"}, {Amount: maxI, Currency: "jpy"}, {Amount: maxI, Currency: "jpy"},
 	})
+	s.Summary.AtRisk = huge
+	s.Summary.ByMeaning = &reconcile.AtRiskByMeaning{PaidOutTooMuch: huge}
 	msgs := Plan([]reconcile.Alert{s}, testNow, PlanOptions{})
 	if len(msgs) != 1 {
 		t.Fatalf("Plan = %d messages, want the summary", len(msgs))
 	}
 	const want = "JPY 27,670,116,110,564,327,421, USD 184,467,440,737,095,516.14"
-	if !strings.Contains(msgs[0].Text, "Money at risk: "+want+".") {
-		t.Errorf("summary text = %q, want money at risk %s", msgs[0].Text, want)
+	if !strings.Contains(msgs[0].Text, "Money at risk: Paid out too much: "+want+".") {
+		t.Errorf("summary text = %q, want money paid out too much %s", msgs[0].Text, want)
 	}
-	if flat := flatBlocks(t, msgs[0]); !strings.Contains(flat, "(new and changed findings): "+strings.ReplaceAll(want, ", ", " · ")) {
-		t.Errorf("summary blocks = %s, want money at risk %s", flat, want)
+	if flat := flatBlocks(t, msgs[0]); !strings.Contains(flat, "*Paid out too much*: "+strings.ReplaceAll(want, ", ", " · ")) {
+		t.Errorf("summary blocks = %s, want money paid out too much %s", flat, want)
 	}
 
 	// The overflow message counts findings of MaxInt64 cents each.

@@ -273,11 +273,46 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 		kindText = append(kindText, label+": "+strings.Join(ns, ", "))
 	}
 
-	var risk []string
-	for _, t := range s.AtRisk {
-		if t.Sign() != 0 {
-			risk = append(risk, sumText(t))
+	// Money at risk by what it is: amounts of different meanings are never
+	// added up. A summary stored before the split has only the totals.
+	var risk, riskText []string
+	if s.ByMeaning != nil {
+		for _, m := range reconcile.Meanings {
+			var ts []string
+			for _, t := range s.ByMeaning.Of(m) {
+				if t.Sign() != 0 {
+					ts = append(ts, sumText(t))
+				}
+			}
+			if len(ts) > 0 {
+				risk = append(risk, "• *"+m.Label()+"*: "+strings.Join(ts, " · "))
+				riskText = append(riskText, m.Label()+": "+strings.Join(ts, ", "))
+			}
 		}
+	} else {
+		var ts []string
+		for _, t := range s.AtRisk {
+			if t.Sign() != 0 {
+				ts = append(ts, sumText(t))
+			}
+		}
+		if len(ts) > 0 {
+			risk = append(risk, strings.Join(ts, " · "))
+			riskText = append(riskText, strings.Join(ts, ", "))
+		}
+	}
+	var confirmed string
+	if s.Confirmed > 0 {
+		var ts []string
+		for _, t := range s.ConfirmedTotal {
+			ts = append(ts, sumText(t))
+		}
+		confirmed = plural(s.Confirmed, "payment whose outcome was unknown was", "payments whose outcome was unknown were") +
+			" confirmed from Stripe's records and marked PAID"
+		if len(ts) > 0 {
+			confirmed += " (" + strings.Join(ts, ", ") + ")"
+		}
+		confirmed += "."
 	}
 	open := 0
 	for _, v := range s.Open {
@@ -293,7 +328,10 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 		blocks = append(blocks, section("*By kind*\n"+strings.Join(kindLines, "\n")))
 	}
 	if len(risk) > 0 {
-		blocks = append(blocks, section("*Money at risk* (new and changed findings): "+strings.Join(risk, " · ")))
+		blocks = append(blocks, section("*Money at risk* (new and changed findings)\n"+strings.Join(risk, "\n")))
+	}
+	if confirmed != "" {
+		blocks = append(blocks, section(":white_check_mark: "+confirmed))
 	}
 	blocks = append(blocks, contextBlock(
 		"Open after this run: "+strconv.Itoa(open),
@@ -309,8 +347,11 @@ func renderSummary(r reconcile.Alert, opts PlanOptions) Message {
 	if len(kindText) > 0 {
 		t.WriteString(" " + strings.Join(kindText, "; ") + ".")
 	}
-	if len(risk) > 0 {
-		t.WriteString(" Money at risk: " + strings.Join(risk, ", ") + ".")
+	if len(riskText) > 0 {
+		t.WriteString(" Money at risk: " + strings.Join(riskText, "; ") + ".")
+	}
+	if confirmed != "" {
+		t.WriteString(" " + confirmed)
 	}
 	t.WriteString(" Trace a finding: " + traceHint + ".")
 	return Message{

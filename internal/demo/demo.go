@@ -30,7 +30,7 @@ type Dataset struct {
 // Story tells, for people, what the sample holds.
 const Story = `The sample shop's last three days:
   - order 4821: an agent refunded USD 89.00, the response was lost, it retried with a fresh
-    idempotency key, and the provider refunded twice (the story README.md opens with);
+    idempotency key, and the provider refunded twice (the story this tool exists for);
   - refund 5100: a timeout left it CONFIRMATION_UNKNOWN; the provider's record under the same
     key proves it happened;
   - charge 5400: a worker crashed mid-payment; its lease expired and the provider has nothing;

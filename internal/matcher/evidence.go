@@ -127,6 +127,7 @@ func (m *matcher) evaluateObligations() {
 				FromRaw:            o.RawState,
 				FromLeaseExpiresAt: o.LeaseExpiresAt,
 				ProviderID:         m.evidenceID(o, succ[0]),
+				Money:              o.Money,
 			})
 		}
 	}

@@ -21,6 +21,20 @@ type Report struct {
 	UnmappedStates map[string]int `json:"unmapped_states,omitempty"`
 	// Coverage is what the decisions rest on, whatever the window.
 	Coverage *Coverage `json:"coverage,omitempty"`
+	// AtRiskByMeaning sums the findings' money at risk by what it is
+	// (paid out too much, collected wrongly, unconfirmed), per currency;
+	// omitted when nothing is at risk.
+	AtRiskByMeaning *reconcile.AtRiskByMeaning `json:"at_risk_by_meaning,omitempty"`
+	// ConfirmedPaid counts the unknown outcomes the run confirmed from the
+	// provider's records and marked PAID (or would, on a dry run).
+	ConfirmedPaid *ConfirmedPaid `json:"confirmed_paid,omitempty"`
+}
+
+// ConfirmedPaid is how many unknown outcomes a run confirmed and marked
+// PAID, and their money per currency.
+type ConfirmedPaid struct {
+	Count int               `json:"count"`
+	Total []reconcile.Total `json:"total"`
 }
 
 // Coverage says which of the provider's records the run read in full
@@ -69,6 +83,12 @@ func New(out *runner.Outcome) Report {
 	}
 	for _, f := range out.Result.Findings {
 		r.Findings = append(r.Findings, FromFinding(f))
+	}
+	if by := reconcile.SplitAtRisk(out.Result.Findings); !by.Empty() {
+		r.AtRiskByMeaning = &by
+	}
+	if n, total := reconcile.Confirmed(out.Transitions); n > 0 {
+		r.ConfirmedPaid = &ConfirmedPaid{Count: n, Total: total}
 	}
 	for _, t := range out.Transitions {
 		r.Transitions = append(r.Transitions, FromTransition(t))

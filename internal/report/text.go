@@ -48,7 +48,18 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 			}
 		}
 		fmt.Fprintf(w, "  findings     %d (%s)\n", len(res.Findings), strings.Join(parts, ", "))
-		fmt.Fprintf(w, "  at risk      %s\n", atRiskLine(res.Findings))
+		by := reconcile.SplitAtRisk(res.Findings)
+		if by.Empty() {
+			fmt.Fprintln(w, "  at risk      none")
+		}
+		for _, m := range reconcile.Meanings {
+			if ts := by.Of(m); len(ts) > 0 {
+				fmt.Fprintf(w, "  at risk      %s: %s\n", m.Label(), totalsLine(ts))
+			}
+		}
+	}
+	if n, total := reconcile.Confirmed(out.Transitions); n > 0 {
+		fmt.Fprintf(w, "  confirmed    %d unknown outcome(s) confirmed from Stripe's records and marked PAID (%s)\n", n, totalsLine(total))
 	}
 	verb := "marked PAID"
 	if run.Status == reconcile.RunDry {
@@ -111,18 +122,11 @@ func unmappedLine(counts map[string]int) string {
 	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }
 
-// atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".
-func atRiskLine(fs []reconcile.Finding) string {
-	ms := make([]reconcile.Money, len(fs))
-	for i, f := range fs {
-		ms[i] = f.AtRisk
-	}
-	var parts []string
-	for _, m := range reconcile.SumByCurrency(ms) {
-		parts = append(parts, m.String())
-	}
-	if len(parts) == 0 {
-		return "none"
+// totalsLine lists totals per currency: "USD 99.00, EUR 9.00".
+func totalsLine(ts []reconcile.Total) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		parts[i] = t.String()
 	}
 	return strings.Join(parts, ", ")
 }

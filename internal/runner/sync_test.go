@@ -226,7 +226,7 @@ func TestPendingRefundSucceedsLater(t *testing.T) {
 		t.Errorf("second pass listed %d objects and changed %d, want 0 and 1 (the refund, from its event)", second.Sync.Listed, second.Sync.Changed)
 	}
 	want := []reconcile.Transition{{ObligationID: "refund:4821", From: reconcile.ConfirmationUnknown, To: reconcile.Paid,
-		FromRaw: "CONFIRMATION_UNKNOWN", ProviderID: "re_4821"}}
+		FromRaw: "CONFIRMATION_UNKNOWN", ProviderID: "re_4821", Money: reconcile.Money{Amount: 8900, Currency: "usd"}}}
 	if diff := cmp.Diff(want, second.Transitions); diff != "" {
 		t.Errorf("second pass transitions (-want +got):\n%s", diff)
 	}

@@ -235,12 +235,12 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 		return out, err
 	}
 
-	out.Summary, err = summarize(ctx, tx, in, plan)
+	out.Summary, err = summarize(ctx, tx, in, plan, out.Transitions)
 	if err != nil {
 		return out, err
 	}
 	alerts := plan.alerts
-	if len(out.Summary.New)+len(out.Summary.Changed)+len(out.Summary.Resolved) > 0 {
+	if len(out.Summary.New)+len(out.Summary.Changed)+len(out.Summary.Resolved)+out.Summary.Confirmed > 0 {
 		// The summary goes first so that it has the smallest id of its
 		// run: Due hands rows out in id order.
 		payload, err := json.Marshal(out.Summary)
@@ -453,7 +453,7 @@ type findingPlan struct {
 	alerts  []outboxRow
 	// by kind, for the summary
 	newKinds, changedKinds, resolvedKinds map[reconcile.FindingKind]int
-	atRisk                                []reconcile.Money // of new and changed findings
+	atRisk                                []reconcile.Finding // the new and changed findings
 
 	new, reopened, changed, repeated int
 }
@@ -495,11 +495,11 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 		case alerts.ActionFire:
 			p.new++
 			p.newKinds[f.Kind]++
-			p.atRisk = append(p.atRisk, f.AtRisk)
+			p.atRisk = append(p.atRisk, f)
 		case alerts.ActionChanged:
 			p.changed++
 			p.changedKinds[f.Kind]++
-			p.atRisk = append(p.atRisk, f.AtRisk)
+			p.atRisk = append(p.atRisk, f)
 		case alerts.ActionRepeat:
 			p.repeated++
 		case alerts.ActionResolved:
@@ -654,7 +654,7 @@ func resolveFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding, run
 	return nil
 }
 
-func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan) (reconcile.RunSummary, error) {
+func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, applied []reconcile.Transition) (reconcile.RunSummary, error) {
 	sum := reconcile.RunSummary{
 		RunID:  in.run.ID,
 		Window: in.run.Window,
@@ -669,7 +669,15 @@ func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan) (re
 	if len(p.resolvedKinds) > 0 {
 		sum.Resolved = p.resolvedKinds
 	}
-	sum.AtRisk = reconcile.SumByCurrency(p.atRisk)
+	risk := make([]reconcile.Money, len(p.atRisk))
+	for i, f := range p.atRisk {
+		risk[i] = f.AtRisk
+	}
+	sum.AtRisk = reconcile.SumByCurrency(risk)
+	if by := reconcile.SplitAtRisk(p.atRisk); !by.Empty() {
+		sum.ByMeaning = &by
+	}
+	sum.Confirmed, sum.ConfirmedTotal = reconcile.Confirmed(applied)
 	rows, err := tx.Query(ctx, `SELECT kind, count(*) FROM reconcile.findings WHERE status = 'open' GROUP BY kind`)
 	if err != nil {
 		return sum, fmt.Errorf("count open findings: %w", err)

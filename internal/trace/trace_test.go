@@ -63,7 +63,7 @@ var (
 	created = now.Add(-3 * time.Hour)
 	usd     = func(a int64) reconcile.Money { return reconcile.Money{Amount: a, Currency: "usd"} }
 
-	// The story README.md opens with: refund 4821 paid out twice.
+	// The story this tool exists for: refund 4821 paid out twice.
 	refund = reconcile.Obligation{ID: "refund:4821:approved-request-7", Kind: reconcile.Refund,
 		IdempotencyKey: "refund:4821:approved-request-7", Provider: "stripe", ProviderID: "re_4821b", TargetID: "ch_4821",
 		Money: usd(8900), State: reconcile.Paid, RawState: "PAID", CreatedAt: created, UpdatedAt: created.Add(time.Minute),
