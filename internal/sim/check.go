@@ -85,7 +85,7 @@ func (w *world) checkPass(pc *passCtl) error {
 		w.checkModel(pc, pc.result)
 		w.checkWindow(pc, pc.result)
 		w.checkTransitions(pc, newTr, after)
-		w.checkFindings(pc, before, after, newOut)
+		w.checkFindings(pc, before, after, newOut, newTr)
 		a := pc.applied
 		w.tracef("pass %d applied: %d findings (%d new, %d changed, %d resolved, %d repeated), %d transitions, %d skipped, %d alerts%s",
 			n, len(pc.result.Findings), a.New, a.Changed, a.Resolved, a.Repeated, len(a.Transitions), len(a.Skipped), a.Alerts,
@@ -255,7 +255,7 @@ func adopt(o *obligation, t reconcile.Transition, now time.Time) {
 // checkFindings checks the findings and the outbox rows a pass that
 // applied wrote (I2, I3).
 // An independent statement of the alert lifecycle; the code's is alerts.Decide.
-func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outboxRow) {
+func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outboxRow, newTr []transitionRow) {
 	e, n, res := pc.exp, pc.n, pc.result
 	for fp, f := range e.findings {
 		if a, ok := after.findings[fp]; !ok || a.status != "open" {
@@ -332,6 +332,9 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 				w.violate("I3", n, "summary payload: %v", err)
 				continue
 			}
+			if s.Confirmed != nConfirmedOf(newTr) {
+				w.violate("I3", n, "summary says %d unknown outcomes confirmed and marked PAID; the audit says %d", s.Confirmed, nConfirmedOf(newTr))
+			}
 			if sum(s.New) != nNew || sum(s.Changed) != nChanged || sum(s.Resolved) != nResolved {
 				w.violate("I3", n, "summary says %d new, %d changed, %d resolved; the pass found %d, %d, %d",
 					sum(s.New), sum(s.Changed), sum(s.Resolved), nNew, nChanged, nResolved)
@@ -340,8 +343,11 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 		}
 		got = append(got, notice{r.fingerprint, r.event, r.changed})
 	}
+	// A pass that confirmed an unknown outcome (its audit says
+	// CONFIRMATION_UNKNOWN → PAID) tells finance so, even with no finding.
+	confirmed := nConfirmedOf(newTr) > 0
 	wantSummary := 0
-	if nNew+nChanged+nResolved > 0 {
+	if nNew+nChanged+nResolved > 0 || confirmed {
 		wantSummary = 1
 	}
 	if summaries != wantSummary {
@@ -502,4 +508,16 @@ func (w *world) checkSecrets() error {
 		}
 	}
 	return nil
+}
+
+// nConfirmedOf counts the audit rows that confirmed an unknown outcome
+// (CONFIRMATION_UNKNOWN → PAID).
+func nConfirmedOf(tr []transitionRow) int {
+	n := 0
+	for _, t := range tr {
+		if t.from == string(reconcile.ConfirmationUnknown) && t.to == string(reconcile.Paid) {
+			n++
+		}
+	}
+	return n
 }
