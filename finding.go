@@ -78,6 +78,11 @@ type Finding struct {
 	ContentHash string
 	// Detail is one sentence for a finance reader.
 	Detail string
+	// Target is what the finding's money concerns beyond its obligation:
+	// the charge or payment intent a refund refunds, or a charge's intent;
+	// empty when there is none. Alerts group findings of one kind and one
+	// target (docs/design.md, "Alert lifecycle").
+	Target string
 }
 
 // Fingerprint is the stable identity of a finding (docs/design.md, "Findings"): its kind and

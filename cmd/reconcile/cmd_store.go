@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
+
+	"reconcile"
 
 	"reconcile/internal/redact"
 	"reconcile/internal/report"
@@ -69,7 +72,10 @@ func cmdAck(ctx context.Context, args []string, getenv func(string) string, stdo
 func cmdFindings(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("findings")
 	var open bool
+	var kind, target string
 	c.fs.BoolVar(&open, "open", false, "only findings still open")
+	c.fs.StringVar(&kind, "kind", "", "only findings of this kind (duplicate, orphan, …)")
+	c.fs.StringVar(&target, "target", "", "only findings about this Stripe charge or payment intent (or naming this obligation or Stripe id)")
 	format := c.format("text", "json", "csv")
 	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
@@ -83,10 +89,17 @@ func cmdFindings(ctx context.Context, args []string, getenv func(string) string,
 	if err := d.store.CheckSchema(ctx); err != nil {
 		return failed(err)
 	}
+	if kind != "" && reconcile.FindingKind(kind).Info().Label == "" {
+		return usageError("findings: --kind %q is not a finding kind", kind)
+	}
 	fs, err := d.store.Findings(ctx, open)
 	if err != nil {
 		return failed(err)
 	}
+	fs = slices.DeleteFunc(fs, func(f store.FindingRecord) bool {
+		return kind != "" && string(f.Kind) != kind ||
+			target != "" && f.Target != target && f.ObligationID != target && !slices.Contains(f.ProviderIDs, target)
+	})
 	switch format.value {
 	case "json":
 		return writeJSON(stdout, report.FromRecords(fs))

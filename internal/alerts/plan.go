@@ -65,8 +65,9 @@ type PlanOptions struct {
 	// MaxCritical is how many critical findings of one drain get a message
 	// each; the rest are grouped. Default 10.
 	MaxCritical int
-	// MaxMessages caps the messages of one drain; beyond it, findings are
-	// counted in one overflow message instead of listed. Default 50.
+	// MaxMessages caps the messages of one drain beyond its runs'
+	// summaries, most severe first; what does not fit is counted in one
+	// overflow message within the cap. Default 10.
 	MaxMessages int
 	// MaxThreads is how many distinct finding threads of one drain get a
 	// reply of their own; other repeats and resolutions are grouped.
@@ -79,7 +80,7 @@ func (o PlanOptions) withDefaults() PlanOptions {
 		o.MaxCritical = 10
 	}
 	if o.MaxMessages <= 0 {
-		o.MaxMessages = 50
+		o.MaxMessages = 10
 	}
 	if o.MaxThreads <= 0 {
 		o.MaxThreads = 10
@@ -95,6 +96,7 @@ const (
 	KindSummary  MessageKind = "summary"  // one run's summary
 	KindFinding  MessageKind = "finding"  // one critical finding
 	KindGroup    MessageKind = "group"    // many findings, repeats or resolutions, listed
+	KindCause    MessageKind = "cause"    // findings of one kind and one cause, counted with the first few listed
 	KindOverflow MessageKind = "overflow" // findings counted, not listed
 )
 
@@ -150,11 +152,6 @@ type group struct {
 	items []item
 }
 
-type chunk struct {
-	g     *group
-	items []item
-}
-
 // Plan turns due outbox rows into the messages to post, in order: the runs'
 // summaries, one message per critical finding (up to MaxCritical), then
 // groups (high and warning findings in their run summary's thread, repeats
@@ -176,7 +173,60 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 		summaries = append(summaries, renderSummary(r, opts))
 	}
 
+	// Firing findings of one kind and one cause (the charge or payment
+	// intent they concern, else their obligation) go into one message;
+	// a cause with one finding is a critical's own message or a line of
+	// its run's digest.
+	type causeKey struct {
+		run     string
+		kind    reconcile.FindingKind
+		cause   string
+		unknown bool
+	}
+	var causeOrder []causeKey
+	byCause := map[causeKey][]reconcile.Alert{}
+	for _, r := range rows {
+		switch r.Event {
+		case reconcile.AlertSummary, reconcile.AlertRepeat, reconcile.AlertResolved:
+			continue
+		}
+		k := causeKey{r.RunID, r.Finding.Kind, causeOf(r.Finding), r.UnknownOutcome}
+		if _, ok := byCause[k]; !ok {
+			causeOrder = append(causeOrder, k)
+		}
+		byCause[k] = append(byCause[k], r)
+	}
 	var crits []reconcile.Alert
+	var causes []*group
+	lone := map[int64]bool{} // firing rows listed in their run's digest
+	for _, k := range causeOrder {
+		rs := byCause[k]
+		switch {
+		case len(rs) > 1:
+			g := &group{key: groupKey{run: k.run, fam: famFiring, parent: -1, unknown: k.unknown}}
+			if severityOf(rs[0].Finding) != reconcile.Critical && !opts.Webhook {
+				if i, ok := summaryAt[k.run]; ok {
+					g.key.parent = i
+				} else {
+					g.key.ts = rs[0].ThreadTS
+				}
+			}
+			for _, r := range rs {
+				line, text := itemLine(r, famFiring, now, opts)
+				g.items = append(g.items, item{row: r, fam: famFiring, line: line, text: text})
+			}
+			slices.SortStableFunc(g.items, compareItems)
+			causes = append(causes, g)
+		case severityOf(rs[0].Finding) == reconcile.Critical && len(crits) < opts.MaxCritical:
+			crits = append(crits, rs[0])
+		default:
+			lone[rs[0].ID] = true
+		}
+	}
+	slices.SortStableFunc(causes, func(a, b *group) int {
+		return cmp.Compare(severityOf(b.items[0].row.Finding).Rank(), severityOf(a.items[0].row.Finding).Rank())
+	})
+
 	var groups []*group
 	byKey := map[groupKey]*group{}
 	threads := map[string]bool{}
@@ -191,9 +241,8 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 			fam = famResolved
 		default: // firing, or an event this version does not know: announce it
 			fam = famFiring
-			if severityOf(r.Finding) == reconcile.Critical && len(crits) < opts.MaxCritical {
-				crits = append(crits, r)
-				continue
+			if !lone[r.ID] {
+				continue // its own message, or its cause's
 			}
 		}
 		k := groupKey{run: r.RunID, fam: fam, parent: -1, unknown: r.UnknownOutcome}
@@ -222,18 +271,17 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 		line, text := itemLine(r, fam, now, opts)
 		g.items = append(g.items, item{row: r, fam: fam, line: line, text: text})
 	}
-
-	var chunks []chunk
 	for _, g := range groups {
 		slices.SortStableFunc(g.items, compareItems)
-		chunks = append(chunks, pack(g)...)
 	}
 
-	// Keep within MaxMessages: summaries always go; then criticals, then
-	// groups; what does not fit is counted in one overflow message.
+	// Keep within MaxMessages beyond the summaries: criticals, then causes
+	// most severe first, then the digests; one group is one message, its
+	// lines cut to what fits and the rest counted. What does not fit is
+	// counted in one overflow message.
 	var overflow []item
-	if avail := opts.MaxMessages - len(summaries); len(crits)+len(chunks) > avail {
-		room := max(avail-1, 0)
+	if len(crits)+len(causes)+len(groups) > opts.MaxMessages {
+		room := opts.MaxMessages - 1
 		if len(crits) > room {
 			for _, r := range crits[room:] {
 				overflow = append(overflow, item{row: r, fam: famFiring})
@@ -241,24 +289,30 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 			crits = crits[:room]
 		}
 		room -= len(crits)
-		for _, c := range chunks[room:] {
-			overflow = append(overflow, c.items...)
+		if len(causes) > room {
+			for _, g := range causes[room:] {
+				overflow = append(overflow, g.items...)
+			}
+			causes = causes[:room]
 		}
-		chunks = chunks[:room]
+		room -= len(causes)
+		if len(groups) > room {
+			for _, g := range groups[room:] {
+				overflow = append(overflow, g.items...)
+			}
+			groups = groups[:room]
+		}
 	}
 
 	msgs := summaries
 	for _, r := range crits {
 		msgs = append(msgs, renderFinding(r, opts))
 	}
-	parts := map[*group]int{}
-	for _, c := range chunks {
-		parts[c.g]++
+	for _, g := range causes {
+		msgs = append(msgs, renderCause(g, opts))
 	}
-	seen := map[*group]int{}
-	for _, c := range chunks {
-		seen[c.g]++
-		msgs = append(msgs, renderGroup(c, seen[c.g], parts[c.g], now, opts))
+	for _, g := range groups {
+		msgs = append(msgs, renderGroup(g, now, opts))
 	}
 	if len(overflow) > 0 {
 		parent := -1
@@ -316,27 +370,32 @@ const (
 	maxLine          = 600  // one listed line, mrkdwn or plain
 )
 
-// pack splits a group's sorted items into chunks that each render within
-// Slack's limits. It lays lines out exactly as renderGroup does.
-func pack(g *group) []chunk {
-	var out []chunk
+// fitItems is how many of a group's sorted items one message lists within
+// Slack's limits, laid out exactly as renderGroup does; the rest are
+// counted.
+func fitItems(items []item) int {
 	var lay layout
-	var cur []item
-	for _, it := range g.items {
-		next := lay
-		if next.add(it, len(cur) == 0) && len(cur) > 0 {
-			out = append(out, chunk{g: g, items: cur})
-			cur, lay = nil, layout{}
-			lay.add(it, true)
-		} else {
-			lay = next
+	for i, it := range items {
+		if lay.add(it, i == 0) && i > 0 {
+			return i
 		}
-		cur = append(cur, it)
 	}
-	if len(cur) > 0 {
-		out = append(out, chunk{g: g, items: cur})
+	return len(items)
+}
+
+// causeOf is what a finding is about beyond its kind: the charge or
+// payment intent its money concerns, else its obligation, else its first
+// provider object.
+func causeOf(f reconcile.Finding) string {
+	switch {
+	case f.Target != "":
+		return "target " + f.Target
+	case f.ObligationID != "":
+		return "obligation " + f.ObligationID
+	case len(f.ProviderIDs) > 0:
+		return "object " + f.ProviderIDs[0]
 	}
-	return out
+	return ""
 }
 
 // layout counts how a group message's lines fill sections, the blocks'

@@ -347,8 +347,8 @@ func TestPlanGoldenTenThousand(t *testing.T) {
 		}
 		shapes = append(shapes, s)
 	}
-	if len(msgs) > 50 {
-		t.Errorf("Plan(10,000 findings) = %d messages, want at most 50", len(msgs))
+	if len(msgs) > 11 {
+		t.Errorf("Plan(10,000 findings) = %d messages, want at most 11 (the summary and 10)", len(msgs))
 	}
 	checkCarriedOnce(t, rows, msgs)
 	checkGolden(t, "shape_10000", shapes)
@@ -357,8 +357,8 @@ func TestPlanGoldenTenThousand(t *testing.T) {
 func TestPlanOverflowCounts(t *testing.T) {
 	rows := flood(2000)
 	msgs := Plan(rows, testNow, PlanOptions{MaxMessages: 8})
-	if len(msgs) != 8 {
-		t.Fatalf("Plan(MaxMessages 8) = %d messages, want 8", len(msgs))
+	if len(msgs) != 9 {
+		t.Fatalf("Plan(MaxMessages 8) = %d messages, want 9 (the summary and 8)", len(msgs))
 	}
 	last := msgs[len(msgs)-1]
 	if last.Kind != KindOverflow {
@@ -368,6 +368,41 @@ func TestPlanOverflowCounts(t *testing.T) {
 		t.Errorf("overflow text lacks the command to list them: %q", last.Text)
 	}
 	checkCarriedOnce(t, rows, msgs)
+}
+
+// A broken integration refunds one charge 1,500 times outside the
+// workflow: finance gets the summary and one message that counts them,
+// totals them and says how to list them, not 48 messages.
+func TestPlanFloodOnOneCharge(t *testing.T) {
+	rows := []reconcile.Alert{sampleSummary(1)}
+	for i := range 1500 {
+		id := fmt.Sprintf("re_flood%04d", i)
+		f := reconcile.Finding{Kind: reconcile.Orphan, Severity: reconcile.High, ProviderIDs: []string{id},
+			Money: reconcile.Money{Amount: 1000, Currency: "usd"}, AtRisk: reconcile.Money{Amount: 1000, Currency: "usd"},
+			Fingerprint: reconcile.Fingerprint(reconcile.Orphan, "", id), Target: "ch_3PflooD",
+			Detail: "Refund " + id + " of USD 10.00 (on charge ch_3PflooD) was paid out by the provider but belongs to no obligation."}
+		rows = append(rows, firing(int64(i+2), f))
+	}
+	msgs := Plan(rows, testNow, PlanOptions{})
+	if len(msgs) > 11 {
+		t.Errorf("Plan(1,500 orphans on one charge) = %d messages, want at most 11", len(msgs))
+	}
+	if len(msgs) != 2 || msgs[1].Kind != KindCause || len(msgs[1].AlertIDs) != 1500 {
+		t.Fatalf("Plan = %d messages, want the summary and one message carrying all 1,500", len(msgs))
+	}
+	for _, want := range []string{"1,500 × Money moved outside the workflow", "ch_3PflooD", "USD 15,000.00 at risk",
+		"…and 1,495 more", "reconcile findings --open --kind orphan --target ch_3PflooD", "What to do:"} {
+		if !strings.Contains(msgs[1].Text, want) {
+			t.Errorf("flood message text lacks %q:\n%s", want, msgs[1].Text)
+		}
+	}
+	for i, m := range msgs {
+		if v := violations(m.Text, m.Blocks); len(v) > 0 {
+			t.Errorf("message %d breaks Slack's limits: %v", i, v)
+		}
+	}
+	checkCarriedOnce(t, rows, msgs)
+	goldenPlan(t, "flood_one_charge", msgs)
 }
 
 func TestPlanCarriesEveryRowOnce(t *testing.T) {

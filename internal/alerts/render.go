@@ -491,17 +491,23 @@ func familyPlain(fam family) string {
 	return "To check:"
 }
 
-// renderGroup lists a chunk of a group's rows in one message.
-func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Message {
-	rows := make([]reconcile.Alert, len(c.items))
-	ids := make([]int64, len(c.items))
+// renderGroup lists a group's rows in one message: as many lines as fit,
+// the rest counted with the command that lists them all. It carries every
+// row of the group.
+func renderGroup(g *group, now time.Time, opts PlanOptions) Message {
+	rows := make([]reconcile.Alert, len(g.items))
+	ids := make([]int64, len(g.items))
 	fams := map[family]int{}
-	for i, it := range c.items {
+	for i, it := range g.items {
 		rows[i], ids[i] = it.row, it.row.ID
 		fams[it.fam]++
 	}
-	k := c.g.key
-	n := len(c.items)
+	k := g.key
+	n := len(g.items)
+	shown := fitItems(g.items)
+	if shown < n {
+		shown = max(shown-1, 1) // room for the line that counts the rest
+	}
 	var title string
 	switch {
 	case len(fams) > 1:
@@ -513,15 +519,12 @@ func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Mess
 	default:
 		title = "*" + plural(n, "finding", "findings") + " to check* from " + runLabel(k.run)
 	}
-	if parts > 1 {
-		title += fmt.Sprintf(" (part %d of %d)", part, parts)
-	}
 	plainTitle := strings.NewReplacer("*", "", "`", "", ":white_check_mark: ", "", ":repeat: ", "").Replace(title)
 
 	var lines, text []string
 	var kinds []reconcile.FindingKind
 	fam := family(-1)
-	for i, it := range c.items {
+	for i, it := range g.items[:shown] {
 		if i == 0 || it.fam != fam {
 			fam = it.fam
 			// A one-family group's title says it already; pack counted the
@@ -533,6 +536,13 @@ func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Mess
 		}
 		lines = append(lines, it.line)
 		text = append(text, it.text)
+	}
+	if rest := n - shown; rest > 0 {
+		more := "…and " + formatCount(rest) + " more: `" + listHint + "`"
+		lines = append(lines, more)
+		text = append(text, strings.ReplaceAll(more, "`", ""))
+	}
+	for _, it := range g.items {
 		if it.fam != famResolved && !slices.Contains(kinds, it.row.Finding.Kind) {
 			kinds = append(kinds, it.row.Finding.Kind)
 		}
@@ -570,6 +580,87 @@ func renderGroup(c chunk, part, parts int, now time.Time, opts PlanOptions) Mess
 	t.WriteString(plainTitle + "\n" + strings.Join(text, "\n"))
 	return Message{
 		Kind: KindGroup, RunID: k.run, AlertIDs: ids, Parent: k.parent, ThreadTS: k.ts,
+		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
+	}
+}
+
+// causeShown is how many findings a cause's message lists; the rest are
+// counted, with the command that lists them all.
+const causeShown = 5
+
+// renderCause is one message for the findings of one kind and one cause:
+// how many, their money at risk per currency, the first few, how to list
+// them all, and what to do. A critical cause is its own top-level message;
+// another goes in its run summary's thread.
+func renderCause(g *group, opts PlanOptions) Message {
+	rows := make([]reconcile.Alert, len(g.items))
+	ids := make([]int64, len(g.items))
+	var risk []reconcile.Money
+	for i, it := range g.items {
+		rows[i], ids[i] = it.row, it.row.ID
+		risk = append(risk, reconcile.Money{Amount: it.row.Finding.AtRisk.Amount, Currency: strings.ToLower(it.row.Finding.AtRisk.Currency)})
+	}
+	f := g.items[0].row.Finding
+	k := f.Kind
+	sev := severityOf(f)
+	n := len(g.items)
+	var totals []string
+	for _, t := range reconcile.SumByCurrency(risk) {
+		if t.Sign() != 0 {
+			totals = append(totals, sumText(t))
+		}
+	}
+	on, onPlain, filter := "", "", "--kind "+string(k)
+	switch {
+	case f.Target != "":
+		on, onPlain = " on "+code(f.Target), " on "+plainID(f.Target)
+		filter += " --target " + strings.Trim(code(f.Target), "`")
+	case f.ObligationID != "":
+		on, onPlain = " for "+code(f.ObligationID), " for "+plainID(f.ObligationID)
+		filter += " --target " + strings.Trim(code(f.ObligationID), "`")
+	}
+	worth := "no amount at risk"
+	if len(totals) > 0 {
+		worth = strings.Join(totals, " + ") + " at risk"
+	}
+	icon := ""
+	if sev == reconcile.Critical {
+		icon = ":rotating_light: "
+	}
+	title := icon + "*" + formatCount(n) + " × " + kindLabel(k) + "*" + on + " — " + worth
+	plainTitle := formatCount(n) + " × " + kindLabel(k) + onPlain + " (" + string(sev) + "): " + worth
+	var lines, text []string
+	for _, it := range g.items[:min(n, causeShown)] {
+		lines, text = append(lines, it.line), append(text, it.text)
+	}
+	list := "reconcile findings --open " + filter
+	if rest := n - min(n, causeShown); rest > 0 {
+		lines = append(lines, "…and "+formatCount(rest)+" more: `"+list+"`")
+		text = append(text, "…and "+formatCount(rest)+" more: "+list)
+	}
+	action := kindAction(k)
+
+	var blocks []slack.Block
+	possible := g.key.unknown || anyUnknown(rows)
+	if possible {
+		blocks = append(blocks, contextBlock(":warning: "+possibleRepeatLine(rows)))
+	}
+	blocks = append(blocks, section(title))
+	for _, s := range sectionize(lines) {
+		blocks = append(blocks, section(s))
+	}
+	blocks = append(blocks, section("*What to do:* "+action))
+	blocks = append(blocks, contextBlock(
+		strings.ToUpper(string(sev[:1]))+string(sev[1:])+" · "+runLabel(g.key.run),
+		"List them all: `"+list+"`",
+	))
+	var t strings.Builder
+	if possible {
+		t.WriteString(possibleRepeatLine(rows) + "\n")
+	}
+	t.WriteString(plainTitle + ".\nWhat to do: " + action + "\n" + strings.Join(text, "\n"))
+	return Message{
+		Kind: KindCause, RunID: g.key.run, AlertIDs: ids, Parent: g.key.parent, ThreadTS: g.key.ts,
 		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
 	}
 }

@@ -264,4 +264,5 @@ func (m *matcher) suspectFinding(s, twin int32, target string) {
 	m.add(reconcile.SuspectedDuplicate, o.ID, m.movID(s), ids, o.Money, m.money(s),
 		reconcile.DetailSuspect(m.mention(s), m.mention(twin), o, m.movs[s].class == clsRefund, m.targetNoun(target), target,
 			absDur(m.created(s).Sub(m.created(twin))), m.keyless(s)))
+	m.res.Findings[len(m.res.Findings)-1].Target = target
 }

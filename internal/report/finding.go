@@ -41,6 +41,9 @@ type Finding struct {
 	Fingerprint string `json:"fingerprint"`
 	// Detail is redacted: it quotes provider metadata.
 	Detail string `json:"detail"`
+	// Target is the charge or payment intent the finding's money concerns
+	// beyond its obligation; omitted when none.
+	Target string `json:"target,omitempty"`
 	// The history of a stored finding, in RFC 3339 UTC.
 	FirstSeenRun   string `json:"first_seen_run,omitempty"`
 	FirstSeenAt    string `json:"first_seen_at,omitempty"`
@@ -65,7 +68,7 @@ func FromFinding(f reconcile.Finding) Finding {
 	return Finding{
 		Kind: string(f.Kind), Severity: string(f.Severity), ObligationID: f.ObligationID,
 		ProviderIDs: nonNil(f.ProviderIDs), Amount: f.Money.Amount, Currency: f.Money.Currency,
-		Fingerprint: f.Fingerprint, Detail: redact.String(f.Detail),
+		Fingerprint: f.Fingerprint, Detail: redact.String(f.Detail), Target: f.Target,
 	}
 }
 

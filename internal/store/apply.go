@@ -576,7 +576,7 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	n := len(rows)
 	var (
 		fps, kinds, severities   = make([]string, n), make([]string, n), make([]string, n)
-		obligationIDs            = make([]*string, n)
+		obligationIDs, targets   = make([]*string, n), make([]*string, n)
 		providerIDs, currencies  = make([]string, n), make([]string, n)
 		amounts, atRiskAmounts   = make([]int64, n), make([]int64, n)
 		atRiskCurrencies, hashes = make([]string, n), make([]string, n)
@@ -587,7 +587,7 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	for i, r := range rows {
 		f := r.f
 		fps[i], kinds[i], severities[i] = f.Fingerprint, string(f.Kind), string(f.Severity)
-		obligationIDs[i] = nullString(f.ObligationID)
+		obligationIDs[i], targets[i] = nullString(f.ObligationID), nullString(f.Target)
 		// unnest would flatten a two-dimensional array, so each row's ids
 		// travel as one JSON array.
 		ids, err := json.Marshal(orEmpty(f.ProviderIDs))
@@ -606,15 +606,15 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.findings (fingerprint, kind, severity, obligation_id, provider_ids,
 		amount, currency, at_risk_amount, at_risk_currency, content_hash, detail, status,
 		first_seen_run, first_seen_at, last_seen_run, last_seen_at, resolved_run, resolved_at,
-		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at)
+		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at, target)
 	SELECT u.fingerprint, u.kind, u.severity, u.obligation_id,
 		ARRAY(SELECT e FROM jsonb_array_elements_text(u.provider_ids::jsonb) WITH ORDINALITY AS x(e, n) ORDER BY x.n),
 		u.amount, u.currency, u.at_risk_amount, u.at_risk_currency, u.content_hash, u.detail, 'open',
-		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted
+		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted, u.target
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[],
-		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[])
+		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[], $18::text[])
 		AS u(fingerprint, kind, severity, obligation_id, provider_ids, amount, currency, at_risk_amount,
-		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted)
+		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted, target)
 	ON CONFLICT (fingerprint) DO UPDATE SET
 		kind = EXCLUDED.kind, severity = EXCLUDED.severity, obligation_id = EXCLUDED.obligation_id,
 		provider_ids = EXCLUDED.provider_ids, amount = EXCLUDED.amount, currency = EXCLUDED.currency,
@@ -623,9 +623,9 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 		last_seen_run = EXCLUDED.last_seen_run, last_seen_at = EXCLUDED.last_seen_at,
 		resolved_run = NULL, resolved_at = NULL,
 		acknowledged_at = EXCLUDED.acknowledged_at, acknowledged_by = EXCLUDED.acknowledged_by,
-		ack_reason = EXCLUDED.ack_reason, last_alerted_at = EXCLUDED.last_alerted_at`,
+		ack_reason = EXCLUDED.ack_reason, last_alerted_at = EXCLUDED.last_alerted_at, target = EXCLUDED.target`,
 		fps, kinds, severities, obligationIDs, providerIDs, amounts, currencies, atRiskAmounts,
-		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now)
+		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now, targets)
 	if err != nil {
 		return fmt.Errorf("write findings: %w", err)
 	}
@@ -788,13 +788,14 @@ type findingJSON struct {
 	Fingerprint  string                `json:"fingerprint"`
 	ContentHash  string                `json:"content_hash"`
 	Detail       string                `json:"detail"`
+	Target       string                `json:"target,omitempty"`
 }
 
 func findingPayload(f reconcile.Finding) (string, error) {
 	b, err := json.Marshal(findingJSON{
 		Kind: f.Kind, Severity: f.Severity, ObligationID: f.ObligationID,
 		ProviderIDs: orEmpty(f.ProviderIDs), Money: f.Money, AtRisk: f.AtRisk,
-		Fingerprint: f.Fingerprint, ContentHash: f.ContentHash, Detail: f.Detail,
+		Fingerprint: f.Fingerprint, ContentHash: f.ContentHash, Detail: f.Detail, Target: f.Target,
 	})
 	if err != nil {
 		return "", fmt.Errorf("encode finding %s: %w", f.Fingerprint, err)
@@ -814,5 +815,6 @@ func (j findingJSON) finding() reconcile.Finding {
 	return reconcile.Finding{
 		Kind: j.Kind, Severity: j.Severity, ObligationID: j.ObligationID, ProviderIDs: j.ProviderIDs,
 		Money: j.Money, AtRisk: j.AtRisk, Fingerprint: j.Fingerprint, ContentHash: j.ContentHash, Detail: j.Detail,
+		Target: j.Target,
 	}
 }

@@ -238,6 +238,12 @@ func TestSummaryPayload(t *testing.T) {
 		AtRisk: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"}), reconcile.TotalOf(reconcile.Money{Amount: 9000, Currency: "usd"})},
 		Open: map[reconcile.FindingKind]int{reconcile.Duplicate: 2, reconcile.Orphan: 1,
 			reconcile.UnresolvedUnknown: 1, reconcile.StaleLease: 1},
+		// The duplicates paid out too much; the orphan is a charge: money
+		// collected. The unknown outcome has nothing at risk.
+		ByMeaning: &reconcile.AtRiskByMeaning{
+			PaidOutTooMuch: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 9000, Currency: "usd"})},
+			CollectedWrong: []reconcile.Total{reconcile.TotalOf(reconcile.Money{Amount: 12000, Currency: "jpy"})},
+		},
 	}
 	if diff := cmp.Diff(want, *due[0].Summary, cmpInstants); diff != "" {
 		t.Errorf("summary payload (-want +got):\n%s", diff)

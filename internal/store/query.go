@@ -44,18 +44,20 @@ type FindingRecord struct {
 const findingColumns = `fingerprint, kind, severity, obligation_id, provider_ids, amount, currency,
 	at_risk_amount, at_risk_currency, content_hash, detail, status, first_seen_run, first_seen_at,
 	last_seen_run, last_seen_at, resolved_run, resolved_at, acknowledged_at, acknowledged_by, ack_reason,
-	last_alerted_at`
+	last_alerted_at, target`
 
 func scanFinding(row pgx.CollectableRow) (FindingRecord, error) {
 	var (
 		r                                     FindingRecord
 		obligationID, resolvedRun, by, reason *string
+		target                                *string
 		resolvedAt, ackAt, alertedAt          *time.Time
 	)
 	err := row.Scan(&r.Fingerprint, &r.Kind, &r.Severity, &obligationID, &r.ProviderIDs, &r.Money.Amount,
 		&r.Money.Currency, &r.AtRisk.Amount, &r.AtRisk.Currency, &r.ContentHash, &r.Detail, &r.Status,
 		&r.FirstSeenRun, &r.FirstSeenAt, &r.LastSeenRun, &r.LastSeenAt, &resolvedRun, &resolvedAt,
-		&ackAt, &by, &reason, &alertedAt)
+		&ackAt, &by, &reason, &alertedAt, &target)
+	r.Target = stringOf(target)
 	r.ObligationID, r.ResolvedRun, r.AcknowledgedBy, r.AckReason =
 		stringOf(obligationID), stringOf(resolvedRun), stringOf(by), stringOf(reason)
 	r.ResolvedAt, r.AcknowledgedAt, r.LastAlertedAt = timeOf(resolvedAt), timeOf(ackAt), timeOf(alertedAt)
