@@ -43,7 +43,10 @@ type PermanentError struct {
 	// Reason is Slack's error code (a code this version does not know
 	// included), "webhook HTTP <status>", or "HTTP <status>".
 	Reason string
-	Fix    string
+	// Fix says what someone must change, naming the setting (an
+	// environment variable, the Slack app), or that the answer is one
+	// this version does not know.
+	Fix string
 }
 
 func (e *PermanentError) Error() string { return "slack: " + e.Reason + ": " + e.Fix }

@@ -10,6 +10,7 @@ package slacktest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -182,7 +183,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.ServerErr--
 		answer = "500"
 	}
-	retryAfter := cmpOr(f.RetryAfter, 1)
+	retryAfter := cmp.Or(f.RetryAfter, 1)
 	s.mu.Unlock()
 	if status, ok := strings.CutPrefix(answer, AnswerEarly); ok {
 		answerEarly(w, webhook, status)
@@ -277,7 +278,7 @@ func answerEarly(w http.ResponseWriter, webhook bool, status string) {
 	defer conn.Close()
 	ctype, page := "text/html", fmt.Sprintf("<html><body>%d %s</body></html>", code, http.StatusText(code))
 	if webhook {
-		ctype, page = "text/plain", cmpOr(webhookCodes[code], "service_unavailable")
+		ctype, page = "text/plain", cmp.Or(webhookCodes[code], "service_unavailable")
 	}
 	fmt.Fprintf(brw, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		code, http.StatusText(code), ctype, len(page), page)
@@ -286,14 +287,6 @@ func answerEarly(w http.ResponseWriter, webhook bool, status string) {
 	}
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	io.Copy(io.Discard, brw)
-}
-
-func cmpOr[T comparable](a, b T) T {
-	var zero T
-	if a != zero {
-		return a
-	}
-	return b
 }
 
 // serveWebhook answers an incoming webhook's post; the caller holds s.mu.
