@@ -100,8 +100,9 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 }
 
 // outcomeError maps a completed pass to its exit status: alerts that no
-// retry can deliver are exit 1 (someone must fix the Slack settings);
-// findings at or above --fail-on are exit 3.
+// retry can deliver are exit 1 (someone must fix the Slack settings, or
+// look at an answer this version does not know: docs/design.md, "Alert
+// lifecycle"); findings at or above --fail-on are exit 3.
 func outcomeError(out *runner.Outcome, failOn reconcile.Severity) error {
 	if out.AlertErr != nil && errors.Is(out.AlertErr, alerts.ErrPermanent) {
 		return failed(out.AlertErr)

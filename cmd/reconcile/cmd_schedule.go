@@ -10,6 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"reconcile"
+	"reconcile/internal/alerts"
 	"reconcile/internal/config"
 	"reconcile/internal/metrics"
 	"reconcile/internal/runner"
@@ -86,6 +87,10 @@ func (s *scheduler) pass(ctx context.Context) {
 		s.log.Info("pass skipped: another replica is running one")
 	case err != nil:
 		s.log.Error("pass failed", "error", err)
+	case errors.Is(out.AlertErr, alerts.ErrPermanent):
+		// The pass logged the one error line, with Slack's code, and the
+		// metrics count it (docs/design.md, "Alert lifecycle").
+		s.log.Info("pass completed; alerts cannot be delivered until someone looks", "run_id", out.Run.ID)
 	case out.AlertErr != nil:
 		s.log.Error("pass completed; alerts not delivered", "run_id", out.Run.ID, "error", out.AlertErr)
 	default:

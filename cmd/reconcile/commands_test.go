@@ -20,6 +20,7 @@ import (
 	"reconcile"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/report"
+	"reconcile/internal/slacktest"
 	"reconcile/internal/store/storetest"
 	"reconcile/internal/trace"
 )
@@ -238,6 +239,64 @@ func TestConfigCheckRedacts(t *testing.T) {
 func TestSchedule(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
+	sc := e.schedule(t)
+	body := sc.metrics(t, `reconcile_runs_total{status="completed"}`)
+	for _, want := range []string{`reconcile_runs_total{status="completed"}`, `reconcile_findings{kind="duplicate",severity="critical"} 1`,
+		"reconcile_last_success_timestamp_seconds", "reconcile_provider_objects_fetched_total", "reconcile_run_duration_seconds"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if resp, err := http.Get("http://" + sc.addr + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/healthz: %v %v", resp, err)
+	}
+	if logs := sc.stop(t); !strings.Contains(logs, "stopped") {
+		t.Errorf("schedule logs lack the stop:\n%s", logs)
+	}
+}
+
+// A scheduled pass whose alerts cannot be delivered (an error code this
+// version does not know) counts a delivery failure under the code in
+// /metrics and logs one error line, the pass's, naming it.
+func TestScheduleUndeliverable(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	e.slack.SetFaults(slacktest.Faults{Error: "shiny_new_refusal"})
+	sc := e.schedule(t)
+	sc.metrics(t, `reconcile_alert_delivery_failures_total{code="shiny_new_refusal"}`)
+	logs := sc.stop(t)
+	passes, loud := 0, 0
+	for _, l := range strings.Split(logs, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) != nil {
+			continue
+		}
+		if rec["msg"] == "run started" {
+			passes++
+		}
+		if rec["level"] == "ERROR" {
+			loud++
+			if rec["msg"] != "alerts cannot be delivered" || rec["code"] != "shiny_new_refusal" {
+				t.Errorf("error line %v, want \"alerts cannot be delivered\" with code shiny_new_refusal", rec)
+			}
+		}
+	}
+	if passes == 0 || loud != passes {
+		t.Errorf("%d passes logged %d error lines, want one each:\n%s", passes, loud, logs)
+	}
+}
+
+// scheduled is `reconcile schedule` running on e, every second, with
+// /metrics on addr.
+type scheduled struct {
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+	stderr *bytes.Buffer
+}
+
+func (e *env) schedule(t *testing.T) *scheduled {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -246,48 +305,48 @@ func TestSchedule(t *testing.T) {
 	ln.Close()
 	cfgPath := t.TempDir() + "/c.yaml"
 	writeConfig(t, cfgPath, fmt.Sprintf("schedule: \"@every 1s\"\nlookback: 100h\nmetrics:\n  listen: %q\n", addr))
-
 	ctx, cancel := context.WithCancel(t.Context())
-	var stderr bytes.Buffer
-	done := make(chan error, 1)
+	sc := &scheduled{addr: addr, cancel: cancel, done: make(chan error, 1), stderr: &bytes.Buffer{}}
 	go func() {
-		done <- run(ctx, []string{"schedule", "--config", cfgPath}, func(k string) string { return e.vars[k] }, io.Discard, &stderr)
+		sc.done <- run(ctx, []string{"schedule", "--config", cfgPath}, func(k string) string { return e.vars[k] }, io.Discard, sc.stderr)
 	}()
-	// Wait for a completed pass to show in the metrics.
+	return sc
+}
+
+// metrics waits for /metrics to show want and returns what it showed.
+func (sc *scheduled) metrics(t *testing.T, want string) string {
+	t.Helper()
 	var body string
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		if resp, err := http.Get("http://" + sc.addr + "/metrics"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			body = string(b)
-			if strings.Contains(body, `reconcile_runs_total{status="completed"}`) {
-				break
+			if strings.Contains(body, want) {
+				return body
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, want := range []string{`reconcile_runs_total{status="completed"}`, `reconcile_findings{kind="duplicate",severity="critical"} 1`,
-		"reconcile_last_success_timestamp_seconds", "reconcile_provider_objects_fetched_total", "reconcile_run_duration_seconds"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
-	}
-	if resp, err := http.Get("http://" + addr + "/healthz"); err != nil || resp.StatusCode != 200 {
-		t.Errorf("/healthz: %v %v", resp, err)
-	}
-	cancel() // what SIGTERM does through signal.NotifyContext in main
+	t.Errorf("/metrics never showed %q:\n%s", want, body)
+	return body
+}
+
+// stop does what SIGTERM does through signal.NotifyContext in main, checks
+// that the scheduler returned nil (exit 0), and returns its logs.
+func (sc *scheduled) stop(t *testing.T) string {
+	t.Helper()
+	sc.cancel()
 	select {
-	case err := <-done:
+	case err := <-sc.done:
 		if err != nil {
 			t.Errorf("schedule returned %v after SIGTERM, want nil (exit 0)", err)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("schedule did not stop after SIGTERM")
 	}
-	if !strings.Contains(stderr.String(), "stopped") {
-		t.Errorf("schedule logs lack the stop:\n%s", stderr.String())
-	}
+	return sc.stderr.String()
 }
 
 func writeConfig(t *testing.T, path, body string) {

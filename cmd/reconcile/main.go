@@ -11,8 +11,9 @@
 //	reconcile demo                         the whole flow on built-in sample data
 //
 // Exit status: 0 completed; 1 failed (or alerts cannot be delivered until
-// someone fixes the Slack settings); 2 usage or configuration error; 3
-// completed with findings at or above --fail-on.
+// someone fixes the Slack settings or looks at an answer of Slack's this
+// version does not know); 2 usage or configuration error; 3 completed with
+// findings at or above --fail-on.
 package main
 
 import (

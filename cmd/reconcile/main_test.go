@@ -222,6 +222,45 @@ func TestDoubleRefundEndToEnd(t *testing.T) {
 	}
 }
 
+// Slack shows a run's summary and answers internal_error (some of the
+// call may have succeeded): the run completes (exit 0, nothing is lost)
+// without posting it again, the store keeps the row unsent and of unknown
+// outcome, and the next run's copy says it may be a repeat while the
+// findings' messages go unmarked.
+func TestShownButAnsweredInternalError(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	e.slack.SetFaults(slacktest.Faults{Script: []string{"posted:internal_error"}})
+	if code, _, stderr := e.run("run", "--since", "100h"); code != 0 {
+		t.Fatalf("run exited %d, want 0: %s", code, stderr)
+	}
+	msgs := e.slack.Messages()
+	if len(msgs) != 1 || e.slack.Requests() != 1 || !strings.Contains(msgs[0].Text, "Reconciliation:") {
+		t.Fatalf("%d messages in %d requests, want the summary once in 1", len(msgs), e.slack.Requests())
+	}
+	var unknown, unsent int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE outcome_unknown), count(*)
+		FROM reconcile.outbox WHERE sent_at IS NULL`).Scan(&unknown, &unsent); err != nil || unknown != 1 || unsent < 2 {
+		t.Fatalf("outbox: %d unsent, %d of unknown outcome (%v); want the summary unknown, the rest unsent", unsent, unknown, err)
+	}
+
+	if code, _, stderr := e.run("run", "--since", "100h"); code != 0 {
+		t.Fatalf("second run exited %d, want 0: %s", code, stderr)
+	}
+	msgs = e.slack.Messages()
+	if len(msgs) < 3 || !strings.Contains(msgs[1].Text, "Reconciliation:") {
+		t.Fatalf("%d messages, want the summary's copy second and the findings' after", len(msgs))
+	}
+	for i, m := range msgs {
+		if marked := strings.Contains(m.Flat, "Possible repeat"); marked != (i == 1) {
+			t.Errorf("message %d says possible repeat: %t, want only the summary's copy to:\n%s", i, marked, m.Text)
+		}
+	}
+	if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM reconcile.outbox WHERE sent_at IS NULL").Scan(&unsent); err != nil || unsent != 0 {
+		t.Errorf("%d rows unsent after the second run (%v), want none", unsent, err)
+	}
+}
+
 // Bad input exits 2 (1 for an unreachable database) with one clear line,
 // before any provider call.
 func TestBadInput(t *testing.T) {

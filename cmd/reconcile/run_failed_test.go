@@ -192,20 +192,54 @@ func TestRunFailedPrintsOneObject(t *testing.T) {
 	})
 
 	// A completed run whose alerts cannot be delivered exits 1 with its
-	// report, and only its report.
+	// report, and only its report: for a bad token, and for an error code
+	// this version does not know. Each run asks Slack once, keeps the rows
+	// unsent, and logs one error line naming Slack's code.
 	t.Run("alerts undeliverable", func(t *testing.T) {
 		now := time.Now().UTC().Truncate(time.Second)
 		e.add(reconcile.ProviderObject{ID: "ch_orphan", Kind: reconcile.Charge, Money: usd(500), Status: reconcile.Succeeded,
 			Created: now.Add(-time.Hour), Metadata: map[string]string{"_key": "k-orphan"}})
-		e.slack.SetFaults(slacktest.Faults{BadAuth: true})
 		defer e.slack.SetFaults(slacktest.Faults{})
-		code, stdout, stderr := e.run("run", "--since", "2h", "--format", "json")
-		if code != 1 {
-			t.Fatalf("exit %d, want 1; stderr %s", code, stderr)
-		}
-		m := oneObject(t, "alerts", stdout)
-		if _, ok := m["findings"]; !ok || m["status"] != nil {
-			t.Errorf("stdout = %v, want the report", m)
+		for _, tt := range []struct {
+			name   string
+			faults slacktest.Faults
+			code   string
+		}{
+			{"bad token", slacktest.Faults{BadAuth: true}, "invalid_auth"},
+			{"a code this version does not know", slacktest.Faults{Error: "shiny_new_refusal"}, "shiny_new_refusal"},
+			{"the same again", slacktest.Faults{Error: "shiny_new_refusal"}, "shiny_new_refusal"},
+		} {
+			e.slack.SetFaults(tt.faults)
+			before := e.slack.Requests()
+			code, stdout, stderr := e.run("run", "--since", "2h", "--format", "json")
+			if code != 1 {
+				t.Fatalf("%s: exit %d, want 1; stderr %s", tt.name, code, stderr)
+			}
+			m := oneObject(t, "alerts", stdout)
+			if _, ok := m["findings"]; !ok || m["status"] != nil {
+				t.Errorf("%s: stdout = %v, want the report", tt.name, m)
+			}
+			if n := e.slack.Requests() - before; n != 1 {
+				t.Errorf("%s: the run asked Slack %d times, want once", tt.name, n)
+			}
+			var loud []map[string]any
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			for _, l := range lines {
+				var rec map[string]any
+				if json.Unmarshal([]byte(l), &rec) == nil && rec["level"] == "ERROR" {
+					loud = append(loud, rec)
+				}
+			}
+			if len(loud) != 1 || loud[0]["msg"] != "alerts cannot be delivered" || loud[0]["code"] != tt.code {
+				t.Errorf("%s: error lines %v, want one \"alerts cannot be delivered\" with code %s", tt.name, loud, tt.code)
+			}
+			if last := lines[len(lines)-1]; !strings.HasPrefix(last, "reconcile: slack: "+tt.code+": ") {
+				t.Errorf("%s: stderr ends %q, want the fix for %s", tt.name, last, tt.code)
+			}
+			var unsent int
+			if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM reconcile.outbox WHERE sent_at IS NULL AND NOT outcome_unknown").Scan(&unsent); err != nil || unsent == 0 {
+				t.Errorf("%s: %d rows unsent and known (%v), want the run's alerts kept for when it is fixed", tt.name, unsent, err)
+			}
 		}
 	})
 }

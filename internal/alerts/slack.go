@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,15 +31,22 @@ const NotConfiguredWarning = "alerts are not being delivered: set SLACK_BOT_TOKE
 var ErrNotConfigured = errors.New("slack is not configured")
 
 // ErrPermanent matches, with errors.Is, every error that no retry can fix:
-// a bad token, an unknown channel, a removed webhook. The run exits 1 and
-// the rows stay in the outbox until someone fixes the setting.
+// a bad token, an unknown channel, a removed webhook, and any error code
+// of Slack's this version does not know. The run exits 1 and the rows stay
+// in the outbox until someone fixes the setting (docs/design.md, "Alert
+// lifecycle").
 var ErrPermanent = errors.New("slack delivery needs a fix")
 
 // PermanentError is a delivery error that no retry can fix. Its message
 // is one line that says what to fix, and holds no secret.
 type PermanentError struct {
-	Reason string // Slack's error code, or the webhook's HTTP status
-	Fix    string
+	// Reason is Slack's error code (a code this version does not know
+	// included), "webhook HTTP <status>", or "HTTP <status>".
+	Reason string
+	// Fix says what someone must change, naming the setting (an
+	// environment variable, the Slack app), or that the answer is one
+	// this version does not know.
+	Fix string
 }
 
 func (e *PermanentError) Error() string { return "slack: " + e.Reason + ": " + e.Fix }
@@ -58,8 +67,10 @@ type SlackOptions struct {
 	// second per channel). Zero or negative: no pacing.
 	PerChannelInterval time.Duration
 	// MaxRetries is how many times one message is tried again after a 429,
-	// a 5xx or a network error that happened before the request went out;
-	// then the drain stops and the rest waits in the outbox. 0: no retries.
+	// a 5xx or a network error before the request was written out whole, or
+	// Slack's service_unavailable; then the drain stops and the rest waits
+	// in the outbox. 0: no retries. A request that may have been acted on is
+	// never tried again within a drain (docs/design.md, "Alert lifecycle").
 	MaxRetries int
 	// Timeout bounds one request (alerts.timeout); required when Slack is
 	// configured.
@@ -239,13 +250,17 @@ func (d *Deliverer) PlanOptions() PlanOptions {
 
 // Drain posts every alert the outbox has due, in planned messages, at most
 // one a PerChannelInterval, and marks each row sent once Slack accepted
-// the message carrying it. Slack unavailable (429 past MaxRetryAfter, 5xx,
-// network errors after MaxRetries) ends the drain with the rest left in
-// the outbox and a nil error: the next drain sends it. A request that went
-// out without an answer is recorded as of unknown outcome, so that the next
-// copy says it may be a repeat. Errors: ErrNotConfigured; an error matching
-// ErrPermanent (rows left unsent, nothing recorded); the outbox's errors;
-// the context's.
+// the message carrying it. Slack unavailable (429 past MaxRetryAfter, and
+// after MaxRetries a 5xx or network error before the request was written
+// out whole) ends the drain with the rest left in the outbox and a nil
+// error: the next drain sends it. A request Slack may have acted on (no
+// answer after it went out whole, a 5xx after that, internal_error,
+// fatal_error, request_timeout) ends the drain too, recorded as of
+// unknown outcome, so that the next copy says it may be a repeat. Errors:
+// ErrNotConfigured; an error matching ErrPermanent (a setting to fix, or
+// an error code this version does not know: the rows stay unsent, the
+// refusal recorded); the outbox's errors; the context's. See
+// docs/design.md, "Alert lifecycle".
 func (d *Deliverer) Drain(ctx context.Context, outbox Outbox, now func() time.Time) (DrainStats, error) {
 	if !d.Configured() {
 		return DrainStats{}, ErrNotConfigured
@@ -292,17 +307,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// class is how an attempt ended.
+// class is how an attempt ended (docs/design.md, "Alert lifecycle").
 type class int
 
 const (
 	classOK          class = iota
 	classRateLimited       // 429: wait Retry-After, then again
-	classTransient         // 5xx, or a network error before the request went out
-	classUnknown           // the request went out; no usable answer came back
+	classTransient         // not acted on: a 5xx or network error before the request was written whole, service_unavailable
+	classUnknown           // perhaps acted on: no answer or a 5xx after it was written whole, internal_error, fatal_error, request_timeout
 	classRefused           // this message was refused; another might not be
 	classNoThread          // the thread to reply to is gone
-	classFatal             // no retry can help
+	classFatal             // no retry can help: a setting to fix, or an answer this version does not know
 	classCanceled          // the drain's context ended
 )
 
@@ -380,18 +395,30 @@ func (d *Deliverer) channelKey() string {
 	return d.opts.Channel
 }
 
+// writeReportWait bounds how long post waits, once an answer came, for
+// net/http to report how writing the request ended.
+const writeReportWait = time.Second
+
 // post makes one request and reports whether it was written out whole, so
 // that a failure after that point is known to be of unknown outcome.
+// net/http reports a request written once its last bytes are handed to the
+// connection's buffer, which errs on the side of "written". An answer can
+// come before that report (an edge that answers before reading the body),
+// so post waits for the report once an answer came.
 func (d *Deliverer) post(ctx context.Context, m Message, thread string, textOnly bool) (channel, ts string, err error, written bool) {
 	actx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
-	var wrote atomic.Bool
+	var wrote, answered atomic.Bool
+	var once sync.Once
+	reported := make(chan struct{})
 	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) {
 			if i.Err == nil {
 				wrote.Store(true)
 			}
+			once.Do(func() { close(reported) })
 		},
+		GotFirstResponseByte: func() { answered.Store(true) },
 	})
 	text, blocks := m.Text, m.Blocks
 	if textOnly {
@@ -419,6 +446,14 @@ func (d *Deliverer) post(ctx context.Context, m Message, thread string, textOnly
 		}
 		err = slack.PostWebhookCustomHTTPContext(actx, d.opts.WebhookURL, d.http, msg)
 	}
+	if err != nil && answered.Load() {
+		t := time.NewTimer(writeReportWait)
+		select {
+		case <-reported:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	return channel, ts, err, wrote.Load()
 }
 
@@ -440,7 +475,7 @@ func (d *Deliverer) classify(ctx context.Context, err error, written bool) attem
 		return attempt{class: classRateLimited, retryAfter: time.Second, text: text}
 	}
 	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok {
-		return d.classifyStatus(sc.Code, text)
+		return d.classifyStatus(sc.Code, written, text)
 	}
 	if se, ok := errors.AsType[slack.SlackErrorResponse](err); ok {
 		return classifyCode(se.Err, text)
@@ -453,14 +488,19 @@ func (d *Deliverer) classify(ctx context.Context, err error, written bool) attem
 	return attempt{class: classTransient, text: text}
 }
 
-func (d *Deliverer) classifyStatus(code int, text string) attempt {
+// classifyStatus sorts an HTTP status other than 200 (docs/design.md,
+// "Alert lifecycle"); written says the request was written out whole.
+func (d *Deliverer) classifyStatus(code int, written bool, text string) attempt {
 	switch {
 	case code == http.StatusTooManyRequests:
 		return attempt{class: classRateLimited, retryAfter: time.Second, text: text}
-	case code == http.StatusGatewayTimeout:
-		// A proxy gave up waiting for Slack, which may have posted it.
+	case code >= 500 && written:
+		// Slack, or an edge or proxy before it, failed with the whole
+		// request in hand: Slack may have posted it. Never again unmarked.
 		return attempt{class: classUnknown, text: text}
 	case code >= 500:
+		// Answered before the request was written out whole: no one
+		// acted on a message that never arrived whole.
 		return attempt{class: classTransient, text: text}
 	}
 	reason := fmt.Sprintf("HTTP %d", code)
@@ -486,40 +526,66 @@ func fatal(reason, fix, text string) attempt {
 	return attempt{class: classFatal, err: &PermanentError{Reason: reason, Fix: fix}, text: "slack: " + reason + ": " + fix}
 }
 
-// classifyCode sorts Slack's error codes
-// (https://docs.slack.dev/reference/methods/chat.postMessage#errors).
+// workspaceFix is the fix of the codes that say a Slack admin's settings
+// keep the bot from posting.
+const workspaceFix = "the workspace does not let the bot post in SLACK_CHANNEL; ask a Slack admin, or set SLACK_CHANNEL to a channel where it may post"
+
+// permanentFixes are the error codes of Slack's known to need someone to
+// change a setting, each with what to do (docs/design.md, "Alert
+// lifecycle"). A code in no list of classifyCode is permanent too.
+var permanentFixes = map[string]string{
+	"invalid_auth":                             "the bot token is wrong or revoked; set SLACK_BOT_TOKEN to a valid xoxb- token",
+	"not_authed":                               "Slack received no bot token; set SLACK_BOT_TOKEN to a valid xoxb- token",
+	"token_revoked":                            "the bot token was revoked; reinstall the Slack app and set SLACK_BOT_TOKEN to its new xoxb- token",
+	"token_expired":                            "the bot token expired; set SLACK_BOT_TOKEN to a fresh xoxb- token",
+	"account_inactive":                         "the bot's Slack account or workspace is deactivated; reinstall the app and set SLACK_BOT_TOKEN to its new xoxb- token",
+	"not_allowed_token_type":                   "SLACK_BOT_TOKEN is not a bot token (a user, app-level or legacy one); set it to the app's xoxb- bot token",
+	"missing_scope":                            "the bot token lacks the chat:write scope; add it to the Slack app, reinstall it and update SLACK_BOT_TOKEN",
+	"accesslimited":                            "the Slack app only accepts SLACK_BOT_TOKEN from allowed IP addresses; add this host's address to the app's allowed ranges, or run from an allowed host",
+	"channel_not_found":                        "SLACK_CHANNEL names no channel the bot can see; set it to the channel's id (C…) and invite the bot there",
+	"not_in_channel":                           "the bot is not a member of SLACK_CHANNEL; invite it there (/invite @the-bot)",
+	"is_archived":                              "SLACK_CHANNEL is archived; unarchive it or set SLACK_CHANNEL to another channel",
+	"posting_to_general_channel_denied":        "only admins may post in the workspace's #general; set SLACK_CHANNEL to another channel, or ask a Slack admin to let the bot post there",
+	"messages_tab_disabled":                    "SLACK_CHANNEL is a direct message to the bot, whose Messages tab is off; set SLACK_CHANNEL to a channel's id (C…), or turn the Messages tab on in the app's App Home settings",
+	"team_not_found":                           "the bot token's workspace is gone; set SLACK_BOT_TOKEN to a token of a live workspace",
+	"method_deprecated":                        "Slack has retired the method this version of reconcile posts with; upgrade reconcile, and check that SLACK_API_URL is Slack's https://slack.com/api/",
+	"deprecated_endpoint":                      "Slack has retired the endpoint this version of reconcile posts to; upgrade reconcile, and check that SLACK_API_URL is Slack's https://slack.com/api/",
+	"unknown_method":                           "SLACK_API_URL does not serve chat.postMessage; set it to Slack's https://slack.com/api/",
+	"restricted_action":                        workspaceFix,
+	"restricted_action_read_only_channel":      workspaceFix,
+	"restricted_action_thread_only_channel":    workspaceFix,
+	"restricted_action_non_threadable_channel": workspaceFix,
+	"ekm_access_denied":                        workspaceFix,
+	"access_denied":                            workspaceFix,
+	"no_permission":                            workspaceFix,
+	"team_access_not_granted":                  workspaceFix,
+	"org_login_required":                       workspaceFix,
+	"enterprise_is_restricted":                 workspaceFix,
+	"two_factor_setup_required":                workspaceFix,
+}
+
+// slackCode is the shape of Slack's error codes; an answer of another
+// shape is not repeated in an error or a metric's label.
+var slackCode = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+
+// classifyCode sorts the error codes of Slack's {"ok":false} answers
+// (docs/design.md, "Alert lifecycle"). Slack read the request to answer so.
 func classifyCode(code, text string) attempt {
-	const workspace = "the workspace does not let the bot post in SLACK_CHANNEL; ask a Slack admin, or set SLACK_CHANNEL to a channel where it may post"
-	fixes := map[string]string{
-		"invalid_auth":                             "the bot token is wrong or revoked; set SLACK_BOT_TOKEN to a valid xoxb- token",
-		"not_authed":                               "Slack received no bot token; set SLACK_BOT_TOKEN to a valid xoxb- token",
-		"token_revoked":                            "the bot token was revoked; reinstall the Slack app and set SLACK_BOT_TOKEN to its new xoxb- token",
-		"token_expired":                            "the bot token expired; set SLACK_BOT_TOKEN to a fresh xoxb- token",
-		"account_inactive":                         "the bot's Slack account or workspace is deactivated; reinstall the app and set SLACK_BOT_TOKEN to its new xoxb- token",
-		"not_allowed_token_type":                   "SLACK_BOT_TOKEN is not a bot token; set it to the app's xoxb- token",
-		"missing_scope":                            "the bot token lacks the chat:write scope; add it to the Slack app, reinstall it and update SLACK_BOT_TOKEN",
-		"channel_not_found":                        "SLACK_CHANNEL names no channel the bot can see; set it to the channel's id (C…) and invite the bot there",
-		"not_in_channel":                           "the bot is not a member of SLACK_CHANNEL; invite it there (/invite @the-bot)",
-		"is_archived":                              "SLACK_CHANNEL is archived; unarchive it or set SLACK_CHANNEL to another channel",
-		"team_not_found":                           "the bot token's workspace is gone; set SLACK_BOT_TOKEN to a token of a live workspace",
-		"restricted_action":                        workspace,
-		"restricted_action_read_only_channel":      workspace,
-		"restricted_action_thread_only_channel":    workspace,
-		"restricted_action_non_threadable_channel": workspace,
-		"ekm_access_denied":                        workspace,
-		"access_denied":                            workspace,
-		"no_permission":                            workspace,
-		"team_access_not_granted":                  workspace,
-		"org_login_required":                       workspace,
-		"enterprise_is_restricted":                 workspace,
-		"two_factor_setup_required":                workspace,
-	}
-	if fix, ok := fixes[code]; ok {
-		return fatal(code, fix, text)
-	}
 	switch code {
 	case "ratelimited", "rate_limited":
 		return attempt{class: classRateLimited, retryAfter: time.Second, text: text}
+	case "internal_error", "fatal_error", "request_timeout":
+		// Slack says of internal_error and fatal_error that some of the
+		// call may have succeeded: the message may be in the channel.
+		// request_timeout (the post's data arrived missing or truncated,
+		// Slack says) is taken as unknown too: a repeat marked as possible
+		// costs a word, an unmarked one a second alert finance may act on.
+		return attempt{class: classUnknown, text: text}
+	case "service_unavailable", "team_added_to_org":
+		// Slack says the service is temporarily unavailable (or the
+		// workspace is migrating): the call was not processed, so it is
+		// tried again like a 5xx that never arrived.
+		return attempt{class: classTransient, text: text}
 	case "invalid_blocks", "invalid_blocks_format", "msg_too_long", "msg_blocks_too_long", "too_many_attachments",
 		"no_text", "invalid_attachments", "invalid_arguments", "invalid_form_data", "markdown_text_conflict",
 		"invalid_charset", "invalid_post_type", "missing_post_type", "invalid_arg_name", "invalid_array_arg":
@@ -527,9 +593,16 @@ func classifyCode(code, text string) attempt {
 	case "thread_not_found", "invalid_thread_ts", "cannot_reply_to_message":
 		return attempt{class: classNoThread, text: text}
 	}
-	// internal_error, fatal_error, service_unavailable, request_timeout and
-	// codes this version does not know: Slack may take it later.
-	return attempt{class: classTransient, text: text}
+	if fix, ok := permanentFixes[code]; ok {
+		return fatal(code, fix, text)
+	}
+	// A code this version does not know: retrying it blindly could repeat
+	// forever, or repeat a message unmarked. Stop and tell someone.
+	if !slackCode.MatchString(code) {
+		code = "unrecognized_answer"
+	}
+	return fatal(code, "Slack answered "+code+", which this version of reconcile does not know; delivery stops until someone checks "+
+		"what Slack means by it (the Slack app, SLACK_BOT_TOKEN, SLACK_CHANNEL) and fixes it, or upgrades reconcile", text)
 }
 
 // errText is err as a line safe to log and store: no token, no webhook

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -111,23 +112,51 @@ func TestDrainRateLimitedThenSentOnce(t *testing.T) {
 	}
 }
 
-func TestDrainRetriesServerErrorsWithBackoff(t *testing.T) {
-	h := newHarness(t)
-	h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
-	h.script("503", "500", "ok")
-	st, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) { o.BackoffBase, o.BackoffMax = time.Second, 90*time.Second }))
-	if err != nil {
-		t.Fatalf("Drain: %v", err)
+// A 5xx that came before the request was written out whole (an edge that
+// turned it away unread, over an uplink that stalled), and Slack's
+// service_unavailable, are answers to a call no one acted on: retried with
+// backoff, sent once, and not called a repeat.
+func TestDrainRetriesWhatWasNotActedOn(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		script []string
+		stalls int
+	}{
+		{"5xx before the request was written whole", []string{"early:503", "early:500", "ok"}, 2},
+		{"service_unavailable", []string{"service_unavailable", "service_unavailable", "ok"}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]))
+			h.script(tt.script...)
+			st, err := h.drain(t, h.deliverer(t, func(o *SlackOptions) {
+				o.BackoffBase, o.BackoffMax = time.Second, 90*time.Second
+				o.HTTPClient = &http.Client{Transport: slacktest.StallingTransport(tt.stalls)}
+			}))
+			if err != nil {
+				t.Fatalf("Drain: %v", err)
+			}
+			if st.Sent != 1 || st.Retries != 2 || st.Unknown != 0 {
+				t.Errorf("Drain stats = %+v, want 1 sent after 2 retries, none unknown", st)
+			}
+			if got, want := h.clock.sleeps(), []time.Duration{time.Second, 2 * time.Second}; !slices.Equal(got, want) {
+				t.Errorf("slept %v, want backoff %v", got, want)
+			}
+			h.outbox.checkSentOnce(t)
+			posts := h.slack.Messages()
+			if len(posts) != 1 || h.slack.Requests() != 3 || strings.Contains(posts[0].Flat, "Possible repeat") {
+				t.Errorf("%d posts in %d requests, want 1 in 3, not called a possible repeat", len(posts), h.slack.Requests())
+			}
+			if r := h.outbox.get(ids[0]); r.alert.UnknownOutcome {
+				t.Errorf("row marked of unknown outcome after answers to a call no one acted on")
+			}
+		})
 	}
-	if st.Sent != 1 || st.Retries != 2 {
-		t.Errorf("Drain stats = %+v, want 1 sent after 2 retries", st)
-	}
-	if got, want := h.clock.sleeps(), []time.Duration{time.Second, 2 * time.Second}; !slices.Equal(got, want) {
-		t.Errorf("slept %v, want backoff %v", got, want)
-	}
-	h.outbox.checkSentOnce(t)
 }
 
+// Slack's edge answering 503 to a whole request may have passed it on:
+// the first message's outcome is unknown, so the drain stops there, and
+// once Slack is back that message alone says it may be a repeat.
 func TestDrainSlackDownThenBack(t *testing.T) {
 	h := newHarness(t)
 	h.outbox.add(smallRun("run-1")...)
@@ -137,15 +166,15 @@ func TestDrainSlackDownThenBack(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Drain with Slack down = %v, want nil: the run still completes", err)
 	}
-	if st.Sent != 0 || st.Deferred != 6 || st.Stopped == "" {
-		t.Errorf("Drain stats = %+v, want nothing sent, 6 deferred, a reason", st)
+	if st.Sent != 0 || st.Unknown != 1 || st.Deferred != 6 || st.Stopped == "" || st.Retries != 0 {
+		t.Errorf("Drain stats = %+v, want nothing sent, the summary unknown, 6 deferred, a reason, no retry", st)
 	}
 	if n := h.outbox.unsent(); n != 6 {
 		t.Errorf("%d rows unsent after Slack was down, want 6", n)
 	}
 	requests := h.slack.Requests()
-	if requests != 4 {
-		t.Errorf("%d requests while Slack was down, want 4 (one message, 3 retries, then stop)", requests)
+	if requests != 1 {
+		t.Errorf("%d requests while Slack was down, want 1: a request Slack may have taken is not repeated", requests)
 	}
 
 	h.slack.SetFaults(slacktest.Faults{})
@@ -156,11 +185,11 @@ func TestDrainSlackDownThenBack(t *testing.T) {
 	h.outbox.checkSentOnce(t)
 	posts := h.slack.Messages()
 	if len(posts) != st.Messages || st.Messages != 4 {
-		t.Errorf("posted %d messages, stats say %d, want 4 (summary, 2 criticals, 1 group)", len(posts), st.Messages)
+		t.Fatalf("posted %d messages, stats say %d, want 4 (summary, 2 criticals, 1 group)", len(posts), st.Messages)
 	}
-	for _, p := range posts {
-		if strings.Contains(p.Flat, "Possible repeat") {
-			t.Errorf("a message after a plain outage says possible repeat: %q", p.Text)
+	for i, p := range posts {
+		if marked := strings.Contains(p.Flat, "Possible repeat"); marked != (i == 0) {
+			t.Errorf("message %d says possible repeat: %t, want %t (only the summary's request was answered 503):\n%s", i, marked, i == 0, p.Text)
 		}
 	}
 	if posts[3].Thread != "1700000000.000001" {
@@ -175,6 +204,7 @@ func TestDrainPermanentErrors(t *testing.T) {
 		token   string
 		script  string
 		want    []string // in the error
+		unknown bool     // a code this version does not know: the generic fix
 	}{
 		{name: "invalid_auth", token: "xoxb-revoked-SECRET-0000", want: []string{"invalid_auth", "SLACK_BOT_TOKEN"}},
 		{name: "token_revoked", script: "token_revoked", want: []string{"token_revoked", "SLACK_BOT_TOKEN"}},
@@ -182,6 +212,14 @@ func TestDrainPermanentErrors(t *testing.T) {
 		{name: "channel_not_found", script: "channel_not_found", want: []string{"channel_not_found", "SLACK_CHANNEL"}},
 		{name: "not_in_channel", script: "not_in_channel", want: []string{"not_in_channel", "invite"}},
 		{name: "is_archived", script: "is_archived", want: []string{"is_archived", "SLACK_CHANNEL"}},
+		{name: "posting_to_general_channel_denied", script: "posting_to_general_channel_denied", want: []string{"posting_to_general_channel_denied", "SLACK_CHANNEL"}},
+		{name: "messages_tab_disabled", script: "messages_tab_disabled", want: []string{"messages_tab_disabled", "SLACK_CHANNEL"}},
+		{name: "method_deprecated", script: "method_deprecated", want: []string{"method_deprecated", "upgrade reconcile", "SLACK_API_URL"}},
+		{name: "deprecated_endpoint", script: "deprecated_endpoint", want: []string{"deprecated_endpoint", "upgrade reconcile", "SLACK_API_URL"}},
+		{name: "not_allowed_token_type", script: "not_allowed_token_type", want: []string{"not_allowed_token_type", "SLACK_BOT_TOKEN"}},
+		{name: "accesslimited", script: "accesslimited", want: []string{"accesslimited", "SLACK_BOT_TOKEN"}},
+		{name: "a code this version does not know", script: "shiny_new_refusal", want: []string{"shiny_new_refusal", "does not know", "SLACK_CHANNEL"}, unknown: true},
+		{name: "an answer not shaped as a code", script: "<b>Oops</b> SECRET", want: []string{"unrecognized_answer", "does not know"}, unknown: true},
 		{name: "webhook removed", webhook: true, script: "404", want: []string{"404", "SLACK_WEBHOOK_URL"}},
 		{name: "webhook forbidden", webhook: true, script: "403", want: []string{"403", "SLACK_WEBHOOK_URL"}},
 		{name: "webhook channel archived", webhook: true, script: "410", want: []string{"410", "SLACK_WEBHOOK_URL"}},
@@ -213,6 +251,9 @@ func TestDrainPermanentErrors(t *testing.T) {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q lacks %q", msg, w)
 				}
+			}
+			if generic := strings.Contains(msg, "does not know"); generic != tt.unknown {
+				t.Errorf("error %q: the generic fix for a code this version does not know: %t, want %t", msg, generic, tt.unknown)
 			}
 			requests := h.slack.Requests()
 			if requests != 1 {
@@ -248,23 +289,57 @@ func TestDrainPermanentErrors(t *testing.T) {
 	}
 }
 
+// Every answer that leaves Slack's action unknown stops the drain after
+// one request: Slack shows the message at most once then, the row stays
+// unsent and marked of unknown outcome, and the next drain's copy says it
+// may be a repeat. Answers: the connection lost after Slack took the post
+// (reset, hang), Slack storing the post and failing (posted:…), Slack's
+// request_timeout, and a 5xx to a request written out whole, whether or
+// not Slack took it.
 func TestDrainUnknownOutcomeResentMarked(t *testing.T) {
-	for _, behaviour := range []string{"reset", "hang"} {
-		t.Run(behaviour, func(t *testing.T) {
+	for _, tt := range []struct {
+		answer  string
+		webhook bool
+		shown   bool // Slack shows the first post
+	}{
+		{answer: "reset", shown: true},
+		{answer: "hang", shown: true},
+		{answer: "posted:internal_error", shown: true},
+		{answer: "posted:fatal_error", shown: true},
+		{answer: "internal_error"},
+		{answer: "request_timeout"},
+		{answer: "posted:500", shown: true},
+		{answer: "502"},
+		{answer: "504"},
+		{answer: "posted:500", webhook: true, shown: true},
+		{answer: "503", webhook: true},
+		{answer: "reset", webhook: true, shown: true},
+	} {
+		name := tt.answer
+		if tt.webhook {
+			name = "webhook " + name
+		}
+		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
 			ids := h.outbox.add(firing(0, sampleFindings()[reconcile.Duplicate]), firing(0, sampleFindings()[reconcile.StatusMismatch]))
-			h.script(behaviour)
-			d := h.deliverer(t, func(o *SlackOptions) { o.Timeout = 50 * time.Millisecond })
+			h.script(tt.answer)
+			d := h.deliverer(t, func(o *SlackOptions) {
+				o.Timeout = 50 * time.Millisecond
+				if tt.webhook {
+					webhook(h)(o)
+				}
+			})
 			st, err := h.drain(t, d)
 			if err != nil {
 				t.Fatalf("Drain: %v", err)
 			}
-			requests := h.slack.Requests()
-			if requests != 1 {
-				t.Errorf("%d requests, want 1: a request that may have arrived is never repeated blindly", requests)
+			requests, shown := h.slack.Requests(), len(h.slack.Messages())
+			if requests != 1 || shown != map[bool]int{true: 1}[tt.shown] {
+				t.Errorf("%d requests, %d shown; want 1 request, %t shown: a request that may have arrived is never repeated blindly",
+					requests, shown, tt.shown)
 			}
-			if st.Unknown != 1 || st.Deferred != 2 {
-				t.Errorf("stats = %+v, want 1 unknown, 2 deferred", st)
+			if st.Unknown != 1 || st.Deferred != 2 || st.Retries != 0 {
+				t.Errorf("stats = %+v, want 1 unknown, 2 deferred, no retry", st)
 			}
 			if r := h.outbox.get(ids[0]); r.sent || !r.alert.UnknownOutcome {
 				t.Errorf("row sent %t unknown %t, want unsent and marked unknown", r.sent, r.alert.UnknownOutcome)
@@ -278,17 +353,100 @@ func TestDrainUnknownOutcomeResentMarked(t *testing.T) {
 			}
 			h.outbox.checkSentOnce(t)
 			posts := h.slack.Messages()
-			if len(posts) != 3 {
-				t.Fatalf("%d posts, want 3 (the lost one, its marked copy, the other)", len(posts))
+			if len(posts) != shown+2 {
+				t.Fatalf("%d posts, want %d (%d shown before, the marked copy, the other)", len(posts), shown+2, shown)
 			}
-			if strings.Contains(posts[0].Flat, "Possible repeat") || !strings.Contains(posts[1].Flat, "Possible repeat") ||
-				!strings.Contains(posts[1].Text, "Possible repeat") {
-				t.Errorf("want only the resend marked as a possible repeat, in its text too:\n%s\n---\n%s", posts[0].Text, posts[1].Text)
+			resend, other := posts[shown], posts[shown+1]
+			if shown == 1 && strings.Contains(posts[0].Flat, "Possible repeat") {
+				t.Errorf("the first post says possible repeat:\n%s", posts[0].Text)
 			}
-			if strings.Contains(posts[2].Flat, "Possible repeat") {
+			if !strings.Contains(resend.Flat, "Possible repeat") || !strings.Contains(resend.Text, "Possible repeat") {
+				t.Errorf("the resend does not say possible repeat, in its text too:\n%s", resend.Text)
+			}
+			if strings.Contains(other.Flat, "Possible repeat") {
 				t.Errorf("the other row's message is marked a possible repeat")
 			}
 		})
+	}
+}
+
+// The summary Slack shows and answers internal_error (Slack says part of
+// the call may have succeeded) is posted once in that drain, not three
+// times unmarked; the next drain posts it once more, marked as a possible
+// repeat, and the findings' messages unmarked.
+func TestDrainSummaryShownButAnsweredInternalError(t *testing.T) {
+	h := newHarness(t)
+	ids := h.outbox.add(smallRun("run-1")...)
+	h.script("posted:internal_error")
+	d := h.deliverer(t, nil)
+	st, err := h.drain(t, d)
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	posts := h.slack.Messages()
+	if len(posts) != 1 || h.slack.Requests() != 1 || !strings.Contains(posts[0].Text, "Reconciliation:") {
+		t.Fatalf("%d posts in %d requests, want the summary once in 1", len(posts), h.slack.Requests())
+	}
+	if st.Unknown != 1 || st.Sent != 0 {
+		t.Errorf("stats = %+v, want the summary unknown, nothing sent", st)
+	}
+	if r := h.outbox.get(ids[0]); r.sent || !r.alert.UnknownOutcome || r.sending {
+		t.Errorf("summary row sent %t unknown %t intent %t, want unsent, unknown, its attempt recorded", r.sent, r.alert.UnknownOutcome, r.sending)
+	}
+
+	if _, err := h.drain(t, d); err != nil {
+		t.Fatalf("second Drain: %v", err)
+	}
+	h.outbox.checkSentOnce(t)
+	posts = h.slack.Messages()
+	summaries := 0
+	for i, p := range posts {
+		summary := strings.Contains(p.Text, "Reconciliation:")
+		if summary {
+			summaries++
+		}
+		if marked := strings.Contains(p.Flat, "Possible repeat"); marked != (i == 1) {
+			t.Errorf("post %d (summary %t) says possible repeat: %t, want only the summary's resend to", i, summary, marked)
+		}
+	}
+	if summaries != 2 || len(posts) != 5 {
+		t.Errorf("%d posts, %d of them the summary; want 5: the summary twice (once marked), 2 criticals, 1 group", len(posts), summaries)
+	}
+}
+
+// An error code this version does not know stops delivery until someone
+// looks: each drain asks Slack once and returns a *PermanentError naming
+// the code, the rows stay unsent and are not called repeats, and the
+// deliverer logs no error line of its own: the run logs the one line
+// ("alerts cannot be delivered", internal/runner).
+func TestDrainUnknownCodeStopsEveryDrain(t *testing.T) {
+	h := newHarness(t)
+	ids := h.outbox.add(smallRun("run-1")...)
+	h.slack.SetFaults(slacktest.Faults{Error: "shiny_new_refusal"})
+	d := h.deliverer(t, nil)
+	for i := range 3 {
+		st, err := h.drain(t, d)
+		pe, ok := errors.AsType[*PermanentError](err)
+		if !errors.Is(err, ErrPermanent) || !ok || pe.Reason != "shiny_new_refusal" {
+			t.Fatalf("Drain %d = %v, want a *PermanentError for shiny_new_refusal", i+1, err)
+		}
+		if n := h.slack.Requests(); n != i+1 {
+			t.Errorf("after drain %d Slack had %d requests, want %d: one a drain, no loop", i+1, n, i+1)
+		}
+		if st.Sent != 0 || st.Unknown != 0 || st.Retries != 0 || st.Deferred != 6 {
+			t.Errorf("drain %d stats = %+v, want all 6 rows deferred, none unknown, no retry", i+1, st)
+		}
+	}
+	for _, id := range ids {
+		if r := h.outbox.get(id); r.sent || r.sending || r.alert.UnknownOutcome {
+			t.Errorf("row %d sent %t, intent left %t, unknown %t; want kept unsent and known", id, r.sent, r.sending, r.alert.UnknownOutcome)
+		}
+	}
+	if len(h.slack.Messages()) != 0 {
+		t.Errorf("Slack shows %d messages, want none", len(h.slack.Messages()))
+	}
+	if strings.Contains(h.logs.String(), `"level":"ERROR"`) {
+		t.Errorf("the deliverer logged an error line of its own; the run logs the one:\n%s", h.logs.String())
 	}
 }
 

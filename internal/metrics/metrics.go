@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"reconcile"
+	"reconcile/internal/alerts"
 	"reconcile/internal/runner"
 )
 
@@ -28,6 +29,7 @@ type Metrics struct {
 	findings    *prometheus.GaugeVec
 	objects     prometheus.Counter
 	lastSuccess prometheus.Gauge
+	undelivered *prometheus.CounterVec
 }
 
 // New returns the metrics, registered on a new registry.
@@ -50,8 +52,12 @@ func New() *Metrics {
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "reconcile_last_success_timestamp_seconds", Help: "Unix time of the last completed pass.",
 		}),
+		undelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconcile_alert_delivery_failures_total",
+			Help: "Completed passes whose Slack delivery stopped until someone fixes it (a setting, or an answer this version does not know), by Slack's error code or HTTP status.",
+		}, []string{"code"}),
 	}
-	m.reg.MustRegister(m.runs, m.duration, m.findings, m.objects, m.lastSuccess)
+	m.reg.MustRegister(m.runs, m.duration, m.findings, m.objects, m.lastSuccess, m.undelivered)
 	return m
 }
 
@@ -60,7 +66,9 @@ func New() *Metrics {
 // is not timed; a failed one leaves the findings of the last completed
 // pass standing. A completed pass sets every kind's gauge, to zero for the
 // kinds it did not find, so that an alert on a kind resolves when the kind
-// goes away instead of going stale.
+// goes away instead of going stale; one whose alerts cannot be delivered
+// until someone looks (alerts.PermanentError) counts a delivery failure
+// under Slack's code (docs/design.md, "Alert lifecycle").
 func (m *Metrics) Observe(out *runner.Outcome, err error, d time.Duration) {
 	switch {
 	case errors.Is(err, runner.ErrLocked):
@@ -81,6 +89,9 @@ func (m *Metrics) Observe(out *runner.Outcome, err error, d time.Duration) {
 	}
 	for _, f := range out.Result.Findings {
 		m.findings.WithLabelValues(string(f.Kind), string(f.Severity)).Inc()
+	}
+	if pe, ok := errors.AsType[*alerts.PermanentError](out.AlertErr); ok {
+		m.undelivered.WithLabelValues(pe.Reason).Inc()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"reconcile"
+	"reconcile/internal/alerts"
 	"reconcile/internal/runner"
 )
 
@@ -85,6 +86,38 @@ func TestObserve(t *testing.T) {
 	m.Observe(nil, errors.New("read the provider: 503"), time.Second)
 	if body := scrape(t, h); !strings.Contains(body, `reconcile_findings{kind="duplicate",severity="critical"} 1`+"\n") {
 		t.Errorf("a failed pass reset the findings:\n%s", body)
+	}
+}
+
+// A completed pass whose alerts cannot be delivered until someone looks
+// counts one delivery failure under Slack's code; a pass whose alerts only
+// wait for Slack to come back, or that was delivered, counts none.
+func TestObserveDeliveryFailures(t *testing.T) {
+	m := New()
+	h := m.Handler()
+	now := time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
+	undeliverable := func(err error) *runner.Outcome {
+		out := completed(now, 1)
+		out.AlertErr = err
+		return out
+	}
+	m.Observe(undeliverable(fmt.Errorf("drain: %w", &alerts.PermanentError{Reason: "shiny_new_refusal", Fix: "look"})), nil, time.Second)
+	m.Observe(undeliverable(&alerts.PermanentError{Reason: "shiny_new_refusal", Fix: "look"}), nil, time.Second)
+	m.Observe(undeliverable(&alerts.PermanentError{Reason: "invalid_auth", Fix: "set SLACK_BOT_TOKEN"}), nil, time.Second)
+	m.Observe(undeliverable(errors.New("drain alerts: context canceled")), nil, time.Second)
+	m.Observe(completed(now, 1), nil, time.Second)
+	body := scrape(t, h)
+	for _, want := range []string{
+		`reconcile_alert_delivery_failures_total{code="shiny_new_refusal"} 2`,
+		`reconcile_alert_delivery_failures_total{code="invalid_auth"} 1`,
+		`reconcile_runs_total{status="completed"} 5`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if n := strings.Count(body, "reconcile_alert_delivery_failures_total{"); n != 2 {
+		t.Errorf("%d delivery failure series, want 2 (a pass waiting for Slack is no failure):\n%s", n, body)
 	}
 }
 

@@ -685,7 +685,14 @@ func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, 
 	if err != nil {
 		out.AlertErr = err
 		if errors.Is(err, alerts.ErrPermanent) {
-			log.Error("alerts cannot be delivered", "error", err)
+			// The one loud line of a delivery that stopped until someone
+			// looks: a setting to fix, or an answer of Slack's this version
+			// does not know (docs/design.md, "Alert lifecycle").
+			attrs := []any{"error", err}
+			if pe, ok := errors.AsType[*alerts.PermanentError](err); ok {
+				attrs = append([]any{"code", pe.Reason}, attrs...)
+			}
+			log.Error("alerts cannot be delivered", attrs...)
 		} else {
 			log.Warn("alerts not all delivered; the next run sends the rest", "error", err)
 		}

@@ -4,10 +4,14 @@
 // 429 with Retry-After, webhooks answering "ok" or an error code with an
 // HTTP status), records what was posted and when, checks each post against
 // Slack's message limits, and injects faults: counted ones, or a script of
-// answers one post at a time.
+// answers one post at a time. StallingTransport is the client's side of one
+// fault: an uplink that stops sending a request after its headers.
 package slacktest
 
 import (
+	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -70,6 +75,20 @@ const (
 	// AnswerHang accepts the post and answers nothing until the client
 	// gives up.
 	AnswerHang = "hang"
+	// AnswerPosted, put before another answer, shows the post in the
+	// channel and then gives that answer, as Slack does when it fails
+	// after storing a message: "posted:internal_error" is a message in the
+	// channel answered {"ok":false,"error":"internal_error"}, "posted:500"
+	// one answered by the edge's 500. A post the answer refuses anyway (a
+	// wrong token, blocks that are not JSON) is not shown.
+	AnswerPosted = "posted:"
+	// AnswerEarly, put before an HTTP status, answers that status as soon
+	// as the request's headers have arrived, without reading its body,
+	// as an edge that turns a request away does; the connection is closed
+	// once the client has closed it. "early:503" over a StallingTransport
+	// is a client answered before it wrote its request out whole. The
+	// body, never read, is not among Bodies.
+	AnswerEarly = "early:"
 )
 
 // Server is a fake Slack. The zero value is not usable; use New.
@@ -105,7 +124,7 @@ func (s *Server) Messages() []Message {
 	return slices.Clone(s.msgs)
 }
 
-// Requests counts every request received.
+// Requests counts every request received, those answered early included.
 func (s *Server) Requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,13 +164,11 @@ func (s *Server) Start() (baseURL string, stop func(), err error) {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
 	webhook := strings.HasPrefix(r.URL.Path, "/services/")
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
 	post := webhook || method == "chat.postMessage"
 	s.mu.Lock()
 	s.reqs++
-	s.bodies = append(s.bodies, decoded(r, body))
 	f := &s.faults
 	var answer string
 	switch {
@@ -166,13 +183,53 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.ServerErr--
 		answer = "500"
 	}
-	if answer == AnswerRateLimited {
-		ra := f.RetryAfter
-		if ra == 0 {
-			ra = 1
-		}
+	retryAfter := cmp.Or(f.RetryAfter, 1)
+	s.mu.Unlock()
+	if status, ok := strings.CutPrefix(answer, AnswerEarly); ok {
+		answerEarly(w, webhook, status)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.bodies = append(s.bodies, decoded(r, body))
+	answer, posted := strings.CutPrefix(answer, AnswerPosted)
+	if !posted && refusal(answer) && !isCode(answer) {
+		// 429 and HTTP statuses come from Slack's edge, before the token
+		// or the message is looked at.
 		s.mu.Unlock()
-		w.Header().Set("Retry-After", strconv.Itoa(ra))
+		refuse(w, webhook, answer, retryAfter)
+		return
+	}
+	if webhook {
+		s.serveWebhook(w, r, body, answer, posted, retryAfter) // unlocks
+		return
+	}
+	s.serveAPI(w, r, body, method, answer, posted, retryAfter) // unlocks
+}
+
+// refusal reports whether answer turns a post away (or, after
+// AnswerPosted, answers one it showed) rather than accepting it.
+func refusal(answer string) bool {
+	return answer != "" && answer != AnswerOK && answer != AnswerReset && answer != AnswerHang
+}
+
+// isCode reports whether a refusal is a Slack error code, which Slack
+// gives after reading the request, rather than 429 or an HTTP status.
+func isCode(answer string) bool {
+	if answer == AnswerRateLimited {
+		return false
+	}
+	_, err := strconv.Atoi(answer)
+	return err != nil
+}
+
+// refuse writes a refusal as the Web API (webhook false) or an incoming
+// webhook gives it: 429 with Retry-After, an HTTP status (an HTML page
+// from the Web API's edge, the status's code from a webhook), or a Slack
+// error code.
+func refuse(w http.ResponseWriter, webhook bool, answer string, retryAfter int) {
+	if answer == AnswerRateLimited {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 		if webhook {
 			w.WriteHeader(http.StatusTooManyRequests)
 			io.WriteString(w, "rate_limited")
@@ -184,7 +241,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, err := strconv.Atoi(answer); err == nil {
-		s.mu.Unlock()
 		if webhook {
 			webhookError(w, code, webhookCodes[code])
 			return
@@ -195,14 +251,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if webhook {
-		s.serveWebhook(w, r, body, answer) // unlocks
+		status, ok := webhookStatus[answer]
+		if !ok {
+			status = http.StatusBadRequest
+		}
+		webhookError(w, status, answer)
 		return
 	}
-	s.serveAPI(w, r, body, method, answer) // unlocks
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"ok":false,"error":%q}`, answer)
+}
+
+// answerEarly answers status (503 if it is not one) before reading the
+// request's body, then reads whatever the client still sends until it
+// closes the connection: closing first, on data unread, would reset the
+// connection and could lose the answer.
+func answerEarly(w http.ResponseWriter, webhook bool, status string) {
+	code, err := strconv.Atoi(status)
+	if err != nil || code < 100 || code > 999 {
+		code = http.StatusServiceUnavailable
+	}
+	conn, brw, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ctype, page := "text/html", fmt.Sprintf("<html><body>%d %s</body></html>", code, http.StatusText(code))
+	if webhook {
+		ctype, page = "text/plain", cmp.Or(webhookCodes[code], "service_unavailable")
+	}
+	fmt.Fprintf(brw, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, http.StatusText(code), ctype, len(page), page)
+	if brw.Flush() != nil {
+		return
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	io.Copy(io.Discard, brw)
 }
 
 // serveWebhook answers an incoming webhook's post; the caller holds s.mu.
-func (s *Server) serveWebhook(w http.ResponseWriter, r *http.Request, body []byte, answer string) {
+// A posted answer is given after the post was recorded.
+func (s *Server) serveWebhook(w http.ResponseWriter, r *http.Request, body []byte, answer string, posted bool, retryAfter int) {
 	if s.faults.BadAuth || !strings.HasSuffix(r.URL.Path, "/"+s.Token) {
 		s.mu.Unlock()
 		webhookError(w, http.StatusForbidden, "invalid_token")
@@ -218,17 +307,17 @@ func (s *Server) serveWebhook(w http.ResponseWriter, r *http.Request, body []byt
 		webhookError(w, http.StatusBadRequest, "invalid_payload")
 		return
 	}
-	if answer != "" && answer != AnswerOK && answer != AnswerReset && answer != AnswerHang {
+	if refusal(answer) && !posted {
 		s.mu.Unlock()
-		code, ok := webhookStatus[answer]
-		if !ok {
-			code = http.StatusBadRequest
-		}
-		webhookError(w, code, answer)
+		refuse(w, true, answer, retryAfter)
 		return
 	}
 	hang := s.record(Message{Method: "webhook", Thread: p.ThreadTS, Text: p.Text, Blocks: blocksOrNone(p.Blocks), Flat: flatten(body)})
 	s.mu.Unlock()
+	if refusal(answer) {
+		refuse(w, true, answer, retryAfter)
+		return
+	}
 	if s.lose(w, r, answer) {
 		return
 	}
@@ -236,8 +325,9 @@ func (s *Server) serveWebhook(w http.ResponseWriter, r *http.Request, body []byt
 	io.WriteString(w, "ok")
 }
 
-// serveAPI answers a Web API call; the caller holds s.mu.
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, method, answer string) {
+// serveAPI answers a Web API call; the caller holds s.mu. A posted answer
+// is given after the post was recorded.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, method, answer string, posted bool, retryAfter int) {
 	fields := formOrJSON(r, body)
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if tok == "" {
@@ -255,7 +345,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, m
 	case s.faults.Error != "" && method != "auth.test":
 		fail(s.faults.Error)
 		return
-	case answer != "" && answer != AnswerOK && answer != AnswerReset && answer != AnswerHang:
+	case refusal(answer) && !posted:
 		fail(answer)
 		return
 	}
@@ -276,6 +366,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, m
 			Flat: fields["text"] + "\n" + flatten(blocks) + flatten([]byte(fields["attachments"]))}
 		hang := s.record(m)
 		s.mu.Unlock()
+		if refusal(answer) {
+			refuse(w, false, answer, retryAfter)
+			return
+		}
 		if s.lose(w, r, answer) {
 			return
 		}
@@ -491,4 +585,71 @@ func flatten(b []byte) string {
 	}
 	walk(v)
 	return sb.String()
+}
+
+// StallingTransport is a client's transport whose first n requests stall
+// after their headers: the connection sends nothing more of the request
+// until it is closed, as over an uplink that stopped. Every request has a
+// connection of its own, and a write buffer of a few bytes: net/http
+// reports a request written (httptrace's WroteRequest) once its last bytes
+// are in that buffer, so a small one lets a stalled request be still
+// unwritten when the answer comes. Answered early (AnswerEarly), such a
+// request was answered before the client wrote it out whole; answered
+// otherwise, it waits for the client's timeout.
+func StallingTransport(n int) *http.Transport {
+	var left atomic.Int64
+	left.Store(int64(n))
+	dialer := &net.Dialer{}
+	return &http.Transport{
+		DisableKeepAlives: true,
+		WriteBufferSize:   16,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil || left.Add(-1) < 0 {
+				return c, err
+			}
+			return &stallingConn{Conn: c, closed: make(chan struct{})}, nil
+		},
+	}
+}
+
+// stallingConn writes through the end of the first request's headers,
+// then blocks every write until it is closed.
+type stallingConn struct {
+	net.Conn
+	tail   []byte // the last bytes written, up to three, to find "\r\n\r\n" across writes
+	headed bool   // the headers are out: write nothing more
+	once   sync.Once
+	closed chan struct{}
+}
+
+var headersEnd = []byte("\r\n\r\n")
+
+func (c *stallingConn) Write(p []byte) (int, error) {
+	if c.headed {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	seen := append(slices.Clone(c.tail), p...)
+	i := bytes.Index(seen, headersEnd)
+	if i < 0 {
+		if len(seen) > len(headersEnd)-1 {
+			seen = seen[len(seen)-len(headersEnd)+1:]
+		}
+		c.tail = seen
+		return c.Conn.Write(p)
+	}
+	end := i + len(headersEnd) - len(c.tail) // of p, the bytes through the headers' end
+	c.headed = true
+	n, err := c.Conn.Write(p[:end])
+	if err != nil {
+		return n, err
+	}
+	<-c.closed
+	return n, net.ErrClosed
+}
+
+func (c *stallingConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }

@@ -1,9 +1,11 @@
 package slacktest_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strings"
 	"testing"
@@ -175,5 +177,72 @@ func TestViolations(t *testing.T) {
 		"message 2 (chat.postMessage): header of 151 characters"}
 	if v := s.Violations(); !slices.Equal(v, want) {
 		t.Errorf("violations = %q, want %q", v, want)
+	}
+}
+
+// A posted answer shows the post and then answers its error; an early
+// answer comes before the body was read, and with a StallingTransport
+// before the client wrote its request out whole (the trace's WroteRequest
+// never reports a whole request); the requests after go out whole.
+func TestPostedAndEarlyAnswers(t *testing.T) {
+	s, base := start(t)
+	client := slack.New(token, slack.OptionAPIURL(base+"/api/"),
+		slack.OptionHTTPClient(&http.Client{Transport: slacktest.StallingTransport(1)}))
+	// post reports whether net/http wrote the request out whole, waiting
+	// for its report: an answer can come before it.
+	post := func(text string) (written bool, err error) {
+		reported := make(chan bool, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+			reported <- i.Err == nil
+		}})
+		_, _, err = client.PostMessageContext(ctx, "C0FIN", slack.MsgOptionText(text, false))
+		select {
+		case written = <-reported:
+		case <-ctx.Done():
+			t.Errorf("post %q: net/http never reported how writing it ended", text)
+		}
+		return written, err
+	}
+	var se slack.SlackErrorResponse
+	var sc slack.StatusCodeError
+	// The stalled request comes first: the script's order is the posts'.
+	s.SetFaults(slacktest.Faults{Script: []string{"early:503", "posted:internal_error", "posted:500", slacktest.AnswerOK}})
+	if written, err := post("turned away"); !errors.As(err, &sc) || sc.Code != 503 || written {
+		t.Errorf("early 503 over a stalled uplink = %v, written %t; want HTTP 503 before the request was written whole", err, written)
+	}
+	if written, err := post("stored, then failed"); !errors.As(err, &se) || se.Err != "internal_error" || !written {
+		t.Errorf("posted:internal_error = %v, written %t; want internal_error after a whole request", err, written)
+	}
+	if _, err := post("stored, then the edge failed"); !errors.As(err, &sc) || sc.Code != 500 {
+		t.Errorf("posted:500 = %v, want HTTP 500", err)
+	}
+	if _, err := post("accepted"); err != nil {
+		t.Errorf("post after the script = %v, want accepted", err)
+	}
+	var texts []string
+	for _, m := range s.Messages() {
+		texts = append(texts, m.Text)
+	}
+	if want := []string{"stored, then failed", "stored, then the edge failed", "accepted"}; !slices.Equal(texts, want) {
+		t.Errorf("Slack shows %q, want %q", texts, want)
+	}
+	if n, bodies := s.Requests(), s.Bodies(); n != 4 || len(bodies) != 3 || strings.Contains(strings.Join(bodies, "\n"), "turned away") {
+		t.Errorf("%d requests, bodies %q; want 4 requests and the 3 bodies read", n, bodies)
+	}
+
+	// A webhook shows a posted answer's post too, and answers the code
+	// under its status; an early answer over a plain client still comes.
+	hook := base + "/services/T0/B0/" + token
+	s.SetFaults(slacktest.Faults{Script: []string{"posted:rollup_error", "early:503"}})
+	if err := slack.PostWebhook(hook, &slack.WebhookMessage{Text: "hooked"}); !errors.As(err, &sc) || sc.Code != 500 {
+		t.Errorf("webhook posted:rollup_error = %v, want HTTP 500", err)
+	}
+	if err := slack.PostWebhook(hook, &slack.WebhookMessage{Text: "hooked early"}); !errors.As(err, &sc) || sc.Code != 503 {
+		t.Errorf("webhook early:503 = %v, want HTTP 503", err)
+	}
+	if m := s.Messages(); len(m) != 4 || m[3].Text != "hooked" {
+		t.Errorf("the webhook's posted answer was recorded as %+v, want its post shown", m[len(m)-1])
 	}
 }
