@@ -149,7 +149,7 @@ func possibleRepeatLine(rows []reconcile.Alert) string {
 			attempt = max(attempt, r.Attempts+1)
 		}
 	}
-	s := "Possible repeat: an earlier delivery of this alert timed out and may have arrived"
+	s := "Possible repeat: an earlier delivery of this alert got no clear answer from Slack and may have arrived"
 	if attempt > 1 {
 		s += " (attempt " + strconv.Itoa(attempt) + ")"
 	}
@@ -740,7 +740,7 @@ func renderOverflow(items []item, parent int) Message {
 	var blocks []slack.Block
 	possible := anyUnknown(rows)
 	if possible {
-		blocks = append(blocks, contextBlock(":warning: Some of these may repeat: an earlier delivery timed out and may have arrived."))
+		blocks = append(blocks, contextBlock(":warning: Some of these may repeat: an earlier delivery got no clear answer from Slack and may have arrived."))
 	}
 	blocks = append(blocks, section(title+"\n"+strings.Join(lines, "\n")))
 	if len(riskS) > 0 {
@@ -750,7 +750,7 @@ func renderOverflow(items []item, parent int) Message {
 
 	var t strings.Builder
 	if possible {
-		t.WriteString("Some of these may repeat: an earlier delivery timed out and may have arrived.\n")
+		t.WriteString("Some of these may repeat: an earlier delivery got no clear answer from Slack and may have arrived.\n")
 	}
 	t.WriteString(formatCount(len(items)) + " more alerts, counted instead of listed: " + strings.Join(plain, "; ") + ".")
 	if len(riskS) > 0 {
