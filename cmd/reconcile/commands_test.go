@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -375,6 +377,25 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+	// The demo's Slack messages, as the Sink renders their blocks, are a
+	// golden: run ids and clock times aside, they are what finance reads.
+	i, j := strings.Index(out, "Slack, as finance sees it:"), strings.Index(out, "The report:")
+	if i < 0 || j < i {
+		t.Fatalf("demo output has no Slack section:\n%s", out)
+	}
+	slackText := regexp.MustCompile(`run_\d{8}T\d{6}Z_[0-9a-f]{8}`).ReplaceAllString(out[i:j], "RUN_ID")
+	slackText = regexp.MustCompile(`\d{4}-\d{2}-\d{2} \d{2}:\d{2}`).ReplaceAllString(slackText, "TIME")
+	golden := filepath.Join("testdata", "demo_slack.golden.txt")
+	if *update {
+		if err := os.WriteFile(golden, []byte(slackText), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want, err := os.ReadFile(golden); err != nil {
+		t.Errorf("read %s (go test -update writes it): %v", golden, err)
+	} else if diff := cmp.Diff(string(want), slackText); diff != "" {
+		t.Errorf("demo's Slack messages changed (-want +got):\n%s", diff)
 	}
 	if t.Failed() {
 		t.Logf("demo output:\n%s", out)

@@ -405,6 +405,19 @@ func TestPlanFloodOnOneCharge(t *testing.T) {
 	goldenPlan(t, "flood_one_charge", msgs)
 }
 
+// A run that found one of every kind: the summary, the criticals' own
+// messages, and the digest of the rest in the summary's thread.
+func TestPlanGoldenEveryKind(t *testing.T) {
+	rows := []reconcile.Alert{sampleSummary(1)}
+	fs := sampleFindings()
+	for i, k := range reconcile.FindingKinds {
+		rows = append(rows, firing(int64(i+2), fs[k]))
+	}
+	msgs := Plan(rows, testNow, PlanOptions{})
+	checkCarriedOnce(t, rows, msgs)
+	goldenPlan(t, "every_kind", msgs)
+}
+
 func TestPlanCarriesEveryRowOnce(t *testing.T) {
 	fs := sampleFindings()
 	var rows []reconcile.Alert
