@@ -3,6 +3,9 @@ package alerts
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"reconcile"
 )
 
 func TestEscape(t *testing.T) {
@@ -103,5 +106,22 @@ func TestTruncateEscapedClosesSpans(t *testing.T) {
 	l := "see <https://dashboard.stripe.com/test/payments/ch_1|dashboard>"
 	if got := truncateEscaped(l, 30); got != "see …" {
 		t.Errorf("truncateEscaped(%q, 30) = %q, want the open link dropped", l, got)
+	}
+}
+
+// A kind the table does not know is named by its words, capitalised
+// whatever its first character: a look-alike or a letter outside ASCII
+// is not cut in half.
+func TestKindLabelOfAnUnknownKind(t *testing.T) {
+	for in, want := range map[reconcile.FindingKind]string{
+		"late_refund": "Late refund",
+		"*late*":      "＊late＊",
+		"élan":        "Élan",
+		"\u202e":      "Finding",
+	} {
+		got := kindLabel(in)
+		if got != want || !utf8.ValidString(got) {
+			t.Errorf("kindLabel(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
