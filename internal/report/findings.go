@@ -41,7 +41,9 @@ func cell(s string) string {
 }
 
 // WriteFindingsText writes stored findings as a table for people, one a
-// line, or says there are none.
+// line, or says there are none. Outside text is redact.Text, so that no
+// value breaks its line or moves a column (docs/design.md, "Untrusted
+// text"); the store's own words are on one line too.
 func WriteFindingsText(w io.Writer, fs []store.FindingRecord) error {
 	if len(fs) == 0 {
 		_, err := fmt.Fprintln(w, "no findings")
@@ -50,13 +52,13 @@ func WriteFindingsText(w io.Writer, fs []store.FindingRecord) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEVERITY\tKIND\tSUBJECT\tAT RISK\tSTATUS\tFIRST SEEN\tLAST SEEN\tFINGERPRINT")
 	for _, f := range fs {
-		status := string(f.Status)
+		status := redact.Line(string(f.Status))
 		if !f.AcknowledgedAt.IsZero() && f.Status == store.FindingOpen {
 			status = "open, acknowledged"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Severity, f.Kind,
-			redact.String(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk, status,
-			f.FirstSeenAt.UTC().Format(time.DateTime), f.LastSeenAt.UTC().Format(time.DateTime), f.Fingerprint)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", redact.Line(string(f.Severity)), redact.Line(string(f.Kind)),
+			redact.Text(Subject(f.ObligationID, f.ProviderIDs)), redact.Text(f.AtRisk.String()), status,
+			f.FirstSeenAt.UTC().Format(time.DateTime), f.LastSeenAt.UTC().Format(time.DateTime), redact.Line(f.Fingerprint))
 	}
 	return tw.Flush()
 }

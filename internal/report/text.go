@@ -14,10 +14,12 @@ import (
 
 // WriteText is the report of a completed pass for people: the summary
 // first, then findings by severity, then what changed. Whatever came from
-// outside (ids, details) is redacted on the way out.
+// outside (ids, details, currencies) is redact.Text on the way out:
+// masked, and on one line without control or format characters
+// (docs/design.md, "Untrusted text").
 func WriteText(w io.Writer, out *runner.Outcome) {
 	run, res := out.Run, out.Result
-	title := "reconcile run " + run.ID
+	title := "reconcile run " + redact.Line(run.ID)
 	if run.Status == reconcile.RunDry {
 		title += " (dry run: nothing written, nothing sent)"
 	}
@@ -67,26 +69,26 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 			if f.Severity != s {
 				continue
 			}
-			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, redact.String(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk)
-			fmt.Fprintf(w, "      %s\n", redact.String(f.Detail))
+			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, redact.Text(Subject(f.ObligationID, f.ProviderIDs)), redact.Text(f.AtRisk.String()))
+			fmt.Fprintf(w, "      %s\n", redact.Text(f.Detail))
 			trace := ""
 			if f.ObligationID != "" {
-				trace = "   trace: reconcile trace " + redact.String(f.ObligationID)
+				trace = "   trace: reconcile trace " + redact.Text(f.ObligationID)
 			}
-			fmt.Fprintf(w, "      fingerprint %s%s\n", f.Fingerprint, trace)
+			fmt.Fprintf(w, "      fingerprint %s%s\n", redact.Line(f.Fingerprint), trace)
 		}
 	}
 	if len(out.Transitions) > 0 {
 		fmt.Fprintln(w, "\nTRANSITIONS")
 		for _, t := range out.Transitions {
-			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", redact.String(t.ObligationID), t.From, t.To, t.ProviderID)
+			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", redact.Text(t.ObligationID), t.From, t.To, redact.Text(t.ProviderID))
 		}
 	}
 }
 
 // Subject names what a finding is about for people: its obligation, or
 // the provider objects of one that has none (an orphan). Not redacted:
-// the caller redacts where it prints.
+// the caller redacts where it prints (redact.Text for people).
 func Subject(obligationID string, providerIDs []string) string {
 	if obligationID != "" {
 		return obligationID
@@ -106,12 +108,15 @@ func unmappedLine(counts map[string]int) string {
 	var parts []string
 	for _, raw := range slices.Sorted(maps.Keys(counts)) {
 		total += counts[raw]
-		parts = append(parts, fmt.Sprintf("%s %d", redact.String(fmt.Sprintf("%q", raw)), counts[raw]))
+		// Masked before quoting: a zero-width character quoted as \u200b
+		// would keep a card number from the masking.
+		parts = append(parts, fmt.Sprintf("%q %d", redact.String(raw), counts[raw]))
 	}
 	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }
 
-// atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00".
+// atRiskLine sums money at risk per currency: "USD 99.00, EUR 9.00"; a
+// currency is outside text.
 func atRiskLine(fs []reconcile.Finding) string {
 	ms := make([]reconcile.Money, len(fs))
 	for i, f := range fs {
@@ -124,5 +129,5 @@ func atRiskLine(fs []reconcile.Finding) string {
 	if len(parts) == 0 {
 		return "none"
 	}
-	return strings.Join(parts, ", ")
+	return redact.Text(strings.Join(parts, ", "))
 }
