@@ -15,24 +15,30 @@ import (
 // WriteFindingsCSV writes stored findings for a spreadsheet: money in
 // major units beside a currency column, and text cells that a spreadsheet
 // would run as a formula defused. Its header is a contract, like the JSON.
+// The id columns (fingerprint, obligation_id, provider_ids) hold the ids
+// exact, for joining; the free text (acknowledged_by, ack_reason, detail)
+// is redact.Text (docs/design.md, "Untrusted text").
 func WriteFindingsCSV(w io.Writer, fs []store.FindingRecord) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"fingerprint", "severity", "kind", "status", "obligation_id", "provider_ids", "currency",
 		"amount", "at_risk_currency", "at_risk", "first_seen_at", "last_seen_at", "resolved_at",
 		"acknowledged_at", "acknowledged_by", "ack_reason", "detail"})
 	for _, f := range fs {
-		cw.Write([]string{f.Fingerprint, string(f.Severity), string(f.Kind), string(f.Status),
-			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), strings.ToUpper(f.Money.Currency),
-			f.Money.Decimal(), strings.ToUpper(f.AtRisk.Currency), f.AtRisk.Decimal(),
+		cw.Write([]string{cell(f.Fingerprint), cell(string(f.Severity)), cell(string(f.Kind)), cell(string(f.Status)),
+			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), cell(strings.ToUpper(f.Money.Currency)),
+			f.Money.Decimal(), cell(strings.ToUpper(f.AtRisk.Currency)), f.AtRisk.Decimal(),
 			stampOrEmpty(f.FirstSeenAt), stampOrEmpty(f.LastSeenAt), stampOrEmpty(f.ResolvedAt),
-			stampOrEmpty(f.AcknowledgedAt), cell(f.AcknowledgedBy), cell(f.AckReason), cell(redact.String(f.Detail))})
+			stampOrEmpty(f.AcknowledgedAt), cell(redact.Text(f.AcknowledgedBy)), cell(redact.Text(f.AckReason)),
+			cell(redact.Text(f.Detail))})
 	}
 	cw.Flush()
 	return cw.Error()
 }
 
 // cell defuses spreadsheet formulas (CSV injection): a text cell starting
-// with = + - @ or a tab gets a leading apostrophe.
+// with = + - @, a tab or a carriage return gets a leading apostrophe. Every
+// text column passes it; the amounts and times, which are numbers and
+// stamps the reconciler writes, do not.
 func cell(s string) string {
 	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
 		return "'" + s
