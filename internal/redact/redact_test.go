@@ -2,7 +2,9 @@ package redact
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"unicode"
@@ -157,6 +159,48 @@ func FuzzText(f *testing.F) {
 			t.Errorf("Text(%q) = %q, still holds card-like %q", s, got, run)
 		}
 	})
+}
+
+// Metadata masks every value but those linking reads, which must stay
+// what they are even when they look like a card number: the obligation
+// they name has that id.
+func TestMetadata(t *testing.T) {
+	m := map[string]string{
+		"obligation_id":    "charge:4242424242424242",
+		"idempotency_key":  "jane@example.com-1",
+		"note":             "card 4242 4242 4242 4242 of jane@example.com",
+		"plain":            "refund by hand",
+		"4111111111111111": "a card number as a key",
+	}
+	orig := maps.Clone(m)
+	got := Metadata(m, "obligation_id", "idempotency_key")
+	want := map[string]string{
+		"obligation_id":   "charge:4242424242424242",
+		"idempotency_key": "jane@example.com-1",
+		"note":            "card •••• 4242 of [email]",
+		"plain":           "refund by hand",
+		"•••• 1111":       "a card number as a key",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Metadata = %q, want %q", got, want)
+	}
+	if !maps.Equal(m, orig) {
+		t.Errorf("Metadata changed its argument: %q", m)
+	}
+	// Nothing to mask: the same map, not a copy.
+	plain := map[string]string{"obligation_id": "4242424242424242", "note": "ok"}
+	if got := Metadata(plain, "obligation_id"); fmt.Sprintf("%p", got) != fmt.Sprintf("%p", plain) {
+		t.Errorf("Metadata copied metadata that needs no masking")
+	}
+	// A key that masks to a linking key's name is left out rather than
+	// read as one; an empty key names no key to keep.
+	got = Metadata(map[string]string{"obligation\u200b_id": "charge:1", "": "4242424242424242"}, "obligation_id", "")
+	if want := map[string]string{"": "•••• 4242"}; !maps.Equal(got, want) {
+		t.Errorf("Metadata of look-alike keys = %q, want %q", got, want)
+	}
+	if got := Metadata(nil, "obligation_id"); got != nil {
+		t.Errorf("Metadata(nil) = %q, want nil", got)
+	}
 }
 
 func TestAttr(t *testing.T) {
