@@ -27,22 +27,24 @@ func clean(s string, max int, fold bool) string {
 	return escape(unformat(prepare(s, max, fold)))
 }
 
-// prepare is outside text masked and on one line (redact.Text: no
-// newline, control or format character), trimmed, folded when fold, and
-// cut to max runes.
+// prepare is outside text on one line (no newline, control or format
+// character), trimmed, folded when fold, masked (redact.Text) and cut to
+// max runes. It folds before it masks: a card number whose groups are
+// apart by two spaces or a no-break space is one the masking passes by,
+// and folding would join it.
 func prepare(s string, max int, fold bool) string {
 	// Redacting a megabyte to show 200 characters wastes time; a margin of
 	// 1,000 keeps any realistic secret that starts in the shown part whole.
 	if len(s) > 4*max+1000 {
 		s = truncate(s, max+1000)
 	}
-	s = redact.Text(s)
+	s = redact.Line(s)
 	if fold {
 		s = strings.Join(strings.Fields(s), " ")
 	} else {
 		s = strings.TrimSpace(s)
 	}
-	return truncate(s, max)
+	return truncate(redact.Text(s), max)
 }
 
 // Look-alikes stand for the characters of outside text that mrkdwn would

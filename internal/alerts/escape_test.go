@@ -64,6 +64,8 @@ func TestOutsideTextCannotFormat(t *testing.T) {
 		{"x\u202egnp.exe\u2066\u2069\u200b\u200e\u200f\u202a\u202b\u202c\u202d\ufeff\u2028\u2029y", "xgnp.exe y", "`xgnp.exe y`"},
 		{"<!channel> & <@U1>", "&lt;!channel&gt; &amp; &lt;@U1&gt;", "`&lt;!channel&gt; &amp; &lt;@U1&gt;`"},
 		{"card 4242 4242 4242 4242", "card •••• 4242", "`card •••• 4242`"},
+		// Folding would join groups the masking passed by: folded first.
+		{"4242  4242\u00a04242\n4242", "•••• 4242", "`•••• 4242`"},
 	}
 	for _, tt := range tests {
 		if got := clean(tt.in, 200, true); got != tt.free {

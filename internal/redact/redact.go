@@ -100,7 +100,10 @@ func String(s string) string {
 // its own, move a column, or turn text around (docs/design.md, "Untrusted
 // text").
 func Text(s string) string {
-	return neutral(String(s), true)
+	// On one line first, then masked: a card number split by newlines or
+	// tabs would be joined by the spaces that replace them after the
+	// masking had passed it by.
+	return String(Line(s))
 }
 
 // Line is s on one line without what changes how text shows rather than

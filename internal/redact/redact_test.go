@@ -112,6 +112,7 @@ func TestText(t *testing.T) {
 		{"card 4242 4242 4242 4242 of jane@example.com", "card •••• 4242 of [email]"},
 		{"\u202eevil\u2069", "evil"},
 		{"bad \xff utf-8", "bad \ufffd utf-8"},
+		{"4242\n4242\t4242\r4242", "•••• 4242"},
 		{"ids untouched re_4821a refund:4821:x", "ids untouched re_4821a refund:4821:x"},
 	}
 	for _, tt := range tests {
@@ -139,7 +140,7 @@ func TestLine(t *testing.T) {
 // FuzzText: Text's output holds no control, format or separator
 // character, is valid UTF-8, and is its own Text.
 func FuzzText(f *testing.F) {
-	for _, s := range []string{"a\nb", "\u202e4242424242424242", "x\u2028y", "\xff\x00", "a@b.co\tz"} {
+	for _, s := range []string{"a\nb", "\u202e4242424242424242", "4242\n4242\n4242\n4242", "x\u2028y", "\xff\x00", "a@b.co\tz"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
