@@ -108,9 +108,11 @@ func unmappedLine(counts map[string]int) string {
 	var parts []string
 	for _, raw := range slices.Sorted(maps.Keys(counts)) {
 		total += counts[raw]
-		// Masked before quoting: a zero-width character quoted as \u200b
-		// would keep a card number from the masking.
-		parts = append(parts, fmt.Sprintf("%q %d", redact.String(raw), counts[raw]))
+		// Masked, on one line, before quoting: quoted, a zero-width
+		// character or a tab would show as \u200b or \t between the
+		// groups of a card number the masking had passed by. A stray
+		// blank still shows.
+		parts = append(parts, fmt.Sprintf("%q %d", redact.Text(raw), counts[raw]))
 	}
 	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }

@@ -41,11 +41,15 @@ func TestWriteTextNeutralisesOutsideText(t *testing.T) {
 		Run:         reconcile.Run{ID: "run_1", Status: reconcile.RunCompleted},
 		Result:      matcher.Result{Conclusions: reconcile.Conclusions{Findings: []reconcile.Finding{f}}},
 		Transitions: []reconcile.Transition{{ObligationID: hostile, From: reconcile.ConfirmationUnknown, To: reconcile.Paid, ProviderID: "ch_1\n" + hostile}},
-		Unmapped:    map[string]int{hostile: 1},
+		Unmapped:    map[string]int{hostile: 1, "4242\t4242\t4242\t4242": 1, "CONFIRMATION_UNKNOWN ": 1},
 	}
 	var b bytes.Buffer
 	WriteText(&b, out)
 	noControls(t, "WriteText", b.String())
+	// Quoted, a tab would show as \t between a card number's groups.
+	if strings.Contains(b.String(), `4242\t4242`) || !strings.Contains(b.String(), `"CONFIRMATION_UNKNOWN " 1`) {
+		t.Errorf("WriteText's unmapped states show a card number or lose a stray blank:\n%s", b.String())
+	}
 	if !strings.Contains(b.String(), "charge:1 CRITICAL  forgedx") {
 		t.Errorf("WriteText lost the id's text:\n%s", b.String())
 	}
