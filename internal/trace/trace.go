@@ -183,7 +183,9 @@ var ErrNotFound = errors.New("no such obligation")
 type notFoundError struct{ id string }
 
 func (e notFoundError) Error() string {
-	return fmt.Sprintf("trace: no obligation %q in the obligations table", redact.String(e.id))
+	// Masked on one line before quoting, as a quoted tab or zero-width
+	// character would show between a card number's groups.
+	return fmt.Sprintf("trace: no obligation %q in the obligations table", redact.Text(e.id))
 }
 
 func (e notFoundError) Unwrap() error { return ErrNotFound }

@@ -230,6 +230,12 @@ func TestAssembleErrors(t *testing.T) {
 			t.Errorf("Assemble(unknown) read the provider %d times, want never", len(p.reqs))
 		}
 	})
+	t.Run("unknown obligation named by a card number", func(t *testing.T) {
+		_, err := Assemble(t.Context(), deps(&fakeHistory{}, &fakePass{}), "4242\t4242\t4242\t4242")
+		if err == nil || err.Error() != `trace: no obligation "•••• 4242" in the obligations table` {
+			t.Errorf("Assemble(unknown card number) error = %v, want it masked", err)
+		}
+	})
 	t.Run("store never migrated", func(t *testing.T) {
 		h := &fakeHistory{schemaErr: fmt.Errorf("schema reconcile: %w", store.ErrSchemaOutdated), h: history()}
 		got, err := Assemble(t.Context(), deps(h, &fakePass{out: outcome()}), refund.ID)
