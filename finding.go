@@ -83,6 +83,9 @@ type Finding struct {
 	// empty when there is none. Alerts group findings of one kind and one
 	// target (docs/design.md, "Alert lifecycle").
 	Target string
+	// PaidOut is set on an orphan that paid money out (a refund) rather
+	// than collected it; Meaning reads it.
+	PaidOut bool
 }
 
 // Fingerprint is the stable identity of a finding (docs/design.md, "Findings"): its kind and

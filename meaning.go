@@ -1,7 +1,5 @@
 package reconcile
 
-import "strings"
-
 // Meaning is what a finding's money at risk is, for the books: money paid
 // out too much, money collected too little or too much, or money that may
 // or may not have moved. Amounts of different meanings are never added up
@@ -32,28 +30,17 @@ func (m Meaning) Label() string {
 }
 
 // Meaning is what f's money at risk is: its kind's, except that money
-// moved outside the workflow was collected, not paid out, unless it is a
-// refund.
+// moved outside the workflow was collected, not paid out, unless it paid
+// out (a refund).
 func (f Finding) Meaning() Meaning {
 	m := f.Kind.Info().Meaning
-	if f.Kind == Orphan && !isRefundID(f.ProviderIDs) {
+	if f.Kind == Orphan && !f.PaidOut {
 		return CollectedWrong
 	}
 	if m == "" {
 		return Unconfirmed
 	}
 	return m
-}
-
-// isRefundID reports whether ids name refunds: Stripe's refund ids begin
-// re_ (or pyr_ for a payment refund).
-func isRefundID(ids []string) bool {
-	for _, id := range ids {
-		if strings.HasPrefix(id, "re_") || strings.HasPrefix(id, "pyr_") {
-			return true
-		}
-	}
-	return false
 }
 
 // AtRiskByMeaning is money at risk split by what it is, exact per

@@ -64,7 +64,7 @@ func cmdAck(ctx context.Context, args []string, getenv func(string) string, stdo
 		return failed(err)
 	}
 	fmt.Fprintf(stdout, "acknowledged %s (%s, %s): no more repeats unless it changes\n",
-		f.Fingerprint, f.Kind, redact.String(report.Subject(f.ObligationID, f.ProviderIDs)))
+		f.Fingerprint, f.Kind, redact.Text(report.Subject(f.ObligationID, f.ProviderIDs)))
 	return nil
 }
 

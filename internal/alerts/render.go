@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"reconcile/internal/redact"
@@ -35,7 +36,8 @@ func kindLabel(k reconcile.FindingKind) string {
 	if s == "" {
 		return "Finding"
 	}
-	return strings.ToUpper(s[:1]) + s[1:]
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:]
 }
 
 // kindAction is the one line that says what a person does next

@@ -25,7 +25,8 @@ func (m *matcher) within(mv int32, w reconcile.Window) bool {
 func (m *matcher) orphanFinding(s int32, target string) {
 	m.add(reconcile.Orphan, "", m.movID(s), m.ids(nil, s, reconcile.Succeeded), m.money(s), m.money(s),
 		reconcile.DetailOrphan(m.mention(s), m.movs[s].class == clsRefund, m.targetNoun(target), target, m.keyless(s)))
-	m.res.Findings[len(m.res.Findings)-1].Target = target
+	f := &m.res.Findings[len(m.res.Findings)-1]
+	f.Target, f.PaidOut = target, m.movs[s].class == clsRefund
 }
 
 // keyless reports, for an unlinked movement, that the provider's events

@@ -55,10 +55,15 @@ var secretPatterns = []struct {
 // passwords in URLs and DSNs, key=value credentials), e-mail addresses, and
 // card-like numbers (13 to 19 digits, optionally grouped by spaces or
 // hyphens, that pass the Luhn check), of which only the last four digits
-// stay: "•••• 4242". Control characters other than newlines and tabs
-// become spaces. It is for anything that came from outside (provider
-// metadata, details, ids, error text) before it is logged, reported or
-// posted; it does not escape for Slack.
+// stay: "•••• 4242". Format characters (bidirectional controls such as
+// U+202E, zero-width characters, U+FEFF) are removed first, so that none
+// can hide a card number from the masking or reorder what a reader sees;
+// control characters other than newlines and tabs, and the line and
+// paragraph separators U+2028 and U+2029, become spaces. It is for
+// anything that came from outside (provider metadata, details, ids, error
+// text) before it is logged, reported or posted; it does not escape for
+// Slack, and Text is what a line for people takes (docs/design.md,
+// "Untrusted text").
 func String(s string) string {
 	if s == "" {
 		return s
@@ -66,12 +71,7 @@ func String(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	s = strings.Map(func(r rune) rune {
-		if r != '\n' && r != '\t' && unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
+	s = neutral(s, false)
 	lower := strings.ToLower(s)
 	for _, p := range secretPatterns {
 		if !slices.ContainsFunc(p.hints, func(h string) bool { return strings.Contains(lower, h) }) {
@@ -91,6 +91,79 @@ func String(s string) string {
 		s = t
 	}
 	return s
+}
+
+// Text is String on one line: a newline, a tab or any other control
+// character becomes a space as well. It is what every output for people
+// (a terminal, a text report, a CSV cell, a JSON value a person reads)
+// shows of outside text, so that an id or a detail cannot start a line of
+// its own, move a column, or turn text around (docs/design.md, "Untrusted
+// text").
+func Text(s string) string {
+	// On one line first, then masked: a card number split by newlines or
+	// tabs would be joined by the spaces that replace them after the
+	// masking had passed it by.
+	return String(Line(s))
+}
+
+// Line is s on one line without what changes how text shows rather than
+// what it says: control characters and line and paragraph separators
+// become spaces, format characters (bidirectional controls, zero-width
+// characters) are removed, invalid UTF-8 becomes U+FFFD. Nothing is
+// masked: it is for the reconciler's own ids (run ids, fingerprints),
+// which redaction could break, and for text already redacted.
+func Line(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return neutral(s, true)
+}
+
+// neutral removes format characters (Unicode category Cf: U+200B–U+200F,
+// U+202A–U+202E, U+2060–U+2064, U+2066–U+2069, U+FEFF and the rest) and
+// turns control characters (Cc) and the line and paragraph separators
+// (U+2028, U+2029) into spaces; newlines and tabs too when oneLine. s is
+// valid UTF-8. It returns s itself when nothing changes, as most text
+// holds none of them.
+func neutral(s string, oneLine bool) string {
+	clean := true
+	for _, r := range s {
+		if r < utf8.RuneSelf {
+			if r < 0x20 || r == 0x7f {
+				if oneLine || (r != '\n' && r != '\t') {
+					clean = false
+					break
+				}
+			}
+			continue
+		}
+		if isFormat(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			if oneLine {
+				return ' '
+			}
+			return r
+		case unicode.IsControl(r), r == '\u2028', r == '\u2029':
+			return ' '
+		case unicode.Is(unicode.Cf, r):
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// isFormat reports whether a non-ASCII rune is one neutral changes.
+func isFormat(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Cf, r)
 }
 
 // maskCards replaces card-like digit runs that pass the Luhn check by

@@ -2,10 +2,13 @@ package redact
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 )
 
 func TestString(t *testing.T) {
@@ -42,6 +45,9 @@ func TestString(t *testing.T) {
 		{"ids untouched", "refund:4821:approved-request-7 re_4821a ch_3MmlLrLkdIwHu7ix0snN0B15", "refund:4821:approved-request-7 re_4821a ch_3MmlLrLkdIwHu7ix0snN0B15"},
 		{"money untouched", "USD 89.00, JPY 12,000", "USD 89.00, JPY 12,000"},
 		{"control characters", "a\x00b\x1bc\nd", "a b c\nd"},
+		{"bidi and zero-width removed", "re_1\u202egnp.exe\u2066x\u2069\u200b\u200e\u200f\u202a\u202d\ufeff", "re_1gnp.exex"},
+		{"line separators", "a\u2028b\u2029c\u0085d", "a b c d"},
+		{"zero-width inside a card number", "4242\u200b4242\u200d4242\u20604242", "•••• 4242"},
 		{"slack markup is not redaction's job", "<!channel> & <@U123>", "<!channel> & <@U123>"},
 		{"empty", "", ""},
 	}
@@ -95,6 +101,107 @@ func cardLike(s string) (string, bool) {
 		i = j
 	}
 	return "", false
+}
+
+// Text is String on one line: nothing of what it shows starts a line of
+// its own, moves a column or turns text around.
+func TestText(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"charge:1\n*FAKE* paid", "charge:1 *FAKE* paid"},
+		{"a\tb\rc\x00d", "a b c d"},
+		{"card 4242 4242 4242 4242 of jane@example.com", "card •••• 4242 of [email]"},
+		{"\u202eevil\u2069", "evil"},
+		{"bad \xff utf-8", "bad \ufffd utf-8"},
+		{"4242\n4242\t4242\r4242", "•••• 4242"},
+		{"ids untouched re_4821a refund:4821:x", "ids untouched re_4821a refund:4821:x"},
+	}
+	for _, tt := range tests {
+		if got := Text(tt.in); got != tt.want {
+			t.Errorf("Text(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// Line neutralises what Text does and masks nothing: a fingerprint whose
+// digits pass Luhn stays whole.
+func TestLine(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"4242424242424242", "4242424242424242"},
+		{"run_1\n\u202ex", "run_1 x"},
+		{"plain", "plain"},
+	}
+	for _, tt := range tests {
+		if got := Line(tt.in); got != tt.want {
+			t.Errorf("Line(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzText: Text's output holds no control, format or separator
+// character, is valid UTF-8, and is its own Text.
+func FuzzText(f *testing.F) {
+	for _, s := range []string{"a\nb", "\u202e4242424242424242", "4242\n4242\n4242\n4242", "x\u2028y", "\xff\x00", "a@b.co\tz"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := Text(s)
+		if !utf8.ValidString(got) {
+			t.Fatalf("Text(%q) = %q, not UTF-8", s, got)
+		}
+		for _, r := range got {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("Text(%q) = %q holds %U", s, got, r)
+			}
+		}
+		if again := Text(got); again != got {
+			t.Errorf("Text(Text(%q)) = %q, want %q", s, again, got)
+		}
+		if run, ok := cardLike(got); ok {
+			t.Errorf("Text(%q) = %q, still holds card-like %q", s, got, run)
+		}
+	})
+}
+
+// Metadata masks every value but those linking reads, which must stay
+// what they are even when they look like a card number: the obligation
+// they name has that id.
+func TestMetadata(t *testing.T) {
+	m := map[string]string{
+		"obligation_id":    "charge:4242424242424242",
+		"idempotency_key":  "jane@example.com-1",
+		"note":             "card 4242 4242 4242 4242 of jane@example.com",
+		"plain":            "refund by hand",
+		"4111111111111111": "a card number as a key",
+	}
+	orig := maps.Clone(m)
+	got := Metadata(m, "obligation_id", "idempotency_key")
+	want := map[string]string{
+		"obligation_id":   "charge:4242424242424242",
+		"idempotency_key": "jane@example.com-1",
+		"note":            "card •••• 4242 of [email]",
+		"plain":           "refund by hand",
+		"•••• 1111":       "a card number as a key",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Metadata = %q, want %q", got, want)
+	}
+	if !maps.Equal(m, orig) {
+		t.Errorf("Metadata changed its argument: %q", m)
+	}
+	// Nothing to mask: the same map, not a copy.
+	plain := map[string]string{"obligation_id": "4242424242424242", "note": "ok"}
+	if got := Metadata(plain, "obligation_id"); fmt.Sprintf("%p", got) != fmt.Sprintf("%p", plain) {
+		t.Errorf("Metadata copied metadata that needs no masking")
+	}
+	// A key that masks to a linking key's name is left out rather than
+	// read as one; an empty key names no key to keep.
+	got = Metadata(map[string]string{"obligation\u200b_id": "charge:1", "": "4242424242424242"}, "obligation_id", "")
+	if want := map[string]string{"": "•••• 4242"}; !maps.Equal(got, want) {
+		t.Errorf("Metadata of look-alike keys = %q, want %q", got, want)
+	}
+	if got := Metadata(nil, "obligation_id"); got != nil {
+		t.Errorf("Metadata(nil) = %q, want nil", got)
+	}
 }
 
 func TestAttr(t *testing.T) {

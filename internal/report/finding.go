@@ -39,7 +39,8 @@ type Finding struct {
 	// AtRisk is nil for a pass's finding, whose report never printed it.
 	*AtRisk
 	Fingerprint string `json:"fingerprint"`
-	// Detail is redacted: it quotes provider metadata.
+	// Detail is redact.Text, as it quotes outside text; the ids above are
+	// exact, for tools to join on (docs/design.md, "Untrusted text").
 	Detail string `json:"detail"`
 	// Target is the charge or payment intent the finding's money concerns
 	// beyond its obligation; omitted when none.
@@ -51,6 +52,7 @@ type Finding struct {
 	LastSeenAt     string `json:"last_seen_at,omitempty"`
 	ResolvedAt     string `json:"resolved_at,omitempty"`
 	AcknowledgedAt string `json:"acknowledged_at,omitempty"`
+	// Who acknowledged and why are a person's words: redact.Text.
 	AcknowledgedBy string `json:"acknowledged_by,omitempty"`
 	AckReason      string `json:"ack_reason,omitempty"`
 }
@@ -68,7 +70,7 @@ func FromFinding(f reconcile.Finding) Finding {
 	return Finding{
 		Kind: string(f.Kind), Severity: string(f.Severity), ObligationID: f.ObligationID,
 		ProviderIDs: nonNil(f.ProviderIDs), Amount: f.Money.Amount, Currency: f.Money.Currency,
-		Fingerprint: f.Fingerprint, Detail: redact.String(f.Detail), Target: f.Target,
+		Fingerprint: f.Fingerprint, Detail: redact.Text(f.Detail), Target: f.Target,
 	}
 }
 
@@ -81,7 +83,7 @@ func FromRecord(r store.FindingRecord) Finding {
 	f.FirstSeenRun, f.FirstSeenAt = r.FirstSeenRun, stampOrEmpty(r.FirstSeenAt)
 	f.LastSeenRun, f.LastSeenAt = r.LastSeenRun, stampOrEmpty(r.LastSeenAt)
 	f.ResolvedAt, f.AcknowledgedAt = stampOrEmpty(r.ResolvedAt), stampOrEmpty(r.AcknowledgedAt)
-	f.AcknowledgedBy, f.AckReason = r.AcknowledgedBy, r.AckReason
+	f.AcknowledgedBy, f.AckReason = redact.Text(r.AcknowledgedBy), redact.Text(r.AckReason)
 	return f
 }
 

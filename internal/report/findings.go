@@ -15,24 +15,30 @@ import (
 // WriteFindingsCSV writes stored findings for a spreadsheet: money in
 // major units beside a currency column, and text cells that a spreadsheet
 // would run as a formula defused. Its header is a contract, like the JSON.
+// The id columns (fingerprint, obligation_id, provider_ids) hold the ids
+// exact, for joining; the free text (acknowledged_by, ack_reason, detail)
+// is redact.Text (docs/design.md, "Untrusted text").
 func WriteFindingsCSV(w io.Writer, fs []store.FindingRecord) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"fingerprint", "severity", "kind", "status", "obligation_id", "provider_ids", "currency",
 		"amount", "at_risk_currency", "at_risk", "first_seen_at", "last_seen_at", "resolved_at",
 		"acknowledged_at", "acknowledged_by", "ack_reason", "detail"})
 	for _, f := range fs {
-		cw.Write([]string{f.Fingerprint, string(f.Severity), string(f.Kind), string(f.Status),
-			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), strings.ToUpper(f.Money.Currency),
-			f.Money.Decimal(), strings.ToUpper(f.AtRisk.Currency), f.AtRisk.Decimal(),
+		cw.Write([]string{cell(f.Fingerprint), cell(string(f.Severity)), cell(string(f.Kind)), cell(string(f.Status)),
+			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), cell(strings.ToUpper(f.Money.Currency)),
+			f.Money.Decimal(), cell(strings.ToUpper(f.AtRisk.Currency)), f.AtRisk.Decimal(),
 			stampOrEmpty(f.FirstSeenAt), stampOrEmpty(f.LastSeenAt), stampOrEmpty(f.ResolvedAt),
-			stampOrEmpty(f.AcknowledgedAt), cell(f.AcknowledgedBy), cell(f.AckReason), cell(redact.String(f.Detail))})
+			stampOrEmpty(f.AcknowledgedAt), cell(redact.Text(f.AcknowledgedBy)), cell(redact.Text(f.AckReason)),
+			cell(redact.Text(f.Detail))})
 	}
 	cw.Flush()
 	return cw.Error()
 }
 
 // cell defuses spreadsheet formulas (CSV injection): a text cell starting
-// with = + - @ or a tab gets a leading apostrophe.
+// with = + - @, a tab or a carriage return gets a leading apostrophe. Every
+// text column passes it; the amounts and times, which are numbers and
+// stamps the reconciler writes, do not.
 func cell(s string) string {
 	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
 		return "'" + s
@@ -41,7 +47,9 @@ func cell(s string) string {
 }
 
 // WriteFindingsText writes stored findings as a table for people, one a
-// line, or says there are none.
+// line, or says there are none. Outside text is redact.Text, so that no
+// value breaks its line or moves a column (docs/design.md, "Untrusted
+// text"); the store's own words are on one line too.
 func WriteFindingsText(w io.Writer, fs []store.FindingRecord) error {
 	if len(fs) == 0 {
 		_, err := fmt.Fprintln(w, "no findings")
@@ -50,13 +58,13 @@ func WriteFindingsText(w io.Writer, fs []store.FindingRecord) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEVERITY\tKIND\tSUBJECT\tAT RISK\tSTATUS\tFIRST SEEN\tLAST SEEN\tFINGERPRINT")
 	for _, f := range fs {
-		status := string(f.Status)
+		status := redact.Line(string(f.Status))
 		if !f.AcknowledgedAt.IsZero() && f.Status == store.FindingOpen {
 			status = "open, acknowledged"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Severity, f.Kind,
-			redact.String(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk, status,
-			f.FirstSeenAt.UTC().Format(time.DateTime), f.LastSeenAt.UTC().Format(time.DateTime), f.Fingerprint)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", redact.Line(string(f.Severity)), redact.Line(string(f.Kind)),
+			redact.Text(Subject(f.ObligationID, f.ProviderIDs)), redact.Text(f.AtRisk.String()), status,
+			f.FirstSeenAt.UTC().Format(time.DateTime), f.LastSeenAt.UTC().Format(time.DateTime), redact.Line(f.Fingerprint))
 	}
 	return tw.Flush()
 }

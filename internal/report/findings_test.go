@@ -3,6 +3,8 @@ package report
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,5 +76,59 @@ func TestWriteFindingsText(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("WriteFindingsText lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// Machine-readable outputs keep the ids exact, for tools to join on, even
+// one that looks like a card number; the free text beside them is
+// redact.Text. In the CSV, an id is exact but for the apostrophe that
+// defuses a formula.
+func TestIdsExactFreeTextMasked(t *testing.T) {
+	f := duplicate
+	f.ObligationID = "=charge:4242424242424242"
+	f.ProviderIDs = []string{"pi_jane@example.com", "-re_1\u202e"}
+	f.Detail = "paid with 4242 4242 4242 4242\nby jane@example.com"
+	r := record(f, func(r *store.FindingRecord) {
+		r.AcknowledgedAt, r.AcknowledgedBy, r.AckReason = t0, "jane@example.com", "+card 4242424242424242\n*done*"
+	})
+
+	var b bytes.Buffer
+	if err := WriteFindingsCSV(&b, []store.FindingRecord{r}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for i, h := range rows[0] {
+		got[h] = rows[1][i]
+	}
+	for col, want := range map[string]string{
+		"obligation_id":   "'=charge:4242424242424242",
+		"provider_ids":    "pi_jane@example.com -re_1\u202e",
+		"fingerprint":     f.Fingerprint,
+		"acknowledged_by": "[email]",
+		"ack_reason":      "'+card •••• 4242 *done*",
+		"detail":          "paid with •••• 4242 by [email]",
+	} {
+		if got[col] != want {
+			t.Errorf("CSV %s = %q, want %q", col, got[col], want)
+		}
+	}
+
+	js, err := json.Marshal(FromRecord(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Finding
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.ObligationID != f.ObligationID || !slices.Equal(back.ProviderIDs, f.ProviderIDs) || back.Fingerprint != f.Fingerprint {
+		t.Errorf("JSON ids = %q %q %q, want them exact", back.ObligationID, back.ProviderIDs, back.Fingerprint)
+	}
+	if back.Detail != "paid with •••• 4242 by [email]" || back.AcknowledgedBy != "[email]" || back.AckReason != "+card •••• 4242 *done*" {
+		t.Errorf("JSON free text = %q, %q, %q; want it masked, on one line", back.Detail, back.AcknowledgedBy, back.AckReason)
 	}
 }

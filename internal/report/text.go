@@ -14,10 +14,12 @@ import (
 
 // WriteText is the report of a completed pass for people: the summary
 // first, then findings by severity, then what changed. Whatever came from
-// outside (ids, details) is redacted on the way out.
+// outside (ids, details, currencies) is redact.Text on the way out:
+// masked, and on one line without control or format characters
+// (docs/design.md, "Untrusted text").
 func WriteText(w io.Writer, out *runner.Outcome) {
 	run, res := out.Run, out.Result
-	title := "reconcile run " + run.ID
+	title := "reconcile run " + redact.Line(run.ID)
 	if run.Status == reconcile.RunDry {
 		title += " (dry run: nothing written, nothing sent)"
 	}
@@ -59,7 +61,11 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 		}
 	}
 	if n, total := reconcile.Confirmed(out.Transitions); n > 0 {
-		fmt.Fprintf(w, "  confirmed    %d unknown outcome(s) confirmed from Stripe's records and marked PAID (%s)\n", n, totalsLine(total))
+		money := ""
+		if len(total) > 0 {
+			money = " (" + totalsLine(total) + ")"
+		}
+		fmt.Fprintf(w, "  confirmed    %d unknown outcome(s) confirmed from Stripe's records and marked PAID%s\n", n, money)
 	}
 	verb := "marked PAID"
 	if run.Status == reconcile.RunDry {
@@ -78,26 +84,26 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 			if f.Severity != s {
 				continue
 			}
-			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, redact.String(Subject(f.ObligationID, f.ProviderIDs)), f.AtRisk)
-			fmt.Fprintf(w, "      %s\n", redact.String(f.Detail))
+			fmt.Fprintf(w, "  %-22s %s   %s at risk\n", f.Kind, redact.Text(Subject(f.ObligationID, f.ProviderIDs)), redact.Text(f.AtRisk.String()))
+			fmt.Fprintf(w, "      %s\n", redact.Text(f.Detail))
 			trace := ""
 			if f.ObligationID != "" {
-				trace = "   trace: reconcile trace " + redact.String(f.ObligationID)
+				trace = "   trace: reconcile trace " + redact.Text(f.ObligationID)
 			}
-			fmt.Fprintf(w, "      fingerprint %s%s\n", f.Fingerprint, trace)
+			fmt.Fprintf(w, "      fingerprint %s%s\n", redact.Line(f.Fingerprint), trace)
 		}
 	}
 	if len(out.Transitions) > 0 {
 		fmt.Fprintln(w, "\nTRANSITIONS")
 		for _, t := range out.Transitions {
-			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", redact.String(t.ObligationID), t.From, t.To, t.ProviderID)
+			fmt.Fprintf(w, "  %s   %s → %s   evidence %s\n", redact.Text(t.ObligationID), t.From, t.To, redact.Text(t.ProviderID))
 		}
 	}
 }
 
 // Subject names what a finding is about for people: its obligation, or
 // the provider objects of one that has none (an orphan). Not redacted:
-// the caller redacts where it prints.
+// the caller redacts where it prints (redact.Text for people).
 func Subject(obligationID string, providerIDs []string) string {
 	if obligationID != "" {
 		return obligationID
@@ -117,7 +123,11 @@ func unmappedLine(counts map[string]int) string {
 	var parts []string
 	for _, raw := range slices.Sorted(maps.Keys(counts)) {
 		total += counts[raw]
-		parts = append(parts, fmt.Sprintf("%s %d", redact.String(fmt.Sprintf("%q", raw)), counts[raw]))
+		// Masked, on one line, before quoting: quoted, a zero-width
+		// character or a tab would show as \u200b or \t between the
+		// groups of a card number the masking had passed by. A stray
+		// blank still shows.
+		parts = append(parts, fmt.Sprintf("%q %d", redact.Text(raw), counts[raw]))
 	}
 	return fmt.Sprintf("%d in states obligations.states does not map, never transitioned: %s", total, strings.Join(parts, ", "))
 }
@@ -128,5 +138,5 @@ func totalsLine(ts []reconcile.Total) string {
 	for i, t := range ts {
 		parts[i] = t.String()
 	}
-	return strings.Join(parts, ", ")
+	return redact.Text(strings.Join(parts, ", "))
 }

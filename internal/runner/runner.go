@@ -17,6 +17,7 @@ import (
 	"reconcile"
 	"reconcile/internal/alerts"
 	"reconcile/internal/matcher"
+	"reconcile/internal/redact"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
 )
@@ -639,6 +640,7 @@ func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.L
 	}
 	u := st.save
 	u.RunID, u.Now, u.Cursors = runID, now, cursorsAfter(st.plan, st.cover, now, st.keysRead)
+	u.LinkKeys = r.linkKeys()
 	err := r.Mirror.Save(ctx, u)
 	if errors.Is(err, store.ErrLockLost) {
 		return stopped(err, where)
@@ -651,6 +653,21 @@ func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.L
 	}
 	st.phases.mark("mirror_save")
 	return nil
+}
+
+// linkKeys are the metadata keys the matcher links by: the mirror keeps
+// their values exact and masks the rest (docs/design.md, "Untrusted
+// text").
+func (r *Runner) linkKeys() []string {
+	return []string{r.Matcher.MetadataObligationID, r.Matcher.MetadataIdempotencyKey}
+}
+
+// asMirrored is o as the mirror keeps it, its metadata masked but for the
+// link keys: what a fresh object is compared as with a mirrored one, so
+// that masking never reads as a change.
+func (r *Runner) asMirrored(o reconcile.ProviderObject) reconcile.ProviderObject {
+	o.Metadata = redact.Metadata(o.Metadata, r.linkKeys()...)
+	return o
 }
 
 // logApplied logs what the pass's apply did, and each transition a worker's

@@ -329,7 +329,9 @@ func (r *Runner) verify(ctx context.Context, in *matcher.Input, res matcher.Resu
 	// for the mirror): refresh in place, and copy only to drop.
 	changed := false
 	for _, i := range at {
-		if f, ok := fresh[in.Objects[i].ID]; ok && !sources.SameObject(f, in.Objects[i]) {
+		// Compared as the mirror keeps them: in.Objects[i] came from it,
+		// its metadata masked, unless an event told of it since.
+		if f, ok := fresh[in.Objects[i].ID]; ok && !sources.SameObject(r.asMirrored(f), r.asMirrored(in.Objects[i])) {
 			in.Objects[i] = f
 			changed = true
 			p.Refreshed++

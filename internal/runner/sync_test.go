@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
@@ -335,6 +336,73 @@ func TestFullAfterIncrementalFindsWhatScratchFinds(t *testing.T) {
 		t.Fatalf("after --full: mode %q (%s), want incremental", again.Sync.Mode, again.Sync.Reason)
 	}
 	sameResult(t, "incremental after --full", e.pass(false, runner.Request{DryRun: true}), again)
+}
+
+// The mirror keeps no card number or e-mail address readable in metadata
+// (docs/design.md, "Untrusted text"), except in the values linking reads,
+// which stay exact: an obligation id holding 16 digits that pass Luhn
+// still links from the mirror as it does fresh, and masking a mirrored
+// intent's note is not taken for a change when it is verified.
+func TestMirrorMasksMetadataButLinkKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const note = "card 4242 4242 4242 4242 of jane@example.com"
+	created := t0.Add(-3 * time.Hour)
+	usd := reconcile.Money{Amount: 8900, Currency: "usd"}
+	byID := reconcile.ProviderObject{ID: "ch_pan", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Metadata: map[string]string{"obligation_id": "charge:4242424242424242", "note": note}, Created: created}
+	byKey := reconcile.ProviderObject{ID: "pi_mail", Kind: reconcile.PaymentIntent, Money: usd, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Metadata: map[string]string{"idempotency_key": "key-jane@example.com", "note": note}, Created: created}
+	// Linked to nothing: verified again on every incremental pass.
+	orphan := reconcile.ProviderObject{ID: "pi_orphan", Kind: reconcile.PaymentIntent, Money: usd, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Metadata: map[string]string{"note": note}, Created: created}
+	e.add("", byID, byKey, orphan)
+	pgtest.InsertObligations(t, e.pool,
+		reconcile.Obligation{ID: "charge:4242424242424242", Kind: reconcile.Charge, IdempotencyKey: "key-pan", Money: usd,
+			State: reconcile.Paid, CreatedAt: created, PaidAt: created},
+		reconcile.Obligation{ID: "charge:mail", Kind: reconcile.Charge, IdempotencyKey: "key-jane@example.com", Money: usd,
+			State: reconcile.Paid, CreatedAt: created, PaidAt: created})
+
+	first := e.pass(true, runner.Request{})
+	if !first.Sync.Saved {
+		t.Fatalf("first pass: mirror not saved (%v)", first.Sync.SaveErr)
+	}
+	rows, err := e.pool.Query(t.Context(), `SELECT id, metadata FROM reconcile.provider_objects WHERE metadata IS NOT NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]any{
+		{"id": "ch_pan", "metadata": map[string]any{"obligation_id": "charge:4242424242424242", "note": "card •••• 4242 of [email]"}},
+		{"id": "pi_mail", "metadata": map[string]any{"idempotency_key": "key-jane@example.com", "note": "card •••• 4242 of [email]"}},
+		{"id": "pi_orphan", "metadata": map[string]any{"note": "card •••• 4242 of [email]"}},
+	}
+	if diff := cmp.Diff(want, stored); diff != "" {
+		t.Errorf("metadata at rest (-want +got):\n%s", diff)
+	}
+
+	e.clock = t0.Add(time.Hour)
+	scratch := e.pass(false, runner.Request{DryRun: true})
+	incremental := e.pass(true, runner.Request{DryRun: true})
+	if incremental.Sync.Mode != runner.SyncIncremental || incremental.Sync.Mirrored < 3 {
+		t.Fatalf("second pass: mode %q (%s), %d from the mirror; want incremental, all three", incremental.Sync.Mode,
+			incremental.Sync.Reason, incremental.Sync.Mirrored)
+	}
+	sameResult(t, "incremental over masked metadata", scratch, incremental)
+	wantLinks := []reconcile.Link{
+		{ObjectID: "ch_pan", ObligationID: "charge:4242424242424242", Route: reconcile.RouteMetadataID},
+		{ObjectID: "pi_mail", ObligationID: "charge:mail", Route: reconcile.RouteMetadataKey},
+	}
+	if diff := cmp.Diff(wantLinks, incremental.Result.Links); diff != "" {
+		t.Errorf("links from the mirror (-want +got):\n%s", diff)
+	}
+	if incremental.Sync.Verified == 0 || incremental.Sync.Refreshed != 0 {
+		t.Errorf("verified %d, refreshed %d mirrored intents; want pi_orphan verified and not taken for changed",
+			incremental.Sync.Verified, incremental.Sync.Refreshed)
+	}
 }
 
 // A dry run reads the mirror and writes nothing, mirror included.

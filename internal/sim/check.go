@@ -14,6 +14,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/config"
 	"reconcile/internal/store"
 )
 
@@ -498,6 +499,22 @@ func (w *world) checkSecrets() error {
 	}
 	for _, s := range stored {
 		places = append(places, place{"stored error", s})
+	}
+	// The mirror's metadata at rest, but for the values of the link keys,
+	// which are the application's ids and keys and stay exact
+	// (docs/design.md, "Untrusted text").
+	mk := config.Default().Matcher.MetadataKeys
+	rows, err = w.env.Pool.Query(w.ctx, `SELECT m.key || ' ' || CASE WHEN m.key = ANY($1) THEN '' ELSE m.value END
+		FROM reconcile.provider_objects p, jsonb_each_text(p.metadata) m`, []string{mk.ObligationID, mk.IdempotencyKey})
+	if err != nil {
+		return fmt.Errorf("read the mirror's metadata: %w", err)
+	}
+	mirrored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read the mirror's metadata: %w", err)
+	}
+	for _, s := range mirrored {
+		places = append(places, place{"mirrored metadata", s})
 	}
 	for _, p := range places {
 		for _, c := range canaries() {

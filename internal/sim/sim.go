@@ -48,8 +48,8 @@
 //   - I6: a rerun at the same moment queues and changes nothing and
 //     sends only what was already due; a dry run writes and sends nothing;
 //   - I8: no canary (keys, tokens, the database password, card numbers, an
-//     e-mail address) in the logs, Slack, returned errors or stored error
-//     texts;
+//     e-mail address) in the logs, Slack, returned errors, stored error
+//     texts or the mirror's metadata (bar the link keys' values);
 //   - I9: window independence (docs/design.md, "Coverage"): for every
 //     obligation the pass decided on within reach of max_lookback and
 //     Stripe's events, the PAID decision and the critical and high

@@ -20,8 +20,9 @@ func money(amount int64, currency stripe.Currency) reconcile.Money {
 }
 
 // copyMetadata carries metadata as it is: it may hold anything a caller
-// put there (non-UTF-8 bytes, card numbers); the matcher reads two keys and
-// nothing prints the rest.
+// put there (non-UTF-8 bytes, card numbers); the matcher reads two keys,
+// nothing prints the rest, and the mirror stores it masked but for those
+// two (docs/design.md, "Untrusted text").
 func copyMetadata(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil

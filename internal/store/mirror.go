@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
+	"reconcile/internal/redact"
 )
 
 // Mirror is the reconciler's copy of the provider's records, for
@@ -80,6 +81,13 @@ type MirrorUpdate struct {
 	// From ≤ To for keys and changes with a non-zero To) and left as they
 	// are otherwise.
 	Cursors SyncCursors
+	// LinkKeys are the metadata keys linking reads (the matcher's
+	// MetadataObligationID and MetadataIdempotencyKey). Their values are
+	// stored exact; every other metadata key and value is stored masked
+	// (redact.Metadata), so that no card number or e-mail address the
+	// provider holds is kept readable at rest (docs/design.md, "Untrusted
+	// text"). Objects read back carry the masked metadata.
+	LinkKeys []string
 }
 
 // Cursors reads what the mirror is complete for.
@@ -268,7 +276,8 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 }
 
 // Save writes one completed pass's reads and moves the cursors, in one
-// transaction: either all of it is saved or none. Given a run lock with
+// transaction: either all of it is saved or none. Metadata is saved
+// masked but for the values of u.LinkKeys. Given a run lock with
 // WithFence, the transaction proves the lock is still the run's, and
 // fails with an error wrapping ErrLockLost otherwise: the saves of two
 // runs never interleave.
@@ -281,7 +290,7 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
 			return err
 		}
-		if err := saveObjects(ctx, tx, u.Seen); err != nil {
+		if err := saveObjects(ctx, tx, u.Seen, u.LinkKeys); err != nil {
 			return err
 		}
 		if err := saveKeys(ctx, tx, u.Keys); err != nil {
@@ -295,8 +304,9 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 	return nil
 }
 
-func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects) error {
+func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects, linkKeys []string) error {
 	src := newSeenSource(seen)
+	src.linkKeys = linkKeys
 	if src.n == 0 {
 		return nil
 	}
@@ -419,8 +429,10 @@ type seenSource struct {
 	// account of. The largest group (a listing) holds each id once; only
 	// the small ones (changes, retrievals) are indexed.
 	skip [][]bool
-	row  [14]any
-	err  error
+	// linkKeys are the metadata keys stored exact (MirrorUpdate.LinkKeys).
+	linkKeys []string
+	row      [14]any
+	err      error
 }
 
 func newSeenSource(seen []SeenObjects) *seenSource {
@@ -484,7 +496,10 @@ func (s *seenSource) Values() ([]any, error) {
 	o := &g.Objects[s.i]
 	var meta any
 	if len(o.Metadata) > 0 {
-		b, err := json.Marshal(o.Metadata)
+		// No card number is kept readable at rest: masked on the way in,
+		// but never the values linking reads (docs/design.md, "Untrusted
+		// text").
+		b, err := json.Marshal(redact.Metadata(o.Metadata, s.linkKeys...))
 		if err != nil {
 			s.err = fmt.Errorf("object %q: metadata: %w", o.ID, err)
 			return nil, s.err

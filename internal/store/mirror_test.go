@@ -175,3 +175,58 @@ func TestMirrorSaveIsAtomic(t *testing.T) {
 		}
 	}
 }
+
+// Metadata is stored masked, keys and values, but for the values of the
+// link keys a save names, kept exact however they look; what is read
+// back is what was stored (docs/design.md, "Untrusted text").
+func TestMirrorMasksMetadataAtRest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	m := NewMirror(e.pool)
+	at := t0()
+	meta := map[string]string{"obligation_id": "charge:4242424242424242", "idempotency_key": "k-jane@example.com",
+		"note": "card 4242-4242-4242-4242, jane@example.com", "4111111111111111": "as a key"}
+	a := mirrorCharge("ch_a", at.Add(-time.Hour), meta)
+	b := mirrorCharge("ch_b", at.Add(-time.Hour), meta)
+	for _, u := range []MirrorUpdate{
+		{Seen: []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{a}}}, LinkKeys: []string{"obligation_id", "idempotency_key"}},
+		{Seen: []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{b}}}},
+	} {
+		u.RunID, u.Now = "run", at
+		if err := m.Save(t.Context(), u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Metadata["note"] != meta["note"] {
+		t.Fatalf("Save changed the pass's own object: %q", a.Metadata)
+	}
+	held, err := m.Get(t.Context(), []string{"ch_a", "ch_b"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]string{
+		{"obligation_id": "charge:4242424242424242", "idempotency_key": "k-jane@example.com",
+			"note": "card •••• 4242, [email]", "•••• 1111": "as a key"},
+		// A save naming no link keys keeps nothing readable.
+		{"obligation_id": "charge:•••• 4242", "idempotency_key": "[email]",
+			"note": "card •••• 4242, [email]", "•••• 1111": "as a key"},
+	}
+	if len(held) != 2 {
+		t.Fatalf("Get = %d objects, want 2", len(held))
+	}
+	for i, h := range held {
+		if diff := cmp.Diff(want[i], h.Object.Metadata); diff != "" {
+			t.Errorf("%s: metadata read back (-want +got):\n%s", h.Object.ID, diff)
+		}
+	}
+	var raw string
+	if err := e.pool.QueryRow(t.Context(), `SELECT string_agg(metadata::text, ' ') FROM reconcile.provider_objects`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	// Only the link keys' values of the save that named them stay readable.
+	for _, leak := range []string{"4242-4242", "4111111111111111", "jane@example.com,"} {
+		if strings.Contains(raw, leak) {
+			t.Errorf("the mirror holds %q at rest: %s", leak, raw)
+		}
+	}
+}

@@ -25,6 +25,12 @@ import (
 // `reconcile trace --format json`: other tools parse it, so no field is
 // renamed or removed, and a field added later is omitted when empty. The
 // lists are never nil, so that an empty one prints [].
+//
+// What tools join on is exact: ids (of the obligation, the provider's
+// objects, events, runs), idempotency keys, fingerprints, states,
+// statuses and currencies as read. Free text (error texts, details, who
+// acknowledged and why) is redact.Text; provider metadata is not part of
+// a trace (docs/design.md, "Untrusted text"). WriteText masks the rest.
 type Trace struct {
 	Obligation Obligation `json:"obligation"`
 	// Window is what the dry pass read of the provider; nil with
@@ -95,7 +101,7 @@ type Key struct {
 type Lookup struct {
 	ID     string `json:"id"`
 	Result string `json:"result"`
-	// Error is redacted: it is the provider's or the network's text.
+	// Error is redact.Text: it is the provider's or the network's text.
 	Error string `json:"error,omitempty"`
 }
 
@@ -120,7 +126,7 @@ type Alert struct {
 	SentAt      string `json:"sent_at"`
 	SlackTS     string `json:"slack_ts,omitempty"`
 	Unknown     bool   `json:"outcome_unknown,omitempty"`
-	// LastError is redacted: it is Slack's or the network's text.
+	// LastError is redact.Text: it is Slack's or the network's text.
 	LastError string `json:"last_error,omitempty"`
 }
 
@@ -177,14 +183,16 @@ var ErrNotFound = errors.New("no such obligation")
 type notFoundError struct{ id string }
 
 func (e notFoundError) Error() string {
-	return fmt.Sprintf("trace: no obligation %q in the obligations table", redact.String(e.id))
+	// Masked on one line before quoting, as a quoted tab or zero-width
+	// character would show between a card number's groups.
+	return fmt.Sprintf("trace: no obligation %q in the obligations table", redact.Text(e.id))
 }
 
 func (e notFoundError) Unwrap() error { return ErrNotFound }
 
 // Assemble gathers everything known about obligation id. An obligation the
 // store never saw has an empty history, and a provider that cannot be read
-// leaves ProviderError set (redacted): neither is an error. It fails when the
+// leaves ProviderError set (redact.Text): neither is an error. It fails when the
 // obligation cannot be read (ErrNotFound when it does not exist) or the
 // store's history cannot.
 func Assemble(ctx context.Context, d Deps, id string) (Trace, error) {
@@ -220,7 +228,7 @@ func Assemble(ctx context.Context, d Deps, id string) (Trace, error) {
 		now = d.Now
 	}
 	if err := provider(ctx, d.Provider, ob, d.DuplicateWindow, now().UTC().Truncate(time.Second), &t); err != nil {
-		t.ProviderError = redact.String(err.Error())
+		t.ProviderError = redact.Text(err.Error())
 	}
 	return t, nil
 }
@@ -269,7 +277,7 @@ func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWin
 	}
 	for _, l := range out.Lookups {
 		if l.ID == ob.ProviderID || l.ID == ob.TargetID {
-			t.Lookups = append(t.Lookups, Lookup{ID: l.ID, Result: string(l.Result), Error: redact.String(l.Err)})
+			t.Lookups = append(t.Lookups, Lookup{ID: l.ID, Result: string(l.Result), Error: redact.Text(l.Err)})
 		}
 	}
 	for _, f := range out.Result.Findings {
@@ -296,7 +304,7 @@ func obligation(o reconcile.Obligation) Obligation {
 func alert(a store.AlertRecord) Alert {
 	return Alert{ID: a.ID, Event: string(a.Event), Fingerprint: a.Fingerprint, RunID: a.RunID,
 		CreatedAt: stamp(a.CreatedAt), Attempts: a.Attempts, SentAt: stampOrEmpty(a.SentAt), SlackTS: a.SlackTS,
-		Unknown: a.OutcomeUnknown, LastError: redact.String(a.LastError)}
+		Unknown: a.OutcomeUnknown, LastError: redact.Text(a.LastError)}
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

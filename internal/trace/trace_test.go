@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -229,6 +230,12 @@ func TestAssembleErrors(t *testing.T) {
 			t.Errorf("Assemble(unknown) read the provider %d times, want never", len(p.reqs))
 		}
 	})
+	t.Run("unknown obligation named by a card number", func(t *testing.T) {
+		_, err := Assemble(t.Context(), deps(&fakeHistory{}, &fakePass{}), "4242\t4242\t4242\t4242")
+		if err == nil || err.Error() != `trace: no obligation "•••• 4242" in the obligations table` {
+			t.Errorf("Assemble(unknown card number) error = %v, want it masked", err)
+		}
+	})
 	t.Run("store never migrated", func(t *testing.T) {
 		h := &fakeHistory{schemaErr: fmt.Errorf("schema reconcile: %w", store.ErrSchemaOutdated), h: history()}
 		got, err := Assemble(t.Context(), deps(h, &fakePass{out: outcome()}), refund.ID)
@@ -317,5 +324,53 @@ func TestWriteText(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("WriteText without the provider lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// The text of a trace shows every outside value on one line, masked,
+// without control or format characters, whatever the obligation, the
+// provider or Slack wrote; the JSON keeps the ids exact.
+func TestWriteTextNeutralisesOutsideText(t *testing.T) {
+	const bad = "x\nFORGED line\u202e\u200b\u2028\t4242\u200b4242 4242 4242"
+	ob := refund
+	ob.ID, ob.IdempotencyKey, ob.ProviderID, ob.TargetID, ob.RawState = bad, bad, bad, bad, bad
+	ob.LeaseOwner, ob.Money.Currency = bad, "usd\n"+bad
+	h := history()
+	for i := range h.Findings {
+		h.Findings[i].ObligationID, h.Findings[i].Detail = bad, bad
+		h.Findings[i].AcknowledgedBy, h.Findings[i].AckReason = bad, bad
+	}
+	for i := range h.Alerts {
+		h.Alerts[i].SlackTS, h.Alerts[i].LastError = bad, bad
+	}
+	out := outcome()
+	for i := range out.Input.Keys {
+		out.Input.Keys[i].Key, out.Input.Keys[i].EventType, out.Input.Keys[i].EventID = ob.IdempotencyKey, bad, bad
+	}
+	out.Lookups = append(out.Lookups, reconcile.Lookup{ID: bad, Result: reconcile.LookupFailed, Err: bad})
+	out.Input.Objects = append(out.Input.Objects, reconcile.ProviderObject{ID: bad, Kind: reconcile.Refund,
+		Money: reconcile.Money{Amount: 1, Currency: bad}, Status: reconcile.Succeeded, RawStatus: bad, Created: created})
+	h.Transitions[0].ProviderID = bad
+	d := deps(&fakeHistory{h: h}, &fakePass{out: out})
+	d.Obligations = fakeObligations{bad: ob}
+	got, err := Assemble(t.Context(), d, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	WriteText(&b, got)
+	for _, r := range b.String() {
+		if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028') {
+			t.Fatalf("WriteText holds %U:\n%s", r, b.String())
+		}
+	}
+	if n := strings.Count(b.String(), "FORGED line"); n < 15 {
+		t.Errorf("WriteText shows %d outside values, want every one:\n%s", n, b.String())
+	}
+	if strings.Contains(b.String(), "\nFORGED") || strings.Contains(b.String(), "4242 4242") {
+		t.Errorf("WriteText shows what outside text forged or hid:\n%s", b.String())
+	}
+	if got.Obligation.ID != bad || got.Obligation.IdempotencyKey != bad {
+		t.Errorf("the trace's obligation id and key = %q, %q; want them exact for JSON", got.Obligation.ID, got.Obligation.IdempotencyKey)
 	}
 }

@@ -1,0 +1,70 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"unicode"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+	"reconcile/internal/runner"
+	"reconcile/internal/store"
+)
+
+// hostile is an id that tries to forge a line of its own, turn text
+// around and hide a card number from the masking.
+const hostile = "charge:1\nCRITICAL  forged\u202e\u2066x\u2069\u200b\u2028\tcard 4242\u200b4242 4242 4242"
+
+// noControls fails t if out holds a control character other than the
+// newlines between lines, a format character or a line separator.
+func noControls(t *testing.T, what, out string) {
+	t.Helper()
+	for _, r := range out {
+		if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029') {
+			t.Errorf("%s holds %U:\n%s", what, r, out)
+			return
+		}
+	}
+	if strings.Contains(out, "\nCRITICAL  forged") || strings.Contains(out, "4242424242424242") || strings.Contains(out, "4242 4242") {
+		t.Errorf("%s shows what an id forged or hid:\n%s", what, out)
+	}
+}
+
+// The run's text report shows outside text on one line, masked, without
+// control or format characters: an id cannot start a line of its own.
+func TestWriteTextNeutralisesOutsideText(t *testing.T) {
+	f := reconcile.Finding{Kind: reconcile.Duplicate, Severity: reconcile.Critical, ObligationID: hostile,
+		ProviderIDs: []string{"re_1\n" + hostile}, Money: reconcile.Money{Amount: 100, Currency: "usd\u202e"},
+		AtRisk: reconcile.Money{Amount: 100, Currency: "usd\u202e"}, Fingerprint: "0123", Detail: "detail\n" + hostile}
+	out := &runner.Outcome{
+		Run:         reconcile.Run{ID: "run_1", Status: reconcile.RunCompleted},
+		Result:      matcher.Result{Conclusions: reconcile.Conclusions{Findings: []reconcile.Finding{f}}},
+		Transitions: []reconcile.Transition{{ObligationID: hostile, From: reconcile.ConfirmationUnknown, To: reconcile.Paid, ProviderID: "ch_1\n" + hostile}},
+		Unmapped:    map[string]int{hostile: 1, "4242\t4242\t4242\t4242": 1, "CONFIRMATION_UNKNOWN ": 1},
+	}
+	var b bytes.Buffer
+	WriteText(&b, out)
+	noControls(t, "WriteText", b.String())
+	// Quoted, a tab would show as \t between a card number's groups.
+	if strings.Contains(b.String(), `4242\t4242`) || !strings.Contains(b.String(), `"CONFIRMATION_UNKNOWN " 1`) {
+		t.Errorf("WriteText's unmapped states show a card number or lose a stray blank:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "charge:1 CRITICAL  forgedx") {
+		t.Errorf("WriteText lost the id's text:\n%s", b.String())
+	}
+}
+
+// The findings table keeps one finding a line and its columns in place.
+func TestWriteFindingsTextNeutralisesOutsideText(t *testing.T) {
+	f := duplicate
+	f.ObligationID, f.AtRisk.Currency = hostile, "usd\t\u202e"
+	var b bytes.Buffer
+	if err := WriteFindingsText(&b, []store.FindingRecord{record(f, nil), record(orphan, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	noControls(t, "WriteFindingsText", b.String())
+	if n := strings.Count(b.String(), "\n"); n != 3 {
+		t.Errorf("WriteFindingsText wrote %d lines, want a header and one a finding:\n%s", n, b.String())
+	}
+}
