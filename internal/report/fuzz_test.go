@@ -18,6 +18,7 @@ import (
 	"reconcile"
 	"reconcile/internal/matcher"
 	"reconcile/internal/redact"
+	"reconcile/internal/redact/redacttest"
 	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/store"
@@ -363,7 +364,7 @@ var emailLike = regexp.MustCompile(`[0-9A-Za-z._%+\-]+@[0-9A-Za-z\-]+(?:\.[0-9A-
 // checkMasked fails t if s shows a card-like number or an e-mail address.
 func checkMasked(t *testing.T, what, s string) {
 	t.Helper()
-	if run, ok := cardLike(s); ok {
+	if run, ok := redacttest.CardLike(s); ok {
 		t.Fatalf("%s shows card-like %q: %q", what, run, s)
 	}
 	if e := emailLike.FindString(s); e != "" {
@@ -396,60 +397,4 @@ func checkHuman(t *testing.T, what, s string) {
 // than what it says.
 func invisible(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
-}
-
-// cardLike finds a run of digits (single spaces or hyphens between
-// groups) in which consecutive groups holding 13 to 19 digits pass Luhn,
-// as redact masks them.
-func cardLike(s string) (string, bool) {
-	isD := func(i int) bool { return i >= 0 && i < len(s) && s[i] >= '0' && s[i] <= '9' }
-	for i := 0; i < len(s); i++ {
-		if !isD(i) || isD(i-1) {
-			continue
-		}
-		var groups [][2]int
-		j := i
-		for {
-			k := j
-			for isD(k) {
-				k++
-			}
-			groups = append(groups, [2]int{j, k})
-			if k < len(s) && (s[k] == ' ' || s[k] == '-') && isD(k+1) {
-				j = k + 1
-				continue
-			}
-			j = k
-			break
-		}
-		for a := range groups {
-			digits := ""
-			for z := a; z < len(groups); z++ {
-				digits += s[groups[z][0]:groups[z][1]]
-				if len(digits) > 19 {
-					break
-				}
-				if len(digits) >= 13 && luhnOK(digits) {
-					return s[groups[a][0]:groups[z][1]], true
-				}
-			}
-		}
-		i = j
-	}
-	return "", false
-}
-
-func luhnOK(d string) bool {
-	sum := 0
-	for i := len(d) - 1; i >= 0; i-- {
-		v := int(d[i] - '0')
-		if (len(d)-i)%2 == 0 {
-			v *= 2
-			if v > 9 {
-				v -= 9
-			}
-		}
-		sum += v
-	}
-	return sum%10 == 0
 }
