@@ -156,6 +156,7 @@ func SlackOptionsFrom(c config.Config) SlackOptions {
 		PerChannelInterval: c.Alerts.PerChannelInterval,
 		MaxRetries:         c.Alerts.MaxRetries,
 		Timeout:            c.Alerts.Timeout,
+		MaxMessages:        c.Alerts.MaxMessages,
 		Live:               strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
 	}
 }

@@ -69,6 +69,7 @@ type AlertsConfig struct {
 	PerChannelInterval time.Duration `yaml:"per_channel_interval"`
 	MaxRetries         int           `yaml:"max_retries"`
 	Timeout            time.Duration `yaml:"timeout"`
+	MaxMessages        int           `yaml:"max_messages"`
 }
 
 // StoreConfig tunes the reconciler's own tables.
@@ -118,6 +119,7 @@ func Default() Config {
 			PerChannelInterval: time.Second,
 			MaxRetries:         5,
 			Timeout:            10 * time.Second,
+			MaxMessages:        10,
 		},
 		Store: StoreConfig{ApplyAttempts: 5},
 		Env: Env{
@@ -328,6 +330,7 @@ func (c Config) Validate() error {
 		{"stripe.concurrency", c.Stripe.Concurrency, 1, 64},
 		{"stripe.max_retries", c.Stripe.MaxRetries, 0, 20},
 		{"alerts.max_retries", c.Alerts.MaxRetries, 0, 20},
+		{"alerts.max_messages", c.Alerts.MaxMessages, 1, 50},
 		{"store.apply_attempts", c.Store.ApplyAttempts, 1, 20},
 	}
 	for _, i := range ints {
