@@ -279,9 +279,27 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 	// most severe first, then the digests; one group is one message, its
 	// lines cut to what fits and the rest counted. What does not fit is
 	// counted in one overflow message.
+	// When every finding row is of one run whose summary is in this plan,
+	// what does not fit is counted in that summary, not a message of its
+	// own.
+	foldAt, foldable := -1, false
+	for _, r := range rows {
+		if r.Event == reconcile.AlertSummary {
+			continue
+		}
+		i, ok := summaryAt[r.RunID]
+		if !ok || foldAt >= 0 && i != foldAt {
+			foldable = false
+			break
+		}
+		foldAt, foldable = i, true
+	}
 	var overflow []item
 	if len(crits)+len(causes)+len(groups) > opts.MaxMessages {
 		room := opts.MaxMessages - 1
+		if foldable {
+			room = opts.MaxMessages
+		}
 		if len(crits) > room {
 			for _, r := range crits[room:] {
 				overflow = append(overflow, item{row: r, fam: famFiring})
@@ -314,7 +332,10 @@ func Plan(rows []reconcile.Alert, now time.Time, opts PlanOptions) []Message {
 	for _, g := range groups {
 		msgs = append(msgs, renderGroup(g, now, opts))
 	}
-	if len(overflow) > 0 {
+	switch {
+	case len(overflow) > 0 && foldable:
+		foldOverflow(&msgs[foldAt], renderOverflow(overflow, -1))
+	case len(overflow) > 0:
 		parent := -1
 		if i, ok := summaryAt[overflow[0].row.RunID]; ok && !opts.Webhook {
 			parent = i
@@ -453,4 +474,14 @@ func sectionize(lines []string) []string {
 		out = append(out, cur.String())
 	}
 	return out
+}
+
+// foldOverflow names in a run's summary what did not fit in the drain's
+// messages: its counts join the summary's blocks and text, and its rows
+// are carried by the summary.
+func foldOverflow(sum *Message, ov Message) {
+	sum.AlertIDs = append(sum.AlertIDs, ov.AlertIDs...)
+	sum.PossibleRepeat = sum.PossibleRepeat || ov.PossibleRepeat
+	sum.Blocks = append(sum.Blocks, ov.Blocks...)
+	sum.Text += "\n" + ov.Text
 }

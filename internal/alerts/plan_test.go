@@ -360,6 +360,26 @@ func TestPlanOverflowCounts(t *testing.T) {
 	if len(msgs) != 9 {
 		t.Fatalf("Plan(MaxMessages 8) = %d messages, want 9 (the summary and 8)", len(msgs))
 	}
+	// One run: what did not fit is named in its summary with a count.
+	sum := msgs[0]
+	if sum.Kind != KindSummary || len(sum.AlertIDs) < 2 || !strings.Contains(sum.Text, "more alerts") ||
+		!strings.Contains(sum.Text, "reconcile findings --open") {
+		t.Errorf("summary carries %d rows, text %q; want it to count the rest and say how to list them", len(sum.AlertIDs), sum.Text)
+	}
+	for _, m := range msgs {
+		if m.Kind == KindOverflow {
+			t.Errorf("an overflow message of its own, though the run's summary is in the plan")
+		}
+	}
+	checkCarriedOnce(t, rows, msgs)
+
+	// Rows of a run whose summary went out earlier: an overflow message
+	// within the cap counts them.
+	rows = rows[1:]
+	msgs = Plan(rows, testNow, PlanOptions{MaxMessages: 8})
+	if len(msgs) != 8 {
+		t.Fatalf("Plan(MaxMessages 8, no summary) = %d messages, want 8", len(msgs))
+	}
 	last := msgs[len(msgs)-1]
 	if last.Kind != KindOverflow {
 		t.Fatalf("last message kind = %s, want overflow", last.Kind)
@@ -608,7 +628,7 @@ func TestPlanAtRiskBeyondInt64(t *testing.T) {
 	for i := range rows[1:] {
 		rows[i+1].Finding.AtRisk = reconcile.Money{Amount: maxI, Currency: "usd"}
 	}
-	msgs = Plan(rows, testNow, PlanOptions{MaxMessages: 8})
+	msgs = Plan(rows[1:], testNow, PlanOptions{MaxMessages: 8})
 	last := msgs[len(msgs)-1]
 	if last.Kind != KindOverflow {
 		t.Fatalf("last message kind = %s, want overflow", last.Kind)
