@@ -143,7 +143,13 @@ func truncate(s string, max int) string {
 		return s
 	}
 	if cut := runeCut(s, max-1); cut >= 0 {
-		return s[:cut] + "…"
+		t := s[:cut]
+		// A sentence is cut between words where one ends near the limit,
+		// so that a reader is not left with half a word.
+		if sp := strings.LastIndexByte(t, ' '); sp > 0 && len(t)-sp <= 24 {
+			t = strings.TrimRight(t[:sp], " ,;:")
+		}
+		return t + "…"
 	}
 	return s
 }
