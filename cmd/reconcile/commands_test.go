@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,34 @@ func TestFindingsAckAndTrace(t *testing.T) {
 		t.Fatalf("findings = %+v, want 3 open, the duplicate first", fs)
 	}
 	dup := fs[0]
+
+	// --kind and --target narrow the list; --target matches a finding's
+	// target, its obligation or any of its Stripe ids.
+	for _, tt := range []struct {
+		args []string
+		want []string // kinds, in order
+	}{
+		{[]string{"--kind", "orphan"}, []string{"orphan"}},
+		{[]string{"--target", "re_4821b"}, []string{"duplicate"}},
+		{[]string{"--target", "charge:5400"}, []string{"stale_lease"}},
+		{[]string{"--kind", "duplicate", "--target", "charge:5400"}, nil},
+	} {
+		code, out, stderr := e.run(append([]string{"findings", "--open", "--format", "json"}, tt.args...)...)
+		var got []report.Finding
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+			t.Fatalf("findings %v exited %d: %s%s", tt.args, code, out, stderr)
+		}
+		var kinds []string
+		for _, f := range got {
+			kinds = append(kinds, f.Kind)
+		}
+		if !slices.Equal(kinds, tt.want) {
+			t.Errorf("findings %v = %v, want %v", tt.args, kinds, tt.want)
+		}
+	}
+	if code, _, stderr := e.run("findings", "--kind", "bogus"); code != 2 || !strings.Contains(stderr, "bogus") {
+		t.Errorf("findings --kind bogus exited %d (%s), want 2 naming the kind", code, stderr)
+	}
 
 	code, stdout, _ = e.run("findings", "--format", "csv")
 	rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
