@@ -31,7 +31,8 @@ type Auth struct {
 	TrustedProxies []string
 }
 
-// user is who a request acts as; local is set for AuthNone on loopback.
+// user is who a request acts as: the proxy's user, "local" for AuthNone on
+// loopback, or nobody (an empty name), who may look but not act.
 type user struct {
 	name string
 }

@@ -40,10 +40,11 @@ func finding(kind reconcile.FindingKind, obligationID, objectID string, m reconc
 }
 
 // seeded is a store holding a duplicate of the hostile obligation, an
-// orphan refund and an amount mismatch in euros, as a run applied them.
+// orphan refund, an orphan charge and an amount mismatch in euros, as a
+// run applied them.
 type seeded struct {
-	s                     *store.Store
-	dup, orphan, mismatch reconcile.Finding
+	s                                   *store.Store
+	dup, orphan, orphanCharge, mismatch reconcile.Finding
 }
 
 func seed(t *testing.T) seeded {
@@ -55,14 +56,15 @@ func seed(t *testing.T) seeded {
 	}
 	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
 	sd := seeded{s: s,
-		dup:      finding(reconcile.Duplicate, hostile, "", usd(8900), "re_dup1", "re_dup2"),
-		orphan:   finding(reconcile.Orphan, "", "re_orph", usd(5000), "re_orph"),
-		mismatch: finding(reconcile.AmountMismatch, "ob_3", "", reconcile.Money{Amount: 1250, Currency: "eur"}, "ch_3"),
+		dup:          finding(reconcile.Duplicate, hostile, "", usd(8900), "re_dup1", "re_dup2"),
+		orphan:       finding(reconcile.Orphan, "", "re_orph", usd(5000), "re_orph"),
+		orphanCharge: finding(reconcile.Orphan, "", "ch_orph", usd(3000), "ch_orph"),
+		mismatch:     finding(reconcile.AmountMismatch, "ob_3", "", reconcile.Money{Amount: 1250, Currency: "eur"}, "ch_3"),
 	}
 	sd.orphan.PaidOut = true
-	fs := []reconcile.Finding{sd.dup, sd.orphan, sd.mismatch}
+	fs := []reconcile.Finding{sd.dup, sd.orphan, sd.orphanCharge, sd.mismatch}
 	res := reconcile.Conclusions{Findings: fs, ObligationIDs: []string{hostile, "ob_3"},
-		ObjectIDs: []string{"ch_3", "re_dup1", "re_dup2", "re_orph"}}
+		ObjectIDs: []string{"ch_3", "ch_orph", "re_dup1", "re_dup2", "re_orph"}}
 	res.Settled = reconcile.Settled{Obligations: res.ObligationIDs, Objects: res.ObjectIDs}
 	run := reconcile.Run{ID: "run-1", Trigger: reconcile.TriggerManual, Window: reconcile.Window{From: now.Add(-72 * time.Hour), To: now},
 		Started: now, Finished: now, Status: reconcile.RunCompleted}
@@ -128,8 +130,8 @@ func TestFindingsPage(t *testing.T) {
 		`href="https://dashboard.stripe.com/test/payments/ch_3"`,
 		"USD 89.00", "EUR 12.50",
 		// Money at risk by meaning: the duplicate and the orphan refund paid
-		// out too much, the mismatch collected wrong.
-		"<dt>Paid out too much</dt><dd>USD 139.00</dd>", "<dt>Collected too little or too much</dt><dd>EUR 12.50</dd>",
+		// out too much, the mismatch and the orphan charge collected wrong.
+		"<dt>Paid out too much</dt><dd>USD 139.00</dd>", "<dt>Collected too little or too much</dt><dd>EUR 12.50, USD 30.00</dd>",
 		`value="` + sd.dup.Fingerprint + `"`, "Signed in as [email]",
 	} {
 		if !strings.Contains(body, want) {
@@ -166,10 +168,11 @@ func TestFiltersAndSearch(t *testing.T) {
 		query string
 		want  []string // the fingerprints shown
 	}{
-		{"", []string{sd.dup.Fingerprint, sd.orphan.Fingerprint, sd.mismatch.Fingerprint}},
-		{"kind=orphan", []string{sd.orphan.Fingerprint}},
+		{"", []string{sd.dup.Fingerprint, sd.orphan.Fingerprint, sd.orphanCharge.Fingerprint, sd.mismatch.Fingerprint}},
+		{"kind=orphan", []string{sd.orphan.Fingerprint, sd.orphanCharge.Fingerprint}},
 		{"severity=critical", []string{sd.dup.Fingerprint}},
-		{"severity=high", []string{sd.orphan.Fingerprint, sd.mismatch.Fingerprint}},
+		{"severity=high", []string{sd.orphan.Fingerprint, sd.orphanCharge.Fingerprint, sd.mismatch.Fingerprint}},
+		{"kind=orphan&q=ch_orph", []string{sd.orphanCharge.Fingerprint}},
 		{"kind=amount_mismatch&severity=critical", nil},
 		{"q=re_dup2", []string{sd.dup.Fingerprint}},
 		{"q=" + url.QueryEscape(hostile), []string{sd.dup.Fingerprint}},
@@ -177,7 +180,7 @@ func TestFiltersAndSearch(t *testing.T) {
 		{"q=ob_3", []string{sd.mismatch.Fingerprint}},
 		{"q=re_none", nil},
 	}
-	all := []string{sd.dup.Fingerprint, sd.orphan.Fingerprint, sd.mismatch.Fingerprint}
+	all := []string{sd.dup.Fingerprint, sd.orphan.Fingerprint, sd.orphanCharge.Fingerprint, sd.mismatch.Fingerprint}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
 			body := get(t, h, "/?"+tt.query)
@@ -219,8 +222,8 @@ func TestCSVOfTheView(t *testing.T) {
 		}
 		return rows
 	}
-	if rows := read("/findings.csv"); len(rows) != 3 {
-		t.Errorf("whole view: %d rows, want 3", len(rows))
+	if rows := read("/findings.csv"); len(rows) != 4 {
+		t.Errorf("whole view: %d rows, want 4", len(rows))
 	}
 	rows := read("/findings.csv?severity=critical")
 	if len(rows) != 1 || rows[0]["obligation_id"] != hostile || rows[0]["kind"] != "duplicate" ||
