@@ -135,15 +135,18 @@ func userOf(r *http.Request) user {
 	return u
 }
 
-// filter is a view of the open findings: by kind, severity and an id.
+// filter is a view of the open findings: by kind, severity, currency and
+// an id.
 type filter struct {
 	kind     reconcile.FindingKind
 	severity reconcile.Severity
+	currency string
 	q        string
 }
 
 func parseFilter(v url.Values) (filter, error) {
-	f := filter{kind: reconcile.FindingKind(strings.TrimSpace(v.Get("kind"))), q: strings.TrimSpace(v.Get("q"))}
+	f := filter{kind: reconcile.FindingKind(strings.TrimSpace(v.Get("kind"))), q: strings.TrimSpace(v.Get("q")),
+		currency: strings.ToLower(strings.TrimSpace(v.Get("currency")))}
 	if f.kind != "" && f.kind.Info().Label == "" {
 		return f, fmt.Errorf("%q is not a finding kind", f.kind)
 	}
@@ -160,6 +163,7 @@ func parseFilter(v url.Values) (filter, error) {
 func (f filter) match(r store.FindingRecord) bool {
 	return (f.kind == "" || r.Kind == f.kind) &&
 		(f.severity == "" || r.Severity == f.severity) &&
+		(f.currency == "" || strings.EqualFold(r.Money.Currency, f.currency) || strings.EqualFold(r.AtRisk.Currency, f.currency)) &&
 		(f.q == "" || r.ObligationID == f.q || r.Target == f.q || slices.Contains(r.ProviderIDs, f.q))
 }
 
@@ -170,6 +174,9 @@ func (f filter) query() url.Values {
 	}
 	if f.severity != "" {
 		v.Set("severity", string(f.severity))
+	}
+	if f.currency != "" {
+		v.Set("currency", f.currency)
 	}
 	if f.q != "" {
 		v.Set("q", f.q)
@@ -190,6 +197,25 @@ func (s *server) view(w http.ResponseWriter, r *http.Request) (filter, []store.F
 		return f, nil, false
 	}
 	return f, slices.DeleteFunc(fs, func(r store.FindingRecord) bool { return !f.match(r) }), true
+}
+
+// currencies are those of every open finding, so that the filter offers
+// them whatever the view.
+func (s *server) currencies(ctx context.Context) ([]string, error) {
+	fs, err := s.store.Findings(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	var cs []string
+	for _, f := range fs {
+		for _, c := range []string{f.Money.Currency, f.AtRisk.Currency} {
+			if c = strings.ToLower(c); c != "" && !slices.Contains(cs, c) {
+				cs = append(cs, c)
+			}
+		}
+	}
+	slices.Sort(cs)
+	return cs, nil
 }
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -267,6 +293,7 @@ type (
 		User, Q, Back, CSV string
 		CanAck             bool
 		Kinds, Severities  []option
+		Currencies         []option
 		AtRisk             []meaningTotals
 		Groups             []group
 		Acked              []row
@@ -292,6 +319,17 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, sev := range severities {
 		p.Severities = append(p.Severities, option{Value: string(sev), Label: string(sev), Selected: sev == f.severity})
+	}
+	cur, err := s.currencies(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if f.currency != "" && !slices.Contains(cur, f.currency) {
+		cur = append(cur, f.currency)
+	}
+	for _, c := range cur {
+		p.Currencies = append(p.Currencies, option{Value: c, Label: strings.ToUpper(c), Selected: c == f.currency})
 	}
 	open := make([]reconcile.Finding, 0, len(fs))
 	for _, rec := range fs {

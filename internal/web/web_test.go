@@ -128,7 +128,7 @@ func TestFindingsPage(t *testing.T) {
 		"Paid twice", "Money moved outside the workflow", "Wrong amount",
 		`href="https://dashboard.stripe.com/test/refunds/re_dup1"`, `href="https://dashboard.stripe.com/test/refunds/re_orph"`,
 		`href="https://dashboard.stripe.com/test/payments/ch_3"`,
-		"USD 89.00", "EUR 12.50",
+		"USD 89.00", "EUR 12.50", `<option value="eur">EUR</option>`,
 		// Money at risk by meaning: the duplicate and the orphan refund paid
 		// out too much, the mismatch and the orphan charge collected wrong.
 		"<dt>Paid out too much</dt><dd>USD 139.00</dd>", "<dt>Collected too little or too much</dt><dd>EUR 12.50, USD 30.00</dd>",
@@ -173,6 +173,10 @@ func TestFiltersAndSearch(t *testing.T) {
 		{"severity=critical", []string{sd.dup.Fingerprint}},
 		{"severity=high", []string{sd.orphan.Fingerprint, sd.orphanCharge.Fingerprint, sd.mismatch.Fingerprint}},
 		{"kind=orphan&q=ch_orph", []string{sd.orphanCharge.Fingerprint}},
+		{"currency=eur", []string{sd.mismatch.Fingerprint}},
+		{"currency=EUR&severity=high", []string{sd.mismatch.Fingerprint}},
+		{"currency=usd&severity=high", []string{sd.orphan.Fingerprint, sd.orphanCharge.Fingerprint}},
+		{"currency=jpy", nil},
 		{"kind=amount_mismatch&severity=critical", nil},
 		{"q=re_dup2", []string{sd.dup.Fingerprint}},
 		{"q=" + url.QueryEscape(hostile), []string{sd.dup.Fingerprint}},
@@ -229,6 +233,9 @@ func TestCSVOfTheView(t *testing.T) {
 	if len(rows) != 1 || rows[0]["obligation_id"] != hostile || rows[0]["kind"] != "duplicate" ||
 		rows[0]["fingerprint"] != sd.dup.Fingerprint || rows[0]["provider_ids"] == "" {
 		t.Errorf("critical view rows = %v, want the duplicate of %q alone, its id exact", rows, hostile)
+	}
+	if rows := read("/findings.csv?currency=usd"); len(rows) != 3 {
+		t.Errorf("usd view: %d rows, want 3", len(rows))
 	}
 	rows = read("/findings.csv?q=ch_3")
 	if len(rows) != 1 || rows[0]["fingerprint"] != sd.mismatch.Fingerprint {
