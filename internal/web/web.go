@@ -38,6 +38,8 @@ type Store interface {
 	Findings(ctx context.Context, open bool) ([]store.FindingRecord, error)
 	// Ack acknowledges an open finding as by, for reason.
 	Ack(ctx context.Context, fingerprint, by, reason string, now time.Time) (store.FindingRecord, error)
+	// LastRuns returns the n most recently started runs, newest first.
+	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
 }
 
 // Options configure the pages.
@@ -100,6 +102,7 @@ func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /findings.csv", s.csv)
+	mux.HandleFunc("GET /runs", s.runs)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	// Every state-changing route refuses requests a browser says come from
 	// another site (Sec-Fetch-Site, or Origin against Host).
@@ -266,6 +269,54 @@ func (s *server) ack(w http.ResponseWriter, r *http.Request) {
 		target += "?" + q
 	}
 	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// runsShown is how many recent runs the runs page lists.
+const runsShown = 50
+
+type runRow struct {
+	ID, Trigger, Status, From, To, Started, Duration, Error string
+	Obligations, Objects, Linked, Findings, Transitions     int
+	Failed                                                  bool
+}
+
+// runs lists the recent runs: status, window, duration, counts, and the
+// error of a failed one (docs/design.md, "The schema `reconcile`").
+func (s *server) runs(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.store.LastRuns(r.Context(), runsShown)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows := make([]runRow, 0, len(rs))
+	for _, rr := range rs {
+		row := runRow{
+			ID: rr.ID, Trigger: string(rr.Trigger), Status: string(rr.Status),
+			From: stamp(rr.Window.From), To: stamp(rr.Window.To), Started: stamp(rr.Started),
+			Obligations: rr.Counts.Obligations, Objects: rr.Counts.ProviderObjects, Linked: rr.Counts.Linked,
+			Findings: rr.Findings, Transitions: rr.Transitions,
+			Error:  redact.Text(rr.Error),
+			Failed: rr.Status == reconcile.RunFailed,
+		}
+		if !rr.Finished.IsZero() && !rr.Started.IsZero() {
+			row.Duration = rr.Finished.Sub(rr.Started).Round(time.Millisecond).String()
+		}
+		rows = append(rows, row)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := pages.ExecuteTemplate(w, "runs.html", struct {
+		User string
+		Runs []runRow
+	}{redact.Text(userOf(r).name), rows}); err != nil {
+		s.logger.Error("page failed", "path", r.URL.Path, "error", redact.String(err.Error()))
+	}
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // The page's data.

@@ -323,6 +323,7 @@ func TestSecurityHeadersOnEveryResponse(t *testing.T) {
 	}{
 		{"page", http.MethodGet, "/", nil, 200},
 		{"csv", http.MethodGet, "/findings.csv", nil, 200},
+		{"runs", http.MethodGet, "/runs", nil, 200},
 		{"css", http.MethodGet, "/static/style.css", nil, 200},
 		{"not found", http.MethodGet, "/nope", nil, 404},
 		{"bad filter", http.MethodGet, "/?kind=x", nil, 400},
@@ -433,5 +434,30 @@ func TestNewRefusesUnbuiltOrIncompleteAuth(t *testing.T) {
 	}
 	if _, err := web.New(web.Options{Auth: web.Auth{Mode: web.AuthNone}}); err == nil {
 		t.Error("New without a store succeeded")
+	}
+}
+
+func TestRunsPage(t *testing.T) {
+	t.Parallel()
+	sd := seed(t)
+	failed := reconcile.Run{ID: "run-2", Trigger: reconcile.TriggerManual, Window: reconcile.Window{From: now.Add(-time.Hour), To: now.Add(time.Hour)},
+		Started: now.Add(time.Hour), Finished: now.Add(time.Hour + 1500*time.Millisecond), Status: reconcile.RunFailed}
+	if err := sd.s.RecordFailedRun(t.Context(), failed, `stripe list: key sk_live_4eC39HqLyjWDarjtT1zdp7dc said <b>no</b> to ops@example.com`); err != nil {
+		t.Fatal(err)
+	}
+	body := get(t, proxyHandler(t, sd.s), "/runs")
+	for _, leak := range []string{"sk_live_4eC39HqLyjWDarjtT1zdp7dc", "<b>", "ops@example.com"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("runs page holds %q:\n%s", leak, body)
+		}
+	}
+	two, one := strings.Index(body, "<code>run-2</code>"), strings.Index(body, "<code>run-1</code>")
+	if two < 0 || one < 0 || two > one {
+		t.Errorf("runs not listed newest first (run-2 at %d, run-1 at %d):\n%s", two, one, body)
+	}
+	for _, want := range []string{`<tr class="failed">`, "&lt;b&gt;no&lt;/b&gt;", "[email]", "<redacted>", "1.5s", "2026-11-30T05:00:00Z – 2026-11-30T07:00:00Z"} {
+		if !strings.Contains(body, template.HTMLEscapeString(want)) && !strings.Contains(body, want) {
+			t.Errorf("runs page lacks %q:\n%s", want, body)
+		}
 	}
 }
