@@ -238,10 +238,19 @@ func (s *server) csv(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// maxAckForm bounds an acknowledgement's form: a fingerprint, a reason and
+// the view to return to.
+const maxAckForm = 64 << 10
+
 func (s *server) ack(w http.ResponseWriter, r *http.Request) {
 	u := userOf(r)
 	if u.name == "" {
 		http.Error(w, "acknowledging needs a signed-in user (serve.auth proxy), or a browser on this machine", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxAckForm)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "the form could not be read (at most 64 KiB)", http.StatusBadRequest)
 		return
 	}
 	fp, reason := strings.TrimSpace(r.PostFormValue("fingerprint")), strings.TrimSpace(r.PostFormValue("reason"))

@@ -284,6 +284,16 @@ func TestAckByTheProxyUser(t *testing.T) {
 	if w := do(h, http.MethodPost, "/ack", url.Values{"fingerprint": {sd.orphan.Fingerprint}, "reason": {"  "}}, nil); w.Code != http.StatusBadRequest {
 		t.Errorf("ack without a reason = %d, want 400", w.Code)
 	}
+	if w := do(h, http.MethodPost, "/ack", url.Values{"fingerprint": {sd.orphan.Fingerprint}, "reason": {strings.Repeat("x", 70<<10)}}, nil); w.Code != http.StatusBadRequest {
+		t.Errorf("ack with a 70 KiB form = %d, want 400", w.Code)
+	}
+	fs, err = sd.s.Findings(t.Context(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(fs, func(f store.FindingRecord) bool { return f.Fingerprint == sd.orphan.Fingerprint }); i < 0 || !fs[i].AcknowledgedAt.IsZero() {
+		t.Errorf("a refused ack of the orphan recorded something: %+v", fs)
+	}
 }
 
 func TestCrossOriginAckRefused(t *testing.T) {
