@@ -7,6 +7,7 @@
 //	reconcile trace OBLIGATION_ID          everything known about one obligation
 //	reconcile findings [--open] [--format text|json|csv]
 //	reconcile ack FINGERPRINT --reason "…" stop repeats of an open finding
+//	reconcile serve [--listen ADDR]         finance's findings page over HTTP
 //	reconcile config check                 the effective configuration, secrets redacted
 //	reconcile demo                         the whole flow on built-in sample data
 //
@@ -116,6 +117,7 @@ commands:
   trace OBLIGATION_ID          everything known about one obligation [--format text|json]
   findings                     findings for finance [--open] [--format text|json|csv]
   ack FINGERPRINT --reason R   stop repeats of an open finding
+  serve                        finance's findings page over HTTP [--listen 127.0.0.1:8080]
   config check                 print the effective configuration, secrets redacted
   demo                         the whole flow on built-in sample data
 
@@ -152,6 +154,8 @@ func dispatch(ctx context.Context, cmd string, rest []string, getenv func(string
 		return cmdFindings(ctx, rest, getenv, stdout, stderr)
 	case "ack":
 		return cmdAck(ctx, rest, getenv, stdout, stderr)
+	case "serve":
+		return cmdServe(ctx, rest, getenv, stdout, stderr)
 	case "config":
 		return cmdConfig(ctx, rest, getenv, stdout, stderr)
 	case "demo":

@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -35,6 +36,7 @@ type Config struct {
 	Alerts      AlertsConfig              `yaml:"alerts"`
 	Store       StoreConfig               `yaml:"store"`
 	Metrics     MetricsConfig             `yaml:"metrics"`
+	Serve       ServeConfig               `yaml:"serve"`
 
 	// Env holds the secrets and endpoints from the environment; never in
 	// the file.
@@ -83,6 +85,20 @@ type MetricsConfig struct {
 	Listen string `yaml:"listen"` // e.g. 127.0.0.1:9090; empty: off
 }
 
+// ServeConfig configures `reconcile serve`, finance's findings page
+// (docs/design.md, "The findings page").
+type ServeConfig struct {
+	// Listen is the page's address; a non-loopback one needs an auth.
+	Listen string `yaml:"listen"`
+	// Auth is none or proxy (basic is not built yet).
+	Auth string `yaml:"auth"`
+	// ProxyHeader names the signed-in user (auth proxy).
+	ProxyHeader string `yaml:"proxy_header"`
+	// TrustedProxies are the addresses or CIDRs whose requests auth proxy
+	// believes.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
 // Env is what comes from the environment (README.md, "Configuration").
 type Env struct {
 	DatabaseURL     Secret
@@ -122,6 +138,7 @@ func Default() Config {
 			MaxMessages:        10,
 		},
 		Store: StoreConfig{ApplyAttempts: 5},
+		Serve: ServeConfig{Listen: "127.0.0.1:8080", Auth: "none", ProxyHeader: "X-Forwarded-Email"},
 		Env: Env{
 			StripeAPIBase: "https://api.stripe.com",
 			SlackAPIURL:   "https://slack.com/api/",
@@ -255,6 +272,18 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
 		}
 		return nil
 	}
+	// A list (serve.trusted_proxies) replaces the default, item by item
+	// decoded as a single value.
+	if v.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode {
+		list := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			if err := decodeNode(item, list.Index(i), fmt.Sprintf("%s[%d]", name, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(list)
+		return nil
+	}
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("%s: want a single value (line %d)", name, n.Line)
 	}
@@ -350,6 +379,9 @@ func (c Config) Validate() error {
 	if err := c.Obligations.Validate("obligations"); err != nil {
 		return err
 	}
+	if err := c.Serve.validate(); err != nil {
+		return err
+	}
 	for _, u := range []struct{ name, v string }{
 		{"STRIPE_API_BASE", c.Env.StripeAPIBase},
 		{"SLACK_API_URL", c.Env.SlackAPIURL},
@@ -415,4 +447,33 @@ func ValidateSchedule(spec string) (err error) {
 // standard five fields or a descriptor (@daily, @every 1h).
 func ParseSchedule(spec string) (cron.Schedule, error) {
 	return cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(spec)
+}
+
+func (s ServeConfig) validate() error {
+	if strings.TrimSpace(s.Listen) == "" {
+		return errors.New("serve.listen: must not be empty (e.g. 127.0.0.1:8080)")
+	}
+	switch s.Auth {
+	case "none":
+	case "proxy":
+		if strings.TrimSpace(s.ProxyHeader) == "" {
+			return errors.New("serve.proxy_header: must not be empty with serve.auth proxy")
+		}
+		if len(s.TrustedProxies) == 0 {
+			return errors.New("serve.trusted_proxies: serve.auth proxy needs the proxy's addresses or CIDRs")
+		}
+		for _, p := range s.TrustedProxies {
+			if _, err := netip.ParsePrefix(p); err == nil {
+				continue
+			}
+			if _, err := netip.ParseAddr(p); err != nil {
+				return fmt.Errorf("serve.trusted_proxies: %q is neither an address nor a CIDR", p)
+			}
+		}
+	case "basic":
+		return errors.New("serve.auth: basic is not supported yet (use none or proxy)")
+	default:
+		return fmt.Errorf("serve.auth: must be none or proxy (got %q)", s.Auth)
+	}
+	return nil
 }

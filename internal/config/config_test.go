@@ -33,6 +33,11 @@ func TestLoadOverrides(t *testing.T) {
 	if c.Lookback != 24*time.Hour || c.Stripe.Rate != 90 || c.Stripe.Concurrency != 4 {
 		t.Errorf("Load = lookback %s rate %v concurrency %d, want 24h 90 4", c.Lookback, c.Stripe.Rate, c.Stripe.Concurrency)
 	}
+	c2, err := Load(writeFile(t, "serve:\n  auth: proxy\n  trusted_proxies: [10.0.0.0/8, 127.0.0.1]\n"), noEnv)
+	if err != nil || c2.Serve.Auth != "proxy" || len(c2.Serve.TrustedProxies) != 2 || c2.Serve.TrustedProxies[1] != "127.0.0.1" ||
+		c2.Serve.Listen != "127.0.0.1:8080" {
+		t.Errorf("serve override = %+v, %v; want proxy auth with two trusted proxies on the default address", c2.Serve, err)
+	}
 	if c.Obligations.States["PAID"] != "paid" || c.Obligations.States["FAILED"] != "FAILED" {
 		t.Errorf("states = %v, want PAID mapped to paid and the others kept", c.Obligations.States)
 	}
@@ -60,6 +65,11 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		{"list for duration", "lookback: [1]\n", "lookback: want a duration"},
 		{"list for scalar", "stripe:\n  rate: [1]\n", "stripe.rate: want a single value"},
 		{"concurrency", "stripe:\n  concurrency: 0\n", "stripe.concurrency: must be between"},
+		{"serve auth unknown", "serve:\n  auth: sso\n", "serve.auth: must be none or proxy"},
+		{"serve auth basic", "serve:\n  auth: basic\n", "serve.auth: basic is not supported yet"},
+		{"serve proxy without proxies", "serve:\n  auth: proxy\n", "serve.trusted_proxies: serve.auth proxy needs"},
+		{"serve bad proxy", "serve:\n  auth: proxy\n  trusted_proxies: [nope]\n", `serve.trusted_proxies: "nope"`},
+		{"serve no listen", "serve:\n  listen: \"\"\n", "serve.listen: must not be empty"},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml), noEnv)

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"reconcile/internal/redact"
+	"reconcile/internal/web"
+)
+
+// cmdServe serves finance's findings page until ctx ends (docs/design.md,
+// "The findings page").
+func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newCommand("serve")
+	var listen string
+	c.fs.StringVar(&listen, "listen", "", "address to listen on (default: serve.listen, 127.0.0.1:8080)")
+	cfg, err := c.start(args, stdout, getenv)
+	if err != nil {
+		return err
+	}
+	if listen != "" {
+		cfg.Serve.Listen = listen
+	}
+	if cfg.Serve.Auth == web.AuthNone && !loopback(cfg.Serve.Listen) {
+		return usageError("serve: %s is not a loopback address, and serve.auth is none: anyone who reaches it could act as finance (set serve.auth: proxy, or listen on 127.0.0.1)",
+			cfg.Serve.Listen)
+	}
+	log := newLogger(stderr, slog.LevelInfo)
+	d, err := openDB(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	if err := d.store.CheckSchema(ctx); err != nil {
+		return failed(err)
+	}
+	key := cfg.Env.StripeAPIKey.Reveal()
+	h, err := web.New(web.Options{
+		Store: d.store,
+		Auth:  web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies},
+		// The dashboard links follow the key's mode, as Slack's do; without
+		// a key they open the test dashboard.
+		Live:   strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
+		Logger: log,
+	})
+	if err != nil {
+		return usageError("%v", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Serve.Listen)
+	if err != nil {
+		return failed(fmt.Errorf("serve: %w", err))
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(stdout, "serving the findings page on http://%s/ (auth %s)\n", ln.Addr(), cfg.Serve.Auth)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return failed(fmt.Errorf("serve: %s", redact.String(err.Error())))
+	case <-ctx.Done():
+	}
+	// Requests under way finish; new ones are refused.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return failed(fmt.Errorf("serve: shutdown: %w", err))
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return failed(fmt.Errorf("serve: %s", redact.String(err.Error())))
+	}
+	return nil
+}
+
+// loopback says addr (host:port) listens on loopback only: a loopback IP
+// or localhost. An empty host listens everywhere.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serve refuses an address others can reach when nobody signs in, before
+// it needs a database.
+func TestServeRefusesNonLoopbackWithAuthNone(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.0.2.10:8080", "[::]:8080", "example.com:8080"} {
+		var stderr bytes.Buffer
+		err := run(t.Context(), []string{"serve", "--listen", addr}, func(string) string { return "" }, io.Discard, &stderr)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), "serve.auth is none") {
+			t.Errorf("serve --listen %s = %v, want a usage error naming serve.auth", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "[::1]:8080", "localhost:8080"} {
+		if !loopback(addr) {
+			t.Errorf("loopback(%s) = false", addr)
+		}
+	}
+}
+
+// serve answers on loopback with the page and its headers, and stops
+// cleanly when its context ends.
+func TestServeUntilCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	var stdout bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", addr}, func(k string) string { return e.vars[k] }, &stdout, io.Discard)
+	}()
+	var resp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err = http.Get(fmt.Sprintf("http://%s/", addr)); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("GET /: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Open findings") ||
+		!strings.HasPrefix(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Errorf("GET / = %d, CSP %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Security-Policy"), body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve after its context ended = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop when its context ended")
+	}
+	if !strings.Contains(stdout.String(), "http://"+addr+"/") {
+		t.Errorf("serve printed %q, want its address", stdout.String())
+	}
+}

@@ -1,0 +1,495 @@
+// Package web serves finance's findings page (`reconcile serve`): the open
+// findings grouped by severity with their money at risk by meaning, the
+// acknowledged ones apart, a CSV of the current view, and acknowledging a
+// finding as the signed-in user (docs/design.md, "The findings page").
+//
+// Pages are html/template, so every outside value is text, never markup;
+// free text is redact.Text besides, ids are shown exact (docs/design.md,
+// "Untrusted text"). Every response carries a strict Content-Security-Policy
+// and state-changing requests from another site are refused.
+package web
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+
+	"reconcile/internal/redact"
+	"reconcile/internal/report"
+	"reconcile/internal/store"
+)
+
+// Store is what the pages read and change; *store.Store is one.
+type Store interface {
+	// Findings returns the findings, only the open ones if open is set,
+	// most severe first.
+	Findings(ctx context.Context, open bool) ([]store.FindingRecord, error)
+	// Ack acknowledges an open finding as by, for reason.
+	Ack(ctx context.Context, fingerprint, by, reason string, now time.Time) (store.FindingRecord, error)
+	// LastRuns returns the n most recently started runs, newest first.
+	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
+}
+
+// Options configure the pages.
+type Options struct {
+	// Store holds the findings; required.
+	Store Store
+	// Now is the clock acknowledgements are stamped with; default time.Now.
+	Now func() time.Time
+	// Auth says who may see and act.
+	Auth Auth
+	// Live links Stripe ids to the live dashboard rather than the test one.
+	Live bool
+	// Logger receives the errors a page answers 500 for; default none.
+	Logger *slog.Logger
+}
+
+// ContentSecurityPolicy is sent with every response: nothing but the
+// page's own stylesheet and images loads, forms post only to the page, and
+// no other site may frame it.
+const ContentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+var pages = template.Must(template.ParseFS(templateFS, "templates/*.html"))
+
+type server struct {
+	store  Store
+	now    func() time.Time
+	auth   *authenticator
+	live   bool
+	logger *slog.Logger
+}
+
+type userKey struct{}
+
+// New returns the pages' handler.
+func New(o Options) (http.Handler, error) {
+	if o.Store == nil {
+		return nil, errors.New("web: a store is required")
+	}
+	au, err := newAuthenticator(o.Auth)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{store: o.Store, now: o.Now, auth: au, live: o.Live, logger: o.Logger}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.index)
+	mux.HandleFunc("GET /findings.csv", s.csv)
+	mux.HandleFunc("GET /runs", s.runs)
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	// Every state-changing route refuses requests a browser says come from
+	// another site (Sec-Fetch-Site, or Origin against Host).
+	mux.Handle("POST /ack", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.ack)))
+	return secureHeaders(s.authenticate(mux)), nil
+}
+
+// secureHeaders sets the headers every response carries, errors included.
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", ContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, status, msg := s.auth.check(r)
+		if status != 0 {
+			http.Error(w, msg, status)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
+	})
+}
+
+func userOf(r *http.Request) user {
+	u, _ := r.Context().Value(userKey{}).(user)
+	return u
+}
+
+// filter is a view of the open findings: by kind, severity, currency and
+// an id.
+type filter struct {
+	kind     reconcile.FindingKind
+	severity reconcile.Severity
+	currency string
+	q        string
+}
+
+func parseFilter(v url.Values) (filter, error) {
+	f := filter{kind: reconcile.FindingKind(strings.TrimSpace(v.Get("kind"))), q: strings.TrimSpace(v.Get("q")),
+		currency: strings.ToLower(strings.TrimSpace(v.Get("currency")))}
+	if f.kind != "" && f.kind.Info().Label == "" {
+		return f, fmt.Errorf("%q is not a finding kind", f.kind)
+	}
+	if sev := strings.TrimSpace(v.Get("severity")); sev != "" {
+		s, ok := reconcile.ParseSeverity(sev)
+		if !ok {
+			return f, fmt.Errorf("%q is not a severity", sev)
+		}
+		f.severity = s
+	}
+	return f, nil
+}
+
+func (f filter) match(r store.FindingRecord) bool {
+	return (f.kind == "" || r.Kind == f.kind) &&
+		(f.severity == "" || r.Severity == f.severity) &&
+		(f.currency == "" || strings.EqualFold(r.Money.Currency, f.currency) || strings.EqualFold(r.AtRisk.Currency, f.currency)) &&
+		(f.q == "" || r.ObligationID == f.q || r.Target == f.q || slices.Contains(r.ProviderIDs, f.q))
+}
+
+func (f filter) query() url.Values {
+	v := url.Values{}
+	if f.kind != "" {
+		v.Set("kind", string(f.kind))
+	}
+	if f.severity != "" {
+		v.Set("severity", string(f.severity))
+	}
+	if f.currency != "" {
+		v.Set("currency", f.currency)
+	}
+	if f.q != "" {
+		v.Set("q", f.q)
+	}
+	return v
+}
+
+// view returns the open findings the filter keeps.
+func (s *server) view(w http.ResponseWriter, r *http.Request) (filter, []store.FindingRecord, bool) {
+	f, err := parseFilter(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return f, nil, false
+	}
+	fs, err := s.store.Findings(r.Context(), true)
+	if err != nil {
+		s.fail(w, r, err)
+		return f, nil, false
+	}
+	return f, slices.DeleteFunc(fs, func(r store.FindingRecord) bool { return !f.match(r) }), true
+}
+
+// currencies are those of every open finding, so that the filter offers
+// them whatever the view.
+func (s *server) currencies(ctx context.Context) ([]string, error) {
+	fs, err := s.store.Findings(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	var cs []string
+	for _, f := range fs {
+		for _, c := range []string{f.Money.Currency, f.AtRisk.Currency} {
+			if c = strings.ToLower(c); c != "" && !slices.Contains(cs, c) {
+				cs = append(cs, c)
+			}
+		}
+	}
+	slices.Sort(cs)
+	return cs, nil
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	s.logger.Error("page failed", "path", r.URL.Path, "error", redact.String(err.Error()))
+	http.Error(w, "the findings could not be read; see the server's log", http.StatusInternalServerError)
+}
+
+func (s *server) csv(w http.ResponseWriter, r *http.Request) {
+	_, fs, ok := s.view(w, r)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="findings.csv"`)
+	if err := report.WriteFindingsCSV(w, fs); err != nil {
+		s.logger.Error("csv failed", "error", redact.String(err.Error()))
+	}
+}
+
+// maxAckForm bounds an acknowledgement's form: a fingerprint, a reason and
+// the view to return to.
+const maxAckForm = 64 << 10
+
+func (s *server) ack(w http.ResponseWriter, r *http.Request) {
+	u := userOf(r)
+	if u.name == "" {
+		http.Error(w, "acknowledging needs a signed-in user (serve.auth proxy), or a browser on this machine", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxAckForm)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "the form could not be read (at most 64 KiB)", http.StatusBadRequest)
+		return
+	}
+	fp, reason := strings.TrimSpace(r.PostFormValue("fingerprint")), strings.TrimSpace(r.PostFormValue("reason"))
+	if fp == "" || reason == "" {
+		http.Error(w, "a finding and a reason are required", http.StatusBadRequest)
+		return
+	}
+	if _, err := s.store.Ack(r.Context(), fp, u.name, reason, s.now().UTC()); err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			http.Error(w, "no open finding has that fingerprint", http.StatusNotFound)
+		case errors.Is(err, store.ErrResolved), errors.Is(err, store.ErrAmbiguous):
+			http.Error(w, redact.Text(err.Error()), http.StatusConflict)
+		default:
+			s.fail(w, r, err)
+		}
+		return
+	}
+	// Back to the view the form was on; only its filters are kept, so the
+	// redirect never leaves the page.
+	back, _ := url.ParseQuery(r.PostFormValue("back"))
+	f, err := parseFilter(back)
+	target := "/"
+	if q := f.query().Encode(); err == nil && q != "" {
+		target += "?" + q
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+// runsShown is how many recent runs the runs page lists.
+const runsShown = 50
+
+type runRow struct {
+	ID, Trigger, Status, From, To, Started, Duration, Error string
+	Obligations, Objects, Linked, Findings, Transitions     int
+	Failed                                                  bool
+}
+
+// runs lists the recent runs: status, window, duration, counts, and the
+// error of a failed one (docs/design.md, "The schema `reconcile`").
+func (s *server) runs(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.store.LastRuns(r.Context(), runsShown)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows := make([]runRow, 0, len(rs))
+	for _, rr := range rs {
+		row := runRow{
+			ID: rr.ID, Trigger: string(rr.Trigger), Status: string(rr.Status),
+			From: stamp(rr.Window.From), To: stamp(rr.Window.To), Started: stamp(rr.Started),
+			Obligations: rr.Counts.Obligations, Objects: rr.Counts.ProviderObjects, Linked: rr.Counts.Linked,
+			Findings: rr.Findings, Transitions: rr.Transitions,
+			Error:  redact.Text(rr.Error),
+			Failed: rr.Status == reconcile.RunFailed,
+		}
+		if !rr.Finished.IsZero() && !rr.Started.IsZero() {
+			row.Duration = rr.Finished.Sub(rr.Started).Round(time.Millisecond).String()
+		}
+		rows = append(rows, row)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := pages.ExecuteTemplate(w, "runs.html", struct {
+		User string
+		Runs []runRow
+	}{redact.Text(userOf(r).name), rows}); err != nil {
+		s.logger.Error("page failed", "path", r.URL.Path, "error", redact.String(err.Error()))
+	}
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// The page's data.
+type (
+	link struct{ ID, URL string }
+	row  struct {
+		Label, Kind, ObligationID, Fingerprint string
+		Providers                              []link
+		Money, AtRisk, Detail, FirstSeen       string
+		AckBy, AckReason, AckAt                string
+	}
+	group struct {
+		Severity string
+		Rows     []row
+	}
+	option struct {
+		Value, Label string
+		Selected     bool
+	}
+	meaningTotals struct {
+		Label  string
+		Totals []string
+	}
+	page struct {
+		User, Q, Back, CSV string
+		CanAck             bool
+		Kinds, Severities  []option
+		Currencies         []option
+		AtRisk             []meaningTotals
+		Groups             []group
+		Acked              []row
+		Count              int
+	}
+)
+
+var severities = []reconcile.Severity{reconcile.Critical, reconcile.High, reconcile.Warning, reconcile.Info}
+
+func (s *server) index(w http.ResponseWriter, r *http.Request) {
+	f, fs, ok := s.view(w, r)
+	if !ok {
+		return
+	}
+	u := userOf(r)
+	p := page{User: redact.Text(u.name), CanAck: u.name != "", Q: f.q, Back: f.query().Encode(), Count: len(fs)}
+	p.CSV = "/findings.csv"
+	if p.Back != "" {
+		p.CSV += "?" + p.Back
+	}
+	for _, k := range reconcile.Kinds {
+		p.Kinds = append(p.Kinds, option{Value: string(k.Kind), Label: k.Label, Selected: k.Kind == f.kind})
+	}
+	for _, sev := range severities {
+		p.Severities = append(p.Severities, option{Value: string(sev), Label: string(sev), Selected: sev == f.severity})
+	}
+	cur, err := s.currencies(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if f.currency != "" && !slices.Contains(cur, f.currency) {
+		cur = append(cur, f.currency)
+	}
+	for _, c := range cur {
+		p.Currencies = append(p.Currencies, option{Value: c, Label: strings.ToUpper(c), Selected: c == f.currency})
+	}
+	open := make([]reconcile.Finding, 0, len(fs))
+	for _, rec := range fs {
+		f := rec.Finding
+		if f.Kind == reconcile.Orphan && !f.PaidOut {
+			f.PaidOut = refundsOnly(f.ProviderIDs)
+		}
+		open = append(open, f)
+		rw := s.row(rec)
+		if !rec.AcknowledgedAt.IsZero() {
+			p.Acked = append(p.Acked, rw)
+			continue
+		}
+		if n := len(p.Groups); n == 0 || p.Groups[n-1].Severity != string(rec.Severity) {
+			p.Groups = append(p.Groups, group{Severity: string(rec.Severity)})
+		}
+		g := &p.Groups[len(p.Groups)-1]
+		g.Rows = append(g.Rows, rw)
+	}
+	split := reconcile.SplitAtRisk(open)
+	for _, m := range reconcile.Meanings {
+		ts := split.Of(m)
+		if len(ts) == 0 {
+			continue
+		}
+		mt := meaningTotals{Label: m.Label()}
+		for _, t := range ts {
+			mt.Totals = append(mt.Totals, t.String())
+		}
+		p.AtRisk = append(p.AtRisk, mt)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := pages.ExecuteTemplate(w, "index.html", p); err != nil {
+		s.logger.Error("page failed", "path", r.URL.Path, "error", redact.String(err.Error()))
+	}
+}
+
+func (s *server) row(rec store.FindingRecord) row {
+	rw := row{
+		Label: rec.Kind.Info().Label, Kind: string(rec.Kind), ObligationID: rec.ObligationID,
+		Fingerprint: rec.Fingerprint, Detail: redact.Text(rec.Detail),
+		FirstSeen: rec.FirstSeenAt.UTC().Format(time.RFC3339),
+		AckBy:     redact.Text(rec.AcknowledgedBy), AckReason: redact.Text(rec.AckReason),
+	}
+	if rw.Label == "" {
+		rw.Label = string(rec.Kind)
+	}
+	if rec.Money.Currency != "" {
+		rw.Money = rec.Money.String()
+	}
+	if rec.AtRisk.Currency != "" && rec.AtRisk.Amount != 0 {
+		rw.AtRisk = rec.AtRisk.String()
+	}
+	if !rec.AcknowledgedAt.IsZero() {
+		rw.AckAt = rec.AcknowledgedAt.UTC().Format(time.RFC3339)
+	}
+	for _, id := range rec.ProviderIDs {
+		rw.Providers = append(rw.Providers, link{ID: id, URL: DashboardURL(id, s.live)})
+	}
+	return rw
+}
+
+// refundsOnly says an orphan's movement is a refund: the store does not
+// keep Finding.PaidOut, so a stored orphan is read as paid out when the
+// objects it names are all refunds (docs/design.md, "Findings": an orphan
+// refund is money paid out too much, an orphan charge money collected).
+func refundsOnly(ids []string) bool {
+	for _, id := range ids {
+		if !strings.HasPrefix(id, "re_") && !strings.HasPrefix(id, "pyr_") {
+			return false
+		}
+	}
+	return len(ids) > 0
+}
+
+var stripeID = regexp.MustCompile(`^(ch|py|pi|re|pyr|cus|dp|du|in)_[0-9A-Za-z]+$`)
+
+// DashboardURL links a Stripe object in the dashboard of the key's mode
+// (live or test); empty for ids that are not Stripe's or that redaction
+// would change, which are shown without a link.
+func DashboardURL(id string, live bool) string {
+	if len(id) > 255 || !stripeID.MatchString(id) || redact.String(id) != id {
+		return ""
+	}
+	var section string
+	switch id[:strings.IndexByte(id, '_')] {
+	case "ch", "py", "pi":
+		section = "payments"
+	case "re", "pyr":
+		section = "refunds"
+	case "cus":
+		section = "customers"
+	case "dp", "du":
+		section = "disputes"
+	case "in":
+		section = "invoices"
+	}
+	base := "https://dashboard.stripe.com/"
+	if !live {
+		base += "test/"
+	}
+	return base + section + "/" + url.PathEscape(id)
+}
