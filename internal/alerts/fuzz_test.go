@@ -113,7 +113,7 @@ func standIn(s string, id bool) string {
 	switch {
 	case s == "":
 		return ""
-	case id && dashboardURL(s, false) != "":
+	case id && DashboardURL(s, false) != "":
 		return s
 	case prepare(s, 200, true) == "" || prepare(s, 1500, false) == "":
 		return " "

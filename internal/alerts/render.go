@@ -92,9 +92,9 @@ func moneyPhrase(f reconcile.Finding, fam family) string {
 
 var stripeID = regexp.MustCompile(`^(ch|py|pi|re|pyr|cus|dp|du|in)_[0-9A-Za-z]+$`)
 
-// dashboardURL links a Stripe object in the dashboard of the key's mode;
+// DashboardURL links a Stripe object in the dashboard of the key's mode;
 // empty for ids that are not Stripe's or that redaction would change.
-func dashboardURL(id string, live bool) string {
+func DashboardURL(id string, live bool) string {
 	if len(id) > 255 || !stripeID.MatchString(id) || redact.String(id) != id {
 		return ""
 	}
@@ -129,7 +129,7 @@ func providerRefs(ids []string, limit int, live bool) (mrkdwn, plain string) {
 			break
 		}
 		m := code(id)
-		if u := dashboardURL(id, live); u != "" {
+		if u := DashboardURL(id, live); u != "" {
 			m += " (<" + u + "|dashboard>)"
 		}
 		ms, ps = append(ms, m), append(ps, plainID(id))

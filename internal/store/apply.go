@@ -577,6 +577,7 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	var (
 		fps, kinds, severities   = make([]string, n), make([]string, n), make([]string, n)
 		obligationIDs, targets   = make([]*string, n), make([]*string, n)
+		paidOut                  = make([]bool, n)
 		providerIDs, currencies  = make([]string, n), make([]string, n)
 		amounts, atRiskAmounts   = make([]int64, n), make([]int64, n)
 		atRiskCurrencies, hashes = make([]string, n), make([]string, n)
@@ -587,7 +588,7 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	for i, r := range rows {
 		f := r.f
 		fps[i], kinds[i], severities[i] = f.Fingerprint, string(f.Kind), string(f.Severity)
-		obligationIDs[i], targets[i] = nullString(f.ObligationID), nullString(f.Target)
+		obligationIDs[i], targets[i], paidOut[i] = nullString(f.ObligationID), nullString(f.Target), f.PaidOut
 		// unnest would flatten a two-dimensional array, so each row's ids
 		// travel as one JSON array.
 		ids, err := json.Marshal(orEmpty(f.ProviderIDs))
@@ -606,15 +607,15 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.findings (fingerprint, kind, severity, obligation_id, provider_ids,
 		amount, currency, at_risk_amount, at_risk_currency, content_hash, detail, status,
 		first_seen_run, first_seen_at, last_seen_run, last_seen_at, resolved_run, resolved_at,
-		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at, target)
+		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at, target, paid_out)
 	SELECT u.fingerprint, u.kind, u.severity, u.obligation_id,
 		ARRAY(SELECT e FROM jsonb_array_elements_text(u.provider_ids::jsonb) WITH ORDINALITY AS x(e, n) ORDER BY x.n),
 		u.amount, u.currency, u.at_risk_amount, u.at_risk_currency, u.content_hash, u.detail, 'open',
-		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted, u.target
+		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted, u.target, u.paid_out
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[],
-		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[], $18::text[])
+		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[], $18::text[], $19::bool[])
 		AS u(fingerprint, kind, severity, obligation_id, provider_ids, amount, currency, at_risk_amount,
-		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted, target)
+		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted, target, paid_out)
 	ON CONFLICT (fingerprint) DO UPDATE SET
 		kind = EXCLUDED.kind, severity = EXCLUDED.severity, obligation_id = EXCLUDED.obligation_id,
 		provider_ids = EXCLUDED.provider_ids, amount = EXCLUDED.amount, currency = EXCLUDED.currency,
@@ -623,9 +624,10 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 		last_seen_run = EXCLUDED.last_seen_run, last_seen_at = EXCLUDED.last_seen_at,
 		resolved_run = NULL, resolved_at = NULL,
 		acknowledged_at = EXCLUDED.acknowledged_at, acknowledged_by = EXCLUDED.acknowledged_by,
-		ack_reason = EXCLUDED.ack_reason, last_alerted_at = EXCLUDED.last_alerted_at, target = EXCLUDED.target`,
+		ack_reason = EXCLUDED.ack_reason, last_alerted_at = EXCLUDED.last_alerted_at, target = EXCLUDED.target,
+		paid_out = EXCLUDED.paid_out`,
 		fps, kinds, severities, obligationIDs, providerIDs, amounts, currencies, atRiskAmounts,
-		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now, targets)
+		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now, targets, paidOut)
 	if err != nil {
 		return fmt.Errorf("write findings: %w", err)
 	}
@@ -789,6 +791,7 @@ type findingJSON struct {
 	ContentHash  string                `json:"content_hash"`
 	Detail       string                `json:"detail"`
 	Target       string                `json:"target,omitempty"`
+	PaidOut      bool                  `json:"paid_out,omitempty"`
 }
 
 func findingPayload(f reconcile.Finding) (string, error) {
@@ -796,6 +799,7 @@ func findingPayload(f reconcile.Finding) (string, error) {
 		Kind: f.Kind, Severity: f.Severity, ObligationID: f.ObligationID,
 		ProviderIDs: orEmpty(f.ProviderIDs), Money: f.Money, AtRisk: f.AtRisk,
 		Fingerprint: f.Fingerprint, ContentHash: f.ContentHash, Detail: f.Detail, Target: f.Target,
+		PaidOut: f.PaidOut,
 	})
 	if err != nil {
 		return "", fmt.Errorf("encode finding %s: %w", f.Fingerprint, err)
@@ -815,6 +819,6 @@ func (j findingJSON) finding() reconcile.Finding {
 	return reconcile.Finding{
 		Kind: j.Kind, Severity: j.Severity, ObligationID: j.ObligationID, ProviderIDs: j.ProviderIDs,
 		Money: j.Money, AtRisk: j.AtRisk, Fingerprint: j.Fingerprint, ContentHash: j.ContentHash, Detail: j.Detail,
-		Target: j.Target,
+		Target: j.Target, PaidOut: j.PaidOut,
 	}
 }

@@ -44,7 +44,7 @@ type FindingRecord struct {
 const findingColumns = `fingerprint, kind, severity, obligation_id, provider_ids, amount, currency,
 	at_risk_amount, at_risk_currency, content_hash, detail, status, first_seen_run, first_seen_at,
 	last_seen_run, last_seen_at, resolved_run, resolved_at, acknowledged_at, acknowledged_by, ack_reason,
-	last_alerted_at, target`
+	last_alerted_at, target, paid_out`
 
 func scanFinding(row pgx.CollectableRow) (FindingRecord, error) {
 	var (
@@ -56,7 +56,7 @@ func scanFinding(row pgx.CollectableRow) (FindingRecord, error) {
 	err := row.Scan(&r.Fingerprint, &r.Kind, &r.Severity, &obligationID, &r.ProviderIDs, &r.Money.Amount,
 		&r.Money.Currency, &r.AtRisk.Amount, &r.AtRisk.Currency, &r.ContentHash, &r.Detail, &r.Status,
 		&r.FirstSeenRun, &r.FirstSeenAt, &r.LastSeenRun, &r.LastSeenAt, &resolvedRun, &resolvedAt,
-		&ackAt, &by, &reason, &alertedAt, &target)
+		&ackAt, &by, &reason, &alertedAt, &target, &r.PaidOut)
 	r.Target = stringOf(target)
 	r.ObligationID, r.ResolvedRun, r.AcknowledgedBy, r.AckReason =
 		stringOf(obligationID), stringOf(resolvedRun), stringOf(by), stringOf(reason)

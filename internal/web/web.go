@@ -19,13 +19,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"reconcile"
 
+	"reconcile/internal/alerts"
 	"reconcile/internal/redact"
 	"reconcile/internal/report"
 	"reconcile/internal/store"
@@ -393,11 +393,7 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	open := make([]reconcile.Finding, 0, len(fs))
 	for _, rec := range fs {
-		f := rec.Finding
-		if f.Kind == reconcile.Orphan && !f.PaidOut {
-			f.PaidOut = refundsOnly(f.ProviderIDs)
-		}
-		open = append(open, f)
+		open = append(open, rec.Finding)
 		rw := s.row(rec)
 		if !rec.AcknowledgedAt.IsZero() {
 			p.Acked = append(p.Acked, rw)
@@ -447,49 +443,7 @@ func (s *server) row(rec store.FindingRecord) row {
 		rw.AckAt = rec.AcknowledgedAt.UTC().Format(time.RFC3339)
 	}
 	for _, id := range rec.ProviderIDs {
-		rw.Providers = append(rw.Providers, link{ID: id, URL: DashboardURL(id, s.live)})
+		rw.Providers = append(rw.Providers, link{ID: id, URL: alerts.DashboardURL(id, s.live)})
 	}
 	return rw
-}
-
-// refundsOnly says an orphan's movement is a refund: the store does not
-// keep Finding.PaidOut, so a stored orphan is read as paid out when the
-// objects it names are all refunds (docs/design.md, "Findings": an orphan
-// refund is money paid out too much, an orphan charge money collected).
-func refundsOnly(ids []string) bool {
-	for _, id := range ids {
-		if !strings.HasPrefix(id, "re_") && !strings.HasPrefix(id, "pyr_") {
-			return false
-		}
-	}
-	return len(ids) > 0
-}
-
-var stripeID = regexp.MustCompile(`^(ch|py|pi|re|pyr|cus|dp|du|in)_[0-9A-Za-z]+$`)
-
-// DashboardURL links a Stripe object in the dashboard of the key's mode
-// (live or test); empty for ids that are not Stripe's or that redaction
-// would change, which are shown without a link.
-func DashboardURL(id string, live bool) string {
-	if len(id) > 255 || !stripeID.MatchString(id) || redact.String(id) != id {
-		return ""
-	}
-	var section string
-	switch id[:strings.IndexByte(id, '_')] {
-	case "ch", "py", "pi":
-		section = "payments"
-	case "re", "pyr":
-		section = "refunds"
-	case "cus":
-		section = "customers"
-	case "dp", "du":
-		section = "disputes"
-	case "in":
-		section = "invoices"
-	}
-	base := "https://dashboard.stripe.com/"
-	if !live {
-		base += "test/"
-	}
-	return base + section + "/" + url.PathEscape(id)
 }

@@ -13,6 +13,7 @@ import (
 
 	"reconcile"
 
+	"reconcile/internal/alerts"
 	"reconcile/internal/config"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/store"
@@ -149,13 +150,13 @@ func TestFindingsPage(t *testing.T) {
 
 func TestLiveDashboardLinks(t *testing.T) {
 	t.Parallel()
-	if got := web.DashboardURL("re_1", true); got != "https://dashboard.stripe.com/refunds/re_1" {
+	if got := alerts.DashboardURL("re_1", true); got != "https://dashboard.stripe.com/refunds/re_1" {
 		t.Errorf("live refund link %q", got)
 	}
-	if got := web.DashboardURL("pi_1", false); got != "https://dashboard.stripe.com/test/payments/pi_1" {
+	if got := alerts.DashboardURL("pi_1", false); got != "https://dashboard.stripe.com/test/payments/pi_1" {
 		t.Errorf("test intent link %q", got)
 	}
-	if got := web.DashboardURL(`re_1"><script>`, true); got != "" {
+	if got := alerts.DashboardURL(`re_1"><script>`, true); got != "" {
 		t.Errorf("a hostile id got a link %q", got)
 	}
 }
