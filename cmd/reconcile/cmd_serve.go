@@ -48,8 +48,9 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		Auth:  web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies},
 		// The dashboard links follow the key's mode, as Slack's do; without
 		// a key they open the test dashboard.
-		Live:   strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
-		Logger: log,
+		Live:      strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
+		Logger:    log,
+		MaxRunAge: cfg.Serve.MaxRunAge,
 	})
 	if err != nil {
 		return usageError("%v", err)

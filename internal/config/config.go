@@ -97,6 +97,9 @@ type ServeConfig struct {
 	// TrustedProxies are the addresses or CIDRs whose requests auth proxy
 	// believes.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// MaxRunAge is how long after the last completed run /healthz still
+	// answers healthy: a nightly run missed makes it fail.
+	MaxRunAge time.Duration `yaml:"max_run_age"`
 }
 
 // Env is what comes from the environment (README.md, "Configuration").
@@ -138,7 +141,7 @@ func Default() Config {
 			MaxMessages:        10,
 		},
 		Store: StoreConfig{ApplyAttempts: 5},
-		Serve: ServeConfig{Listen: "127.0.0.1:8080", Auth: "none", ProxyHeader: "X-Forwarded-Email"},
+		Serve: ServeConfig{Listen: "127.0.0.1:8080", Auth: "none", ProxyHeader: "X-Forwarded-Email", MaxRunAge: 26 * time.Hour},
 		Env: Env{
 			StripeAPIBase: "https://api.stripe.com",
 			SlackAPIURL:   "https://slack.com/api/",
@@ -320,6 +323,7 @@ func (c Config) Validate() error {
 		{"matcher.duplicate_window", c.Matcher.DuplicateWindow},
 		{"alerts.repeat_interval", c.Alerts.RepeatInterval},
 		{"alerts.timeout", c.Alerts.Timeout},
+		{"serve.max_run_age", c.Serve.MaxRunAge},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {

@@ -54,6 +54,9 @@ type Options struct {
 	Live bool
 	// Logger receives the errors a page answers 500 for; default none.
 	Logger *slog.Logger
+	// MaxRunAge is how long after the last completed run /healthz still
+	// answers healthy (serve.max_run_age); zero: no bound.
+	MaxRunAge time.Duration
 }
 
 // ContentSecurityPolicy is sent with every response: nothing but the
@@ -75,6 +78,7 @@ type server struct {
 	auth   *authenticator
 	live   bool
 	logger *slog.Logger
+	maxAge time.Duration
 }
 
 type userKey struct{}
@@ -88,7 +92,7 @@ func New(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{store: o.Store, now: o.Now, auth: au, live: o.Live, logger: o.Logger}
+	s := &server{store: o.Store, now: o.Now, auth: au, live: o.Live, logger: o.Logger, maxAge: o.MaxRunAge}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -107,7 +111,36 @@ func New(o Options) (http.Handler, error) {
 	// Every state-changing route refuses requests a browser says come from
 	// another site (Sec-Fetch-Site, or Origin against Host).
 	mux.Handle("POST /ack", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.ack)))
-	return secureHeaders(s.authenticate(mux)), nil
+	// /healthz is for the platform's probes, which sign in nowhere; it
+	// says only whether the nightly run is current.
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", s.healthz)
+	root.Handle("/", s.authenticate(mux))
+	return secureHeaders(root), nil
+}
+
+// healthz answers 200 while the reconciler is doing its job: the newest
+// recorded run completed, and finished within MaxRunAge. Otherwise 503,
+// saying why in one line (docs/design.md, "The findings page").
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	runs, err := s.store.LastRuns(r.Context(), 1)
+	if err != nil {
+		s.logger.Error("healthz: read runs", "error", err)
+		http.Error(w, "unhealthy: the runs cannot be read", http.StatusServiceUnavailable)
+		return
+	}
+	switch {
+	case len(runs) == 0:
+		http.Error(w, "unhealthy: no run has been recorded yet", http.StatusServiceUnavailable)
+	case runs[0].Status != reconcile.RunCompleted:
+		http.Error(w, "unhealthy: the last run, "+runs[0].ID+", "+string(runs[0].Status)+": "+redact.Text(runs[0].Error), http.StatusServiceUnavailable)
+	case s.maxAge > 0 && s.now().Sub(runs[0].Finished) > s.maxAge:
+		http.Error(w, fmt.Sprintf("unhealthy: the last completed run, %s, finished %s ago, more than serve.max_run_age (%s)",
+			runs[0].ID, s.now().Sub(runs[0].Finished).Round(time.Second), s.maxAge), http.StatusServiceUnavailable)
+	default:
+		fmt.Fprintf(w, "ok: the last run, %s, completed %s\n", runs[0].ID, runs[0].Finished.UTC().Format(time.RFC3339))
+	}
 }
 
 // secureHeaders sets the headers every response carries, errors included.

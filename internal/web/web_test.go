@@ -472,3 +472,55 @@ func TestRunsPage(t *testing.T) {
 		}
 	}
 }
+
+// /healthz answers the platform's probes without a sign-in: healthy while
+// the newest run completed within serve.max_run_age, unhealthy with no
+// run, after a failed one, or once the last completed run is too old.
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
+	s, err := store.New(pool, store.OptionsFrom(config.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := now
+	h, err := web.New(web.Options{Store: s, Now: func() time.Time { return clock }, MaxRunAge: 26 * time.Hour,
+		Auth: web.Auth{Mode: web.AuthProxy, TrustedProxies: []string{"10.0.0.0/24"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func() (int, string) {
+		// From the kubelet's address, with no proxy and no user.
+		r := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+		r.RemoteAddr = "192.168.7.7:4242"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "no run") {
+		t.Errorf("healthz with no run = %d %q, want 503 saying no run was recorded", code, body)
+	}
+	run := reconcile.Run{ID: "run-ok", Trigger: reconcile.TriggerCron, Window: reconcile.Window{From: now.Add(-72 * time.Hour), To: now},
+		Started: now, Finished: now, Status: reconcile.RunCompleted}
+	if _, err := s.Apply(t.Context(), run, reconcile.Conclusions{}, now); err != nil {
+		t.Fatal(err)
+	}
+	clock = now.Add(25 * time.Hour)
+	if code, body := probe(); code != http.StatusOK || !strings.Contains(body, "run-ok") {
+		t.Errorf("healthz 25h after a completed run = %d %q, want 200 naming it", code, body)
+	}
+	clock = now.Add(27 * time.Hour)
+	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "serve.max_run_age") {
+		t.Errorf("healthz 27h after the last completed run = %d %q, want 503 naming serve.max_run_age", code, body)
+	}
+	failed := reconcile.Run{ID: "run-bad", Trigger: reconcile.TriggerCron, Window: reconcile.Window{From: now, To: now.Add(time.Hour)},
+		Started: now.Add(time.Hour), Finished: now.Add(time.Hour), Status: reconcile.RunFailed}
+	if err := s.RecordFailedRun(t.Context(), failed, "read the provider: key sk_live_4eC39HqLyjWDarjtT1zdp7dc rejected"); err != nil {
+		t.Fatal(err)
+	}
+	clock = now.Add(2 * time.Hour)
+	code, body := probe()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "run-bad") || strings.Contains(body, "sk_live_4eC39") {
+		t.Errorf("healthz after a failed run = %d %q, want 503 naming it, its error masked", code, body)
+	}
+}
