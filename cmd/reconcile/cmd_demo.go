@@ -12,6 +12,7 @@ import (
 	"reconcile/internal/demo"
 	"reconcile/internal/report"
 	"reconcile/internal/runner"
+	"reconcile/internal/web"
 )
 
 // cmdDemo runs the whole flow on built-in sample data with no set-up: a
@@ -21,9 +22,22 @@ import (
 func cmdDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("demo")
 	format := c.format("text", "json")
+	var serve bool
+	var listen string
+	c.fs.BoolVar(&serve, "serve", false, "then keep the demo's data and serve its findings page until interrupted")
+	c.fs.StringVar(&listen, "listen", "", "with --serve: the page's address (default: serve.listen, 127.0.0.1:8080)")
 	cfg, err := c.start(args, stdout, getenv)
 	if err != nil {
 		return err
+	}
+	if listen != "" {
+		cfg.Serve.Listen = listen
+	}
+	if serve && format.value == "json" {
+		return usageError("demo --serve: the page follows the text report; drop --format json")
+	}
+	if serve && !loopback(cfg.Serve.Listen) {
+		return usageError("demo --serve: %s is not a loopback address; the demo's page has no sign-in", cfg.Serve.Listen)
 	}
 	log := newLogger(stderr, slog.LevelWarn) // the demo's story is on stdout; only trouble goes to stderr
 
@@ -76,5 +90,12 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fmt.Fprintf(stdout, "\nA second run over the same data: %d findings still open, %d new alerts, %d transitions.\n",
 		len(again.Result.Findings), again.Applied.Alerts, len(again.Transitions))
 	fmt.Fprintln(stdout, "Trace one obligation end to end with: reconcile trace refund:4821:approved-request-7 (against your own database).")
-	return nil
+	if !serve {
+		return nil
+	}
+	// The page over the demo's database, signed in as nobody: only this
+	// machine may look and acknowledge. Interrupting drops the database.
+	fmt.Fprintln(stdout, "\nThe demo's findings page (Ctrl-C stops it and drops the demo's database):")
+	cfg.Serve.Auth = web.AuthNone
+	return serveFindings(ctx, cfg, d, log, stdout)
 }

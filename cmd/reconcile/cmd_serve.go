@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"reconcile/internal/config"
 	"reconcile/internal/redact"
 	"reconcile/internal/web"
 )
@@ -42,6 +43,12 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := d.store.CheckSchema(ctx); err != nil {
 		return failed(err)
 	}
+	return serveFindings(ctx, cfg, d, log, stdout)
+}
+
+// serveFindings serves the findings page over d's database on
+// cfg.Serve.Listen until ctx ends, for `serve` and `demo --serve`.
+func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Logger, stdout io.Writer) error {
 	key := cfg.Env.StripeAPIKey.Reveal()
 	h, err := web.New(web.Options{
 		Store: d.store,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"reconcile/internal/pgtest"
 )
 
 // serve refuses an address others can reach when nobody signs in, before
@@ -76,5 +78,60 @@ func TestServeUntilCancelled(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "http://"+addr+"/") {
 		t.Errorf("serve printed %q, want its address", stdout.String())
+	}
+}
+
+// `demo --serve` leaves the demo's data up behind the findings page, so a
+// newcomer sees the double refund of order 4821 there within a minute.
+func TestDemoServe(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	var stdout bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"demo", "--serve", "--listen", addr}, func(k string) string {
+			if k == "DATABASE_URL" {
+				return pgtest.AdminURL()
+			}
+			return ""
+		}, &stdout, io.Discard)
+	}()
+	var body string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(fmt.Sprintf("http://%s/", addr))
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		break
+	}
+	for _, want := range []string{"refund:4821:approved-request-7", "re_4821b", "Paid twice", "Paid out too much"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the demo's page lacks %q:\n%s", want, body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("demo --serve after its context ended = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("demo --serve did not stop when its context ended")
+	}
+	if !strings.Contains(stdout.String(), "http://"+addr+"/") {
+		t.Errorf("demo --serve did not print the page's address:\n%s", stdout.String())
+	}
+	if code := run(t.Context(), []string{"demo", "--serve", "--listen", "0.0.0.0:0"}, func(string) string { return "" }, io.Discard, io.Discard); code == nil {
+		t.Error("demo --serve on a non-loopback address started")
 	}
 }
