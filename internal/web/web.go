@@ -220,28 +220,26 @@ func (f filter) query() url.Values {
 	return v
 }
 
-// view returns the open findings the filter keeps.
-func (s *server) view(w http.ResponseWriter, r *http.Request) (filter, []store.FindingRecord, bool) {
+// view reads the open findings once and returns the filter, the findings
+// it keeps, and the currencies of all of them (so that the filter offers
+// every currency whatever the view).
+func (s *server) view(w http.ResponseWriter, r *http.Request) (filter, []store.FindingRecord, []string, bool) {
 	f, err := parseFilter(r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return f, nil, false
+		return f, nil, nil, false
 	}
 	fs, err := s.store.Findings(r.Context(), true)
 	if err != nil {
 		s.fail(w, r, err)
-		return f, nil, false
+		return f, nil, nil, false
 	}
-	return f, slices.DeleteFunc(fs, func(r store.FindingRecord) bool { return !f.match(r) }), true
+	cur := currencies(fs)
+	return f, slices.DeleteFunc(fs, func(r store.FindingRecord) bool { return !f.match(r) }), cur, true
 }
 
-// currencies are those of every open finding, so that the filter offers
-// them whatever the view.
-func (s *server) currencies(ctx context.Context) ([]string, error) {
-	fs, err := s.store.Findings(ctx, true)
-	if err != nil {
-		return nil, err
-	}
+// currencies are those of the findings, lower case, sorted.
+func currencies(fs []store.FindingRecord) []string {
 	var cs []string
 	for _, f := range fs {
 		for _, c := range []string{f.Money.Currency, f.AtRisk.Currency} {
@@ -251,7 +249,7 @@ func (s *server) currencies(ctx context.Context) ([]string, error) {
 		}
 	}
 	slices.Sort(cs)
-	return cs, nil
+	return cs
 }
 
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -260,7 +258,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *server) csv(w http.ResponseWriter, r *http.Request) {
-	_, fs, ok := s.view(w, r)
+	_, fs, _, ok := s.view(w, r)
 	if !ok {
 		return
 	}
@@ -397,7 +395,7 @@ type (
 var severities = []reconcile.Severity{reconcile.Critical, reconcile.High, reconcile.Warning, reconcile.Info}
 
 func (s *server) index(w http.ResponseWriter, r *http.Request) {
-	f, fs, ok := s.view(w, r)
+	f, fs, cur, ok := s.view(w, r)
 	if !ok {
 		return
 	}
@@ -413,11 +411,7 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	for _, sev := range severities {
 		p.Severities = append(p.Severities, option{Value: string(sev), Label: string(sev), Selected: sev == f.severity})
 	}
-	cur, err := s.currencies(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
+
 	if f.currency != "" && !slices.Contains(cur, f.currency) {
 		cur = append(cur, f.currency)
 	}
