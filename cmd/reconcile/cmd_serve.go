@@ -49,13 +49,12 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 // serveFindings serves the findings page over d's database on
 // cfg.Serve.Listen until ctx ends, for `serve` and `demo --serve`.
 func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Logger, stdout io.Writer) error {
-	key := cfg.Env.StripeAPIKey.Reveal()
 	h, err := web.New(web.Options{
 		Store: d.store,
 		Auth:  web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies},
 		// The dashboard links follow the key's mode, as Slack's do; without
 		// a key they open the test dashboard.
-		Live:      strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
+		Live:      cfg.Env.LiveStripeKey(),
 		Logger:    log,
 		MaxRunAge: cfg.Serve.MaxRunAge,
 	})

@@ -147,7 +147,6 @@ type Deliverer struct {
 // (for dashboard links).
 func SlackOptionsFrom(c config.Config) SlackOptions {
 	e := c.Env
-	key := e.StripeAPIKey.Reveal()
 	return SlackOptions{
 		BotToken:           e.SlackBotToken.Reveal(),
 		Channel:            e.SlackChannel,
@@ -157,7 +156,7 @@ func SlackOptionsFrom(c config.Config) SlackOptions {
 		MaxRetries:         c.Alerts.MaxRetries,
 		Timeout:            c.Alerts.Timeout,
 		MaxMessages:        c.Alerts.MaxMessages,
-		Live:               strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_live_"),
+		Live:               e.LiveStripeKey(),
 	}
 }
 

@@ -170,6 +170,13 @@ func Load(path string, getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
+// LiveStripeKey reports whether the Stripe key is a live one (sk_live_,
+// rk_live_), so that dashboard links leave out /test/.
+func (e Env) LiveStripeKey() bool {
+	k := e.StripeAPIKey.Reveal()
+	return strings.HasPrefix(k, "sk_live_") || strings.HasPrefix(k, "rk_live_")
+}
+
 func (e *Env) read(getenv func(string) string) {
 	set := func(dst *string, name string) {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
