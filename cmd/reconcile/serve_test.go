@@ -34,50 +34,65 @@ func TestServeRefusesNonLoopbackWithAuthNone(t *testing.T) {
 	}
 }
 
-// serve answers on loopback with the page and its headers, and stops
-// cleanly when its context ends.
-func TestServeUntilCancelled(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
+// serving runs `reconcile` with args and --listen on a free loopback
+// port until stop: it returns the address, the body of the first GET /
+// that answered (within a minute), and stop, which ends the command and
+// returns its error and what it printed.
+func serving(t *testing.T, getenv func(string) string, args ...string) (addr string, resp *http.Response, body string, stop func() (string, error)) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	addr = ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
+	t.Cleanup(cancel)
 	done := make(chan error, 1)
 	var stdout bytes.Buffer
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", addr}, func(k string) string { return e.vars[k] }, &stdout, io.Discard)
+		done <- run(ctx, append(args, "--listen", addr), getenv, &stdout, io.Discard)
 	}()
-	var resp *http.Response
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if resp, err = http.Get(fmt.Sprintf("http://%s/", addr)); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
 			break
 		}
 	}
 	if err != nil {
-		t.Fatalf("GET /: %v", err)
+		t.Fatalf("GET / on %s: %v", strings.Join(args, " "), err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Open findings") ||
+	stop = func() (string, error) {
+		cancel()
+		select {
+		case err := <-done:
+			return stdout.String(), err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not stop when its context ended", strings.Join(args, " "))
+			return "", nil
+		}
+	}
+	return addr, resp, body, stop
+}
+
+// serve answers its page with the security headers, prints its address
+// and stops cleanly when its context ends.
+func TestServeUntilCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr, resp, body, stop := serving(t, func(k string) string { return e.vars[k] }, "serve")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Open findings") ||
 		!strings.HasPrefix(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
 		t.Errorf("GET / = %d, CSP %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Security-Policy"), body)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve after its context ended = %v, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop when its context ended")
+	stdout, err := stop()
+	if err != nil {
+		t.Errorf("serve after its context ended = %v, want nil", err)
 	}
-	if !strings.Contains(stdout.String(), "http://"+addr+"/") {
-		t.Errorf("serve printed %q, want its address", stdout.String())
+	if !strings.Contains(stdout, "http://"+addr+"/") {
+		t.Errorf("serve printed %q, want its address", stdout)
 	}
 }
 
@@ -85,53 +100,25 @@ func TestServeUntilCancelled(t *testing.T) {
 // newcomer sees the double refund of order 4821 there within a minute.
 func TestDemoServe(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	var stdout bytes.Buffer
-	go func() {
-		done <- run(ctx, []string{"demo", "--serve", "--listen", addr}, func(k string) string {
-			if k == "DATABASE_URL" {
-				return pgtest.AdminURL()
-			}
-			return ""
-		}, &stdout, io.Discard)
-	}()
-	var body string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(fmt.Sprintf("http://%s/", addr))
-		if err != nil {
-			continue
+	addr, _, body, stop := serving(t, func(k string) string {
+		if k == "DATABASE_URL" {
+			return pgtest.AdminURL()
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		body = string(b)
-		break
-	}
+		return ""
+	}, "demo", "--serve")
 	for _, want := range []string{"refund:4821:approved-request-7", "re_4821b", "Paid twice", "Paid out too much"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the demo's page lacks %q:\n%s", want, body)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("demo --serve after its context ended = %v, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("demo --serve did not stop when its context ended")
+	stdout, err := stop()
+	if err != nil {
+		t.Errorf("demo --serve after its context ended = %v, want nil", err)
 	}
-	if !strings.Contains(stdout.String(), "http://"+addr+"/") {
-		t.Errorf("demo --serve did not print the page's address:\n%s", stdout.String())
+	if !strings.Contains(stdout, "http://"+addr+"/") {
+		t.Errorf("demo --serve did not print the page's address:\n%s", stdout)
 	}
-	if code := run(t.Context(), []string{"demo", "--serve", "--listen", "0.0.0.0:0"}, func(string) string { return "" }, io.Discard, io.Discard); code == nil {
+	if err := run(t.Context(), []string{"demo", "--serve", "--listen", "0.0.0.0:0"}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
 		t.Error("demo --serve on a non-loopback address started")
 	}
 }
