@@ -27,7 +27,7 @@ var Kinds = []KindInfo{
 		Means: "One approved payment went out two or more times at Stripe.",
 		Do:    "Recover the extra payment from the customer; do not pay this obligation again."},
 	{Kind: PaidWithoutEvidence, Severity: Critical, Meaning: Unconfirmed, Label: "Marked paid, not found at Stripe",
-		Means: "Our records say paid, but Stripe has no payment for it.",
+		Means: "Our records say paid, but Stripe has no completed payment for it.",
 		Do:    "Find the payment in Stripe before anyone tells the customer it is paid; if there is none, send it back for review."},
 	{Kind: StatusMismatch, Severity: Critical, Meaning: CollectedWrong, Label: "Our status disagrees with Stripe",
 		Means: "Our records say paid and Stripe says it failed, or our records say not paid and Stripe moved the money.",

@@ -65,7 +65,11 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 		if len(total) > 0 {
 			money = " (" + totalsLine(total) + ")"
 		}
-		fmt.Fprintf(w, "  confirmed    %d unknown outcome(s) confirmed from Stripe's records and marked PAID%s\n", n, money)
+		what := "unknown outcome"
+		if n > 1 {
+			what += "s"
+		}
+		fmt.Fprintf(w, "  confirmed    %d %s confirmed from Stripe's records and marked PAID%s\n", n, what, money)
 	}
 	verb := "marked PAID"
 	if run.Status == reconcile.RunDry {
