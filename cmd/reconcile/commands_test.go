@@ -234,6 +234,20 @@ func TestFindingsAckAndTrace(t *testing.T) {
 	if code, _, stderr := e.run("trace", "refund:nope"); code != 1 || !strings.Contains(stderr, "no obligation") {
 		t.Errorf("trace of an unknown obligation: exit %d, %q; want 1 and a clear line", code, stderr)
 	}
+	// A Stripe id leads to its obligation: as its provider_id (re_4821b),
+	// through the stored duplicate that names it (re_4821a, created under
+	// the obligation's key but no obligation's provider_id), or as the one
+	// obligation's target (ch_4821).
+	for _, id := range []string{"re_4821b", "re_4821a", "ch_4821"} {
+		code, stdout, stderr := e.run("trace", id, "--format", "json")
+		var got trace.Trace
+		if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || got.Obligation.ID != "refund:4821:approved-request-7" {
+			t.Errorf("trace %s: exit %d, obligation %q (%s); want refund:4821:approved-request-7", id, code, got.Obligation.ID, stderr)
+		}
+	}
+	if code, _, stderr := e.run("trace", "re_nobody"); code != 1 || !strings.Contains(stderr, "names it as a Stripe id") {
+		t.Errorf("trace of an unknown Stripe id: exit %d, %q; want 1 saying nothing names it", code, stderr)
+	}
 
 	// ack: an acknowledged finding is not repeated after the repeat interval.
 	code, stdout, stderr = e.run("ack", dup.Fingerprint[:8], "--reason", "customer returned USD 89.00", "--by", "finance@example")

@@ -290,3 +290,81 @@ func (s *Store) LastRuns(ctx context.Context, n int) ([]RunRecord, error) {
 	}
 	return runs, nil
 }
+
+// Reopen clears an open finding's acknowledgement: it is repeated again
+// past the repeat interval, as if it had never been acknowledged
+// (docs/design.md, "Alert lifecycle"). fingerprint must be exact. It
+// returns the finding as reopened; ErrNotFound or ErrResolved (wrapped)
+// when there is nothing to reopen. Reopening a finding nobody
+// acknowledged changes nothing.
+func (s *Store) Reopen(ctx context.Context, fingerprint string) (FindingRecord, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE reconcile.findings
+	SET acknowledged_at = NULL, acknowledged_by = NULL, ack_reason = NULL
+	WHERE fingerprint = $1 AND status = 'open'
+	RETURNING `+findingColumns, fingerprint)
+	if err != nil {
+		return FindingRecord{}, fmt.Errorf("reopen %s: %w", fingerprint, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanFinding)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, ferr := s.Finding(ctx, fingerprint); ferr != nil {
+			return FindingRecord{}, fmt.Errorf("reopen %s: %w", fingerprint, ferr)
+		}
+		return FindingRecord{}, fmt.Errorf("reopen %s: %w: nothing to reopen", fingerprint, ErrResolved)
+	}
+	if err != nil {
+		return FindingRecord{}, fmt.Errorf("reopen %s: %w", fingerprint, err)
+	}
+	return r, nil
+}
+
+// Finding returns the finding of exactly that fingerprint, open or
+// resolved; an error wrapping ErrNotFound when there is none.
+func (s *Store) Finding(ctx context.Context, fingerprint string) (FindingRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE fingerprint = $1`, fingerprint)
+	if err != nil {
+		return FindingRecord{}, fmt.Errorf("finding %s: %w", fingerprint, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanFinding)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FindingRecord{}, fmt.Errorf("finding %s: %w", fingerprint, ErrNotFound)
+	}
+	if err != nil {
+		return FindingRecord{}, fmt.Errorf("finding %s: %w", fingerprint, err)
+	}
+	return r, nil
+}
+
+// FindingAlerts returns the alerts about one finding, oldest first.
+func (s *Store) FindingAlerts(ctx context.Context, fingerprint string) ([]AlertRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT o.id, o.run_id, coalesce(o.fingerprint, ''), o.event, o.changed,
+		o.created_at, o.attempts, o.next_attempt_at, coalesce(o.last_error, ''), o.sent_at,
+		coalesce(o.slack_channel, ''), coalesce(o.slack_ts, ''), o.outcome_unknown OR o.sending_since IS NOT NULL
+	FROM reconcile.outbox o WHERE o.fingerprint = $1 ORDER BY o.id`, fingerprint)
+	if err != nil {
+		return nil, fmt.Errorf("alerts of finding %s: %w", fingerprint, err)
+	}
+	as, err := pgx.CollectRows(rows, scanAlertRecord)
+	if err != nil {
+		return nil, fmt.Errorf("alerts of finding %s: %w", fingerprint, err)
+	}
+	return as, nil
+}
+
+// FindingsNaming returns the findings, open or resolved, that name
+// provider id among their Stripe ids or as their target, most severe
+// first: how `reconcile trace` finds the obligation of a Stripe id that
+// is no obligation's provider_id (a duplicate's second refund).
+func (s *Store) FindingsNaming(ctx context.Context, id string) ([]FindingRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings
+	WHERE $1 = ANY(provider_ids) OR target = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("findings naming %s: %w", id, err)
+	}
+	fs, err := pgx.CollectRows(rows, scanFinding)
+	if err != nil {
+		return nil, fmt.Errorf("findings naming %s: %w", id, err)
+	}
+	sortFindings(fs)
+	return fs, nil
+}

@@ -180,12 +180,20 @@ var ErrNotFound = errors.New("no such obligation")
 
 // notFoundError says which obligation is missing, in the words the
 // command has always printed.
-type notFoundError struct{ id string }
+type notFoundError struct {
+	id string
+	// named: no obligation or finding names id as a Stripe id either.
+	named bool
+}
 
 func (e notFoundError) Error() string {
 	// Masked on one line before quoting, as a quoted tab or zero-width
 	// character would show between a card number's groups.
-	return fmt.Sprintf("trace: no obligation %q in the obligations table", redact.Text(e.id))
+	s := fmt.Sprintf("trace: no obligation %q in the obligations table", redact.Text(e.id))
+	if e.named {
+		s += ", and no obligation or stored finding names it as a Stripe id"
+	}
+	return s
 }
 
 func (e notFoundError) Unwrap() error { return ErrNotFound }
@@ -198,7 +206,7 @@ func (e notFoundError) Unwrap() error { return ErrNotFound }
 func Assemble(ctx context.Context, d Deps, id string) (Trace, error) {
 	ob, err := d.Obligations.Get(ctx, id)
 	if errors.Is(err, sources.ErrNotFound) {
-		return Trace{}, notFoundError{id}
+		return Trace{}, notFoundError{id: id}
 	}
 	if err != nil {
 		return Trace{}, err
