@@ -14,6 +14,8 @@ import (
 
 	"reconcile/internal/config"
 	"reconcile/internal/redact"
+	"reconcile/internal/store"
+	"reconcile/internal/trace"
 	"reconcile/internal/web"
 )
 
@@ -51,7 +53,11 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Logger, stdout io.Writer) error {
 	h, err := web.New(web.Options{
 		Store: d.store,
-		Auth:  web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies},
+		// A finding's page traces its obligation as `reconcile trace` does,
+		// reading Stripe by a dry pass when a key is set.
+		Trace:  func(ctx context.Context, id string) (trace.Trace, error) { return d.trace(ctx, cfg, id) },
+		Mirror: store.NewMirror(d.pool),
+		Auth:   web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies},
 		// The dashboard links follow the key's mode, as Slack's do; without
 		// a key they open the test dashboard.
 		Live:      cfg.Env.LiveStripeKey(),

@@ -125,7 +125,9 @@ type Alert struct {
 	Attempts    int    `json:"attempts"`
 	SentAt      string `json:"sent_at"`
 	SlackTS     string `json:"slack_ts,omitempty"`
-	Unknown     bool   `json:"outcome_unknown,omitempty"`
+	// SlackChannel is the channel the message went to, with SlackTS.
+	SlackChannel string `json:"slack_channel,omitempty"`
+	Unknown      bool   `json:"outcome_unknown,omitempty"`
 	// LastError is redact.Text: it is Slack's or the network's text.
 	LastError string `json:"last_error,omitempty"`
 }
@@ -311,7 +313,7 @@ func obligation(o reconcile.Obligation) Obligation {
 
 func alert(a store.AlertRecord) Alert {
 	return Alert{ID: a.ID, Event: string(a.Event), Fingerprint: a.Fingerprint, RunID: a.RunID,
-		CreatedAt: stamp(a.CreatedAt), Attempts: a.Attempts, SentAt: stampOrEmpty(a.SentAt), SlackTS: a.SlackTS,
+		CreatedAt: stamp(a.CreatedAt), Attempts: a.Attempts, SentAt: stampOrEmpty(a.SentAt), SlackTS: a.SlackTS, SlackChannel: a.SlackChannel,
 		Unknown: a.OutcomeUnknown, LastError: redact.Text(a.LastError)}
 }
 

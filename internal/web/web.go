@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,12 @@ type Store interface {
 	Findings(ctx context.Context, open bool) ([]store.FindingRecord, error)
 	// Ack acknowledges an open finding as by, for reason.
 	Ack(ctx context.Context, fingerprint, by, reason string, now time.Time) (store.FindingRecord, error)
+	// Reopen clears an open finding's acknowledgement.
+	Reopen(ctx context.Context, fingerprint string) (store.FindingRecord, error)
+	// Finding returns the finding of exactly that fingerprint, open or
+	// resolved, and FindingAlerts the alerts about it.
+	Finding(ctx context.Context, fingerprint string) (store.FindingRecord, error)
+	FindingAlerts(ctx context.Context, fingerprint string) ([]store.AlertRecord, error)
 	// LastRuns returns the n most recently started runs, newest first.
 	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
 }
@@ -46,6 +53,12 @@ type Store interface {
 type Options struct {
 	// Store holds the findings; required.
 	Store Store
+	// Trace assembles a finding's obligation's trace for its page; nil:
+	// the page shows what the store holds.
+	Trace Tracer
+	// Mirror holds Stripe's objects as last read, for the page of a
+	// finding without an obligation; nil: not shown.
+	Mirror Mirror
 	// Now is the clock acknowledgements are stamped with; default time.Now.
 	Now func() time.Time
 	// Auth says who may see and act.
@@ -74,6 +87,8 @@ var pages = template.Must(template.ParseFS(templateFS, "templates/*.html"))
 
 type server struct {
 	store  Store
+	trace  Tracer
+	mirror Mirror
 	now    func() time.Time
 	auth   *authenticator
 	live   bool
@@ -92,7 +107,7 @@ func New(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{store: o.Store, now: o.Now, auth: au, live: o.Live, logger: o.Logger, maxAge: o.MaxRunAge}
+	s := &server{store: o.Store, trace: o.Trace, mirror: o.Mirror, now: o.Now, auth: au, live: o.Live, logger: o.Logger, maxAge: o.MaxRunAge}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -107,10 +122,13 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /findings.csv", s.csv)
 	mux.HandleFunc("GET /runs", s.runs)
+	mux.HandleFunc("GET /findings/{fingerprint}", s.finding)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	// Every state-changing route refuses requests a browser says come from
 	// another site (Sec-Fetch-Site, or Origin against Host).
-	mux.Handle("POST /ack", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.ack)))
+	csrf := http.NewCrossOriginProtection()
+	mux.Handle("POST /ack", csrf.Handler(http.HandlerFunc(s.ack)))
+	mux.Handle("POST /reopen", csrf.Handler(http.HandlerFunc(s.reopen)))
 	// /healthz is for the platform's probes, which sign in nowhere; it
 	// says only whether the nightly run is current.
 	root := http.NewServeMux()
@@ -178,6 +196,57 @@ type filter struct {
 	severity reconcile.Severity
 	currency string
 	q        string
+	age      age
+}
+
+// age keeps the findings first seen less (newer) or more than days ago;
+// the zero age keeps all. Its form value is "lt1d", "gt7d" and the like.
+type age struct {
+	newer bool
+	days  int
+}
+
+// ages are the filter's choices.
+var ages = []struct {
+	age   age
+	label string
+}{
+	{age{true, 1}, "new in the last day"},
+	{age{false, 1}, "open over a day"},
+	{age{false, 7}, "open over a week"},
+	{age{false, 30}, "open over 30 days"},
+}
+
+func parseAge(v string) (age, bool) {
+	if v == "" {
+		return age{}, true
+	}
+	dir, rest := v[:min(2, len(v))], v[min(2, len(v)):]
+	n, err := strconv.Atoi(strings.TrimSuffix(rest, "d"))
+	if (dir != "lt" && dir != "gt") || !strings.HasSuffix(rest, "d") || err != nil || n < 1 || n > 3650 {
+		return age{}, false
+	}
+	return age{newer: dir == "lt", days: n}, true
+}
+
+func (a age) String() string {
+	if a.days == 0 {
+		return ""
+	}
+	dir := "gt"
+	if a.newer {
+		dir = "lt"
+	}
+	return dir + strconv.Itoa(a.days) + "d"
+}
+
+// keeps says a finding first seen at seen passes the filter at now.
+func (a age) keeps(seen, now time.Time) bool {
+	if a.days == 0 {
+		return true
+	}
+	older := now.Sub(seen) > time.Duration(a.days)*24*time.Hour
+	return older != a.newer
 }
 
 func parseFilter(v url.Values) (filter, error) {
@@ -186,6 +255,11 @@ func parseFilter(v url.Values) (filter, error) {
 	if f.kind != "" && f.kind.Info().Label == "" {
 		return f, fmt.Errorf("%q is not a finding kind", f.kind)
 	}
+	a, ok := parseAge(strings.TrimSpace(v.Get("age")))
+	if !ok {
+		return f, fmt.Errorf("%q is not an age (lt1d, gt7d, …)", v.Get("age"))
+	}
+	f.age = a
 	if sev := strings.TrimSpace(v.Get("severity")); sev != "" {
 		s, ok := reconcile.ParseSeverity(sev)
 		if !ok {
@@ -196,8 +270,8 @@ func parseFilter(v url.Values) (filter, error) {
 	return f, nil
 }
 
-func (f filter) match(r store.FindingRecord) bool {
-	return (f.kind == "" || r.Kind == f.kind) &&
+func (f filter) match(r store.FindingRecord, now time.Time) bool {
+	return f.age.keeps(r.FirstSeenAt, now) && (f.kind == "" || r.Kind == f.kind) &&
 		(f.severity == "" || r.Severity == f.severity) &&
 		(f.currency == "" || strings.EqualFold(r.Money.Currency, f.currency) || strings.EqualFold(r.AtRisk.Currency, f.currency)) &&
 		(f.q == "" || r.ObligationID == f.q || r.Target == f.q || slices.Contains(r.ProviderIDs, f.q))
@@ -217,6 +291,9 @@ func (f filter) query() url.Values {
 	if f.q != "" {
 		v.Set("q", f.q)
 	}
+	if a := f.age.String(); a != "" {
+		v.Set("age", a)
+	}
 	return v
 }
 
@@ -235,7 +312,8 @@ func (s *server) view(w http.ResponseWriter, r *http.Request) (filter, []store.F
 		return f, nil, nil, false
 	}
 	cur := currencies(fs)
-	return f, slices.DeleteFunc(fs, func(r store.FindingRecord) bool { return !f.match(r) }), cur, true
+	now := s.now()
+	return f, slices.DeleteFunc(fs, func(r store.FindingRecord) bool { return !f.match(r, now) }), cur, true
 }
 
 // currencies are those of the findings, lower case, sorted.
@@ -274,34 +352,70 @@ func (s *server) csv(w http.ResponseWriter, r *http.Request) {
 const maxAckForm = 64 << 10
 
 func (s *server) ack(w http.ResponseWriter, r *http.Request) {
-	u := userOf(r)
-	if u.name == "" {
-		http.Error(w, "acknowledging needs a signed-in user (serve.auth proxy), or a browser on this machine", http.StatusForbidden)
+	fp, ok := s.actOn(w, r)
+	if !ok {
 		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if reason == "" {
+		http.Error(w, "a reason is required", http.StatusBadRequest)
+		return
+	}
+	_, err := s.store.Ack(r.Context(), fp, userOf(r).name, reason, s.now().UTC())
+	s.acted(w, r, fp, err)
+}
+
+// reopen clears a finding's acknowledgement: it is repeated again past
+// the repeat interval, as before it was acknowledged.
+func (s *server) reopen(w http.ResponseWriter, r *http.Request) {
+	fp, ok := s.actOn(w, r)
+	if !ok {
+		return
+	}
+	_, err := s.store.Reopen(r.Context(), fp)
+	s.acted(w, r, fp, err)
+}
+
+// actOn reads a state-changing form: it needs a user who may act, and
+// names the finding; ok is false once the request is answered.
+func (s *server) actOn(w http.ResponseWriter, r *http.Request) (fingerprint string, ok bool) {
+	if userOf(r).name == "" {
+		http.Error(w, "acting on a finding needs a signed-in user (serve.auth proxy or basic), or a browser on this machine", http.StatusForbidden)
+		return "", false
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxAckForm)
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, "the form could not be read (at most 64 KiB)", http.StatusBadRequest)
+		return "", false
+	}
+	fp := strings.TrimSpace(r.PostFormValue("fingerprint"))
+	if fp == "" {
+		http.Error(w, "a finding is required", http.StatusBadRequest)
+		return "", false
+	}
+	return fp, true
+}
+
+// acted answers a state-changing form: the error as a status, or back to
+// the page the form was on: the finding's own page, or the findings with
+// the view's filters (only those are kept, so the redirect never leaves
+// the page).
+func (s *server) acted(w http.ResponseWriter, r *http.Request, fp string, err error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		http.Error(w, "no open finding has that fingerprint", http.StatusNotFound)
+		return
+	case errors.Is(err, store.ErrResolved), errors.Is(err, store.ErrAmbiguous):
+		http.Error(w, redact.Text(err.Error()), http.StatusConflict)
+		return
+	case err != nil:
+		s.fail(w, r, err)
 		return
 	}
-	fp, reason := strings.TrimSpace(r.PostFormValue("fingerprint")), strings.TrimSpace(r.PostFormValue("reason"))
-	if fp == "" || reason == "" {
-		http.Error(w, "a finding and a reason are required", http.StatusBadRequest)
+	if r.PostFormValue("return") == "finding" {
+		http.Redirect(w, r, "/findings/"+url.PathEscape(fp), http.StatusSeeOther)
 		return
 	}
-	if _, err := s.store.Ack(r.Context(), fp, u.name, reason, s.now().UTC()); err != nil {
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			http.Error(w, "no open finding has that fingerprint", http.StatusNotFound)
-		case errors.Is(err, store.ErrResolved), errors.Is(err, store.ErrAmbiguous):
-			http.Error(w, redact.Text(err.Error()), http.StatusConflict)
-		default:
-			s.fail(w, r, err)
-		}
-		return
-	}
-	// Back to the view the form was on; only its filters are kept, so the
-	// redirect never leaves the page.
 	back, _ := url.ParseQuery(r.PostFormValue("back"))
 	f, err := parseFilter(back)
 	target := "/"
@@ -384,6 +498,7 @@ type (
 		User, Q, Back, CSV string
 		CanAck             bool
 		Kinds, Severities  []option
+		Ages               []option
 		Currencies         []option
 		AtRisk             []meaningTotals
 		Groups             []group
@@ -407,6 +522,9 @@ func (s *server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, k := range reconcile.Kinds {
 		p.Kinds = append(p.Kinds, option{Value: string(k.Kind), Label: k.Label, Selected: k.Kind == f.kind})
+	}
+	for _, a := range ages {
+		p.Ages = append(p.Ages, option{Value: a.age.String(), Label: a.label, Selected: a.age == f.age})
 	}
 	for _, sev := range severities {
 		p.Severities = append(p.Severities, option{Value: string(sev), Label: string(sev), Selected: sev == f.severity})
