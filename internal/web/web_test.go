@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"reconcile"
 
 	"reconcile/internal/alerts"
@@ -45,6 +47,7 @@ func finding(kind reconcile.FindingKind, obligationID, objectID string, m reconc
 // run applied them.
 type seeded struct {
 	s                                   *store.Store
+	pool                                *pgxpool.Pool
 	dup, orphan, orphanCharge, mismatch reconcile.Finding
 }
 
@@ -56,7 +59,7 @@ func seed(t *testing.T) seeded {
 		t.Fatal(err)
 	}
 	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
-	sd := seeded{s: s,
+	sd := seeded{s: s, pool: pool,
 		dup:          finding(reconcile.Duplicate, hostile, "", usd(8900), "re_dup1", "re_dup2"),
 		orphan:       finding(reconcile.Orphan, "", "re_orph", usd(5000), "re_orph"),
 		orphanCharge: finding(reconcile.Orphan, "", "ch_orph", usd(3000), "ch_orph"),
@@ -266,10 +269,13 @@ func TestAckByTheProxyUser(t *testing.T) {
 	if acked < 0 {
 		t.Fatal("no acknowledged section")
 	}
-	if strings.Contains(body, `value="`+sd.dup.Fingerprint+`"`) {
+	if strings.Contains(body[:acked], `value="`+sd.dup.Fingerprint+`"`) {
 		t.Error("the acknowledged finding still has an acknowledge form among the open ones")
 	}
 	ackedPart := body[acked:]
+	if !strings.Contains(ackedPart, `action="/reopen"`) {
+		t.Error("the acknowledged finding cannot be reopened")
+	}
 	for _, want := range []string{template.HTMLEscapeString(hostile), "refund reversed by hand", "[email]", "2026-11-30T07:00:00Z"} {
 		if !strings.Contains(ackedPart, want) {
 			t.Errorf("acknowledged section lacks %q:\n%s", want, ackedPart)
