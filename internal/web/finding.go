@@ -145,9 +145,16 @@ func (s *server) fromTrace(p *findingPage, t trace.Trace) {
 	p.ProviderError = t.ProviderError
 	for _, ob := range t.Objects {
 		p.Objects = append(p.Objects, s.object(ob))
-		how := "shares its target; not linked"
-		if ob.Route != "" {
+		var how string
+		switch {
+		case ob.Route != "":
 			how = "linked by " + strings.ReplaceAll(ob.Route, "_", " ")
+		case ob.ID == o.TargetID:
+			how = "what the obligation refunds"
+		case ob.ID == o.ProviderID:
+			how = "the obligation's provider id, yet not linked"
+		default:
+			how = "shares its target; not linked"
 		}
 		s.add(p, ob.Created, "Stripe "+strings.ReplaceAll(ob.Kind, "_", " ")+" created",
 			ob.Status+", "+reconcile.Money{Amount: ob.Amount, Currency: ob.Currency}.String()+"; "+how, ob.ID)
