@@ -69,7 +69,11 @@ type KeyEvidence struct {
 	Key        string
 	EventID    string
 	EventType  string
-	Created    time.Time
+	// RequestID is the API request that created the object (req_…), as
+	// the event tells it; empty when it did not, and for keys mirrored
+	// before it was kept.
+	RequestID string
+	Created   time.Time
 }
 
 // LookupResult is the outcome of retrieving one provider object by id.

@@ -215,8 +215,8 @@ func TestFindingsAckAndTrace(t *testing.T) {
 	if routes["re_4821a"] != string(reconcile.RouteIdempotencyKey) || routes["re_4821b"] != string(reconcile.RouteProviderID) {
 		t.Errorf("trace routes = %v, want re_4821a by idempotency key and re_4821b by provider id", routes)
 	}
-	if len(tr.Keys) == 0 || tr.Keys[0].Key == "" {
-		t.Errorf("trace shows no idempotency keys: %+v", tr.Keys)
+	if len(tr.Keys) == 0 || tr.Keys[0].Key == "" || !strings.HasPrefix(tr.Keys[0].RequestID, "req_") {
+		t.Errorf("trace shows no idempotency keys with their request ids: %+v", tr.Keys)
 	}
 	if len(tr.Findings) != 1 || tr.Findings[0].Kind != "duplicate" || len(tr.Current) != 1 {
 		t.Errorf("trace findings = %+v now %+v, want the duplicate", tr.Findings, tr.Current)

@@ -176,14 +176,14 @@ func keyEventKinds() map[string]reconcile.ObjectKind {
 
 // evidence is the key evidence of one event, if it is of a key-bearing
 // type, carries a request key, and is about an object of the type's kind.
-func evidence(kinds map[string]reconcile.ObjectKind, eventID, typ string, created int64, key, objectID, object string) (reconcile.KeyEvidence, bool) {
+func evidence(kinds map[string]reconcile.ObjectKind, eventID, typ string, created int64, key, requestID, objectID, object string) (reconcile.KeyEvidence, bool) {
 	kind, ok := kinds[typ]
 	if !ok || key == "" || objectID == "" || object != string(kind) {
 		return reconcile.KeyEvidence{}, false
 	}
 	return reconcile.KeyEvidence{
 		ObjectID: objectID, ObjectKind: kind, Key: key,
-		EventID: eventID, EventType: typ, Created: unixUTC(created),
+		EventID: eventID, EventType: typ, RequestID: requestID, Created: unixUTC(created),
 	}, true
 }
 

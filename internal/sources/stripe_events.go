@@ -36,6 +36,7 @@ type lightEvent struct {
 	Type    string `json:"type"`
 	Created int64  `json:"created"`
 	Request *struct {
+		ID             string `json:"id"`
 		IdempotencyKey string `json:"idempotency_key"`
 	} `json:"request"`
 	Data *struct {
@@ -313,7 +314,7 @@ func lightKeyEvidence(ev *lightEvent, kinds map[string]reconcile.ObjectKind) (re
 		return reconcile.KeyEvidence{}, false
 	}
 	h := ev.Data.Object.head
-	return evidence(kinds, ev.ID, ev.Type, ev.Created, ev.Request.IdempotencyKey, h.ID, h.Object)
+	return evidence(kinds, ev.ID, ev.Type, ev.Created, ev.Request.IdempotencyKey, ev.Request.ID, h.ID, h.Object)
 }
 
 // lightChange is the change a lightEvent tells: the object it is about,

@@ -914,5 +914,5 @@ func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (recon
 	}
 	id, _ := ev.Data.Object["id"].(string)
 	object, _ := ev.Data.Object["object"].(string)
-	return evidence(kinds, ev.ID, string(ev.Type), ev.Created, ev.Request.IdempotencyKey, id, object)
+	return evidence(kinds, ev.ID, string(ev.Type), ev.Created, ev.Request.IdempotencyKey, ev.Request.ID, id, object)
 }

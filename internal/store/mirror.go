@@ -250,24 +250,24 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 	if !w.Valid() {
 		return nil, nil
 	}
-	rows, err := m.pool.Query(ctx, `SELECT object_id, key, object_kind, event_id, event_type, created
+	rows, err := m.pool.Query(ctx, `SELECT object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')
 		FROM reconcile.provider_keys WHERE created >= $1 AND created < $2`, ceilSecond(w.From), ceilSecond(w.To))
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored keys: %w", err)
 	}
 	defer rows.Close()
 	var (
-		objectID, key, eventID mirrorText
-		kind, eventType        = newInterned(), newInterned()
-		created                time.Time
+		objectID, key, eventID, requestID mirrorText
+		kind, eventType                   = newInterned(), newInterned()
+		created                           time.Time
 	)
 	var keys chunks[reconcile.KeyEvidence]
 	for rows.Next() {
-		if err := rows.Scan(&objectID, &key, &kind, &eventID, &eventType, &created); err != nil {
+		if err := rows.Scan(&objectID, &key, &kind, &eventID, &eventType, &created, &requestID); err != nil {
 			return nil, fmt.Errorf("read mirrored keys: %w", err)
 		}
 		keys.add(reconcile.KeyEvidence{ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
-			Key: key.s, EventID: eventID.s, EventType: eventType.s, Created: created.UTC()})
+			Key: key.s, EventID: eventID.s, EventType: eventType.s, RequestID: requestID.s, Created: created.UTC()})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read mirrored keys: %w", err)
@@ -351,10 +351,14 @@ func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) erro
 		return fmt.Errorf("keys: %w", err)
 	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_keys_in"},
-		[]string{"object_id", "key", "object_kind", "event_id", "event_type", "created"},
+		[]string{"object_id", "key", "object_kind", "event_id", "event_type", "created", "request_id"},
 		pgx.CopyFromSlice(len(keys), func(i int) ([]any, error) {
 			k := &keys[i]
-			return []any{k.ObjectID, k.Key, string(k.ObjectKind), k.EventID, k.EventType, k.Created}, nil
+			var req *string
+			if k.RequestID != "" {
+				req = &k.RequestID
+			}
+			return []any{k.ObjectID, k.Key, string(k.ObjectKind), k.EventID, k.EventType, k.Created, req}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("keys: copy: %w", err)
@@ -363,13 +367,13 @@ func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) erro
 	// earliest event of each), so the batch inserts each once; the mirror
 	// keeps the earliest of all.
 	_, err = tx.Exec(ctx, `UPDATE reconcile.provider_keys p SET object_kind = i.object_kind, event_id = i.event_id,
-			event_type = i.event_type, created = i.created
+			event_type = i.event_type, created = i.created, request_id = i.request_id
 		FROM mirror_keys_in i WHERE p.object_id = i.object_id AND p.key = i.key AND (i.created, i.event_id) < (p.created, p.event_id)`)
 	if err != nil {
 		return fmt.Errorf("keys: update: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created)
-		SELECT object_id, key, object_kind, event_id, event_type, created FROM mirror_keys_in i
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created, request_id)
+		SELECT object_id, key, object_kind, event_id, event_type, created, request_id FROM mirror_keys_in i
 		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_keys p WHERE p.object_id = i.object_id AND p.key = i.key)`)
 	if err != nil {
 		return fmt.Errorf("keys: insert: %w", err)

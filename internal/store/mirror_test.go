@@ -38,7 +38,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 	old := mirrorCharge("ch_old", at.Add(-90*time.Hour), nil)
 	keys := []reconcile.KeyEvidence{
 		{ObjectID: "ch_a", ObjectKind: reconcile.Charge, Key: "k-a", EventID: "evt_2", EventType: "charge.succeeded", Created: a.Created},
-		{ObjectID: "re_c", ObjectKind: reconcile.Refund, Key: "k-c", EventID: "evt_3", EventType: "refund.created", Created: r.Created},
+		{ObjectID: "re_c", ObjectKind: reconcile.Refund, Key: "k-c", EventID: "evt_3", EventType: "refund.created", RequestID: "req_c", Created: r.Created},
 	}
 	cov := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}
 	err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,

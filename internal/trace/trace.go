@@ -93,6 +93,9 @@ type Key struct {
 	Key       string `json:"key"`
 	EventID   string `json:"event_id"`
 	EventType string `json:"event_type"`
+	// RequestID is the API request that created the object, where the
+	// event told it.
+	RequestID string `json:"request_id,omitempty"`
 	Created   string `json:"created"`
 }
 
@@ -282,7 +285,8 @@ func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWin
 	}
 	for _, k := range out.Input.Keys {
 		if shown[k.ObjectID] || k.Key == ob.IdempotencyKey {
-			t.Keys = append(t.Keys, Key{ObjectID: k.ObjectID, Key: k.Key, EventID: k.EventID, EventType: k.EventType, Created: stamp(k.Created)})
+			t.Keys = append(t.Keys, Key{ObjectID: k.ObjectID, Key: k.Key, EventID: k.EventID, EventType: k.EventType,
+				RequestID: k.RequestID, Created: stamp(k.Created)})
 		}
 	}
 	for _, l := range out.Lookups {

@@ -160,7 +160,11 @@ func (s *server) fromTrace(p *findingPage, t trace.Trace) {
 			ob.Status+", "+reconcile.Money{Amount: ob.Amount, Currency: ob.Currency}.String()+"; "+how, ob.ID)
 	}
 	for _, k := range t.Keys {
-		s.add(p, k.Created, "Event "+k.EventType, "says the request that created it carried idempotency key "+k.Key, k.ObjectID, k.EventID)
+		req := "the request"
+		if k.RequestID != "" {
+			req = "request " + k.RequestID
+		}
+		s.add(p, k.Created, "Event "+k.EventType, "says "+req+", which created it, carried idempotency key "+k.Key, k.ObjectID, k.EventID)
 	}
 	for _, l := range t.Lookups {
 		line := "Retrieved " + l.ID + " by id: " + l.Result

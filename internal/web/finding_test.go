@@ -29,7 +29,7 @@ func traced(sd seeded) trace.Trace {
 			{ID: "re_dup1", Kind: "refund", Status: "succeeded", Amount: 8900, Currency: "usd", Target: "ch_dup", Created: "2026-11-29T10:01:00Z", Route: "idempotency_key"},
 			{ID: "re_dup2", Kind: "refund", Status: "succeeded", Amount: 8900, Currency: "usd", Target: "ch_dup", Created: "2026-11-29T10:04:00Z", Route: "provider_id"},
 		},
-		Keys: []trace.Key{{ObjectID: "re_dup1", Key: "key-<b>7</b>", EventID: "evt_1", EventType: "refund.created", Created: "2026-11-29T10:01:01Z"}},
+		Keys:        []trace.Key{{ObjectID: "re_dup1", Key: "key-<b>7</b>", EventID: "evt_1", EventType: "refund.created", Created: "2026-11-29T10:01:01Z"}},
 		Transitions: []trace.Audit{{From: "CONFIRMATION_UNKNOWN", To: "PAID", ProviderID: "re_dup2", RunID: "run-0", At: "2026-11-29T10:05:00Z"}},
 		Findings: []report.Finding{{Kind: "duplicate", Severity: "critical", Fingerprint: sd.dup.Fingerprint,
 			FirstSeenRun: "run-1", FirstSeenAt: "2026-11-30T06:00:00Z"}},
