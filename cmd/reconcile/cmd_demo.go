@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"reconcile"
 	"reconcile/internal/config"
 	"reconcile/internal/demo"
+	"reconcile/internal/redact"
 	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/web"
@@ -22,8 +25,9 @@ import (
 func cmdDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newCommand("demo")
 	format := c.format("text", "json")
-	var serve bool
+	var serve, keep bool
 	var listen string
+	c.fs.BoolVar(&keep, "keep", false, "leave the demo's database afterwards and print its DATABASE_URL, to try trace, findings, ack and serve on it")
 	c.fs.BoolVar(&serve, "serve", false, "then keep the demo's data and serve its findings page until interrupted")
 	c.fs.StringVar(&listen, "listen", "", "with --serve: the page's address (default: serve.listen, 127.0.0.1:8080)")
 	cfg, err := c.start(args, stdout, getenv)
@@ -47,6 +51,15 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 		return failed(err)
 	}
 	defer env.Close()
+	if keep {
+		env.Keep()
+		// Said once the demo is over, whichever way it ends.
+		out := stdout
+		if format.value == "json" {
+			out = stderr // stdout holds the JSON report only
+		}
+		defer printKept(out, env.DatabaseURL)
+	}
 
 	// The demo's own environment: nothing of the caller's leaks in.
 	cfg.Env.DatabaseURL = config.Secret(env.DatabaseURL)
@@ -98,4 +111,21 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	fmt.Fprintln(stdout, "\nThe demo's findings page (Ctrl-C stops it and drops the demo's database):")
 	cfg.Serve.Auth = web.AuthNone
 	return serveFindings(ctx, cfg, d, log, stdout)
+}
+
+// printKept tells where the kept demo database is and what to try on it.
+// A password in the URL (from the caller's DATABASE_URL) is not printed.
+func printKept(w io.Writer, dbURL string) {
+	shown := redact.URL(dbURL, false)
+	fmt.Fprintf(w, "\nThe demo's database is kept. Try, against it:\n\n")
+	fmt.Fprintf(w, "  export DATABASE_URL='%s'\n", shown)
+	if shown != dbURL {
+		fmt.Fprintln(w, "  (with your DATABASE_URL's password in place of the redacted one)")
+	}
+	fmt.Fprintln(w, "  reconcile findings --open")
+	fmt.Fprintln(w, "  reconcile trace refund:4821:approved-request-7   # Stripe's side is not shown: the demo's Stripe stopped")
+	fmt.Fprintln(w, "  reconcile serve")
+	if u, err := url.Parse(dbURL); err == nil {
+		fmt.Fprintf(w, "Drop it when done: dropdb %s (on the same server)\n", strings.TrimPrefix(u.Path, "/"))
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"reconcile"
 	"reconcile/internal/pgtest"
@@ -464,5 +465,73 @@ func TestDemoWithoutDatabase(t *testing.T) {
 	if !strings.Contains(msg, "no PostgreSQL") || !strings.Contains(msg, "127.0.0.1") || strings.Contains(msg, "SECRETpw") ||
 		strings.Count(msg, "\n") != 1 || code != 1 {
 		t.Errorf("demo error %q (exit %d): want one line naming the server's failure, without the password, exit 1", msg, code)
+	}
+}
+
+// `demo --keep` leaves its database, says where and how to drop it, and
+// findings, ack and trace then work on it.
+func TestDemoKeep(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"demo", "--keep"}, func(k string) string {
+		if k == "DATABASE_URL" {
+			return pgtest.AdminURL()
+		}
+		return ""
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("demo --keep: %v\n%s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`export DATABASE_URL='([^']+)'`).FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("demo --keep printed no DATABASE_URL:\n%s", stdout.String())
+	}
+	kept := m[1]
+	name := kept[strings.LastIndex(kept, "/")+1 : strings.Index(kept, "?")]
+	admin, err := pgx.Connect(t.Context(), pgtest.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		admin.Close(context.Background())
+	})
+	if !strings.Contains(stdout.String(), "dropdb "+name) {
+		t.Errorf("demo --keep does not say how to drop %s:\n%s", name, stdout.String())
+	}
+	env := func(k string) string {
+		if k == "DATABASE_URL" {
+			return kept
+		}
+		return ""
+	}
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"findings", "--open", "--kind", "duplicate", "--format", "json"}, env, &out, io.Discard); err != nil {
+		t.Fatalf("findings on the kept database: %v", err)
+	}
+	var fs []report.Finding
+	if err := json.Unmarshal(out.Bytes(), &fs); err != nil || len(fs) != 1 || fs[0].ObligationID != "refund:4821:approved-request-7" {
+		t.Fatalf("findings on the kept database = %s (%v), want the double refund", out.String(), err)
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"ack", fs[0].Fingerprint, "--reason", "tried on the demo", "--by", "newcomer"}, env, &out, io.Discard); err != nil {
+		t.Errorf("ack on the kept database: %v", err)
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"trace", "re_4821a"}, env, &out, io.Discard); err != nil || !strings.Contains(out.String(), "refund:4821:approved-request-7") {
+		t.Errorf("trace on the kept database: %v\n%s", err, out.String())
+	}
+
+	// Without --keep nothing is said to be kept.
+	stdout.Reset()
+	if err := run(t.Context(), []string{"demo"}, func(k string) string {
+		if k == "DATABASE_URL" {
+			return pgtest.AdminURL()
+		}
+		return ""
+	}, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stdout.String(), "export DATABASE_URL") {
+		t.Errorf("demo without --keep printed a DATABASE_URL")
 	}
 }

@@ -37,7 +37,14 @@ type Env struct {
 	StripeURL string
 	// close undoes Start, last step first.
 	close []func()
+	// keep leaves the database when the Env closes.
+	keep bool
 }
+
+// Keep makes Close leave the throwaway database in place (and stop the
+// rest), for `demo --keep`: `trace`, `findings`, `ack` and `serve` can
+// then be tried on the demo's data.
+func (e *Env) Keep() { e.keep = true }
 
 // Start sets up the demo's Env for data. The throwaway database is made
 // on the server of adminURL when it is set, else on a PostgreSQL answering
@@ -58,7 +65,11 @@ func (e *Env) start(ctx context.Context, adminURL string, data Dataset) error {
 		return err
 	}
 	e.DatabaseURL = dbURL
-	e.close = append(e.close, drop)
+	e.close = append(e.close, func() {
+		if !e.keep {
+			drop()
+		}
+	})
 	if err := store.Migrate(ctx, dbURL); err != nil {
 		return fmt.Errorf("demo database: %w", err)
 	}
