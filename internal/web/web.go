@@ -88,14 +88,14 @@ func New(o Options) (http.Handler, error) {
 	if o.Store == nil {
 		return nil, errors.New("web: a store is required")
 	}
-	au, err := newAuthenticator(o.Auth)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	au, err := newAuthenticator(o.Auth, o.Now)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{store: o.Store, now: o.Now, auth: au, live: o.Live, logger: o.Logger, maxAge: o.MaxRunAge}
-	if s.now == nil {
-		s.now = time.Now
-	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -159,6 +159,9 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, status, msg := s.auth.check(r)
 		if status != 0 {
+			if status == http.StatusUnauthorized && s.auth.mode == AuthBasic {
+				w.Header().Set("WWW-Authenticate", BasicChallenge)
+			}
 			http.Error(w, msg, status)
 			return
 		}
@@ -276,7 +279,7 @@ const maxAckForm = 64 << 10
 func (s *server) ack(w http.ResponseWriter, r *http.Request) {
 	u := userOf(r)
 	if u.name == "" {
-		http.Error(w, "acknowledging needs a signed-in user (serve.auth proxy), or a browser on this machine", http.StatusForbidden)
+		http.Error(w, "acknowledging needs a signed-in user (serve.auth proxy or basic), or a browser on this machine", http.StatusForbidden)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxAckForm)
