@@ -40,6 +40,8 @@ type Store interface {
 	Ack(ctx context.Context, fingerprint, by, reason string, now time.Time) (store.FindingRecord, error)
 	// LastRuns returns the n most recently started runs, newest first.
 	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
+	// MetricsStore is what /metrics reads besides.
+	MetricsStore
 }
 
 // Options configure the pages.
@@ -107,6 +109,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /findings.csv", s.csv)
 	mux.HandleFunc("GET /runs", s.runs)
+	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	// Every state-changing route refuses requests a browser says come from
 	// another site (Sec-Fetch-Site, or Origin against Host).
