@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -18,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,7 +85,8 @@ func basicConfig(t *testing.T, dir string, extra ...string) string {
 }
 
 // serve with a certificate speaks HTTPS only, says https:// where it
-// serves, and with auth basic lets alice in and nobody else.
+// serves, and with auth basic lets alice in, to the pages and /metrics,
+// and nobody else.
 func TestServeBasicOverTLS(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -97,8 +98,8 @@ func TestServeBasicOverTLS(t *testing.T) {
 		t.Errorf("plain HTTP to the TLS listener = %d, want 400", resp.StatusCode)
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
-	get := func(user, pw string) (int, string) {
-		req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/", nil)
+	get := func(user, pw string, path ...string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "https://"+addr+"/"+strings.Join(path, ""), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,6 +122,12 @@ func TestServeBasicOverTLS(t *testing.T) {
 	}
 	if code, body := get("alice", "s3cret"); code != http.StatusOK || !strings.Contains(body, "Signed in as alice") {
 		t.Errorf("GET over TLS as alice = %d:\n%s", code, body)
+	}
+	if code, body := get("alice", "s3cret", "metrics"); code != http.StatusOK || !strings.Contains(body, "\nreconcile_outbox_backlog 0\n") {
+		t.Errorf("GET /metrics over TLS as alice = %d:\n%s", code, body)
+	}
+	if code, _ := get("", "", "metrics"); code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics over TLS without credentials = %d, want 401", code)
 	}
 	stdout, err := stop()
 	if err != nil {
@@ -159,47 +166,45 @@ func TestServeStartErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer written by one goroutine and read by another.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // With auth basic serve listens on an address others reach; without TLS it
 // says once that passwords would cross in clear.
 func TestServeBasicNonLoopbackWarns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := basicConfig(t, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--config", cfg, "--listen", "0.0.0.0:0"}, func(k string) string { return e.vars[k] }, &stdout, &stderr)
+		done <- run(ctx, []string{"serve", "--config", cfg, "--listen", fmt.Sprintf("0.0.0.0:%d", port)},
+			func(k string) string { return e.vars[k] }, &stdout, &stderr)
 	}()
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(stdout.String(), "serving the findings page on http://") && time.Now().Before(deadline); {
-		select {
-		case err := <-done:
-			t.Fatalf("serve on 0.0.0.0 with auth basic = %v, want it serving", err)
-		case <-time.After(20 * time.Millisecond):
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("GET / without credentials = %d, want 401", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve on 0.0.0.0 with auth basic never answered: %v", err)
 		}
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("serve after its context ended = %v", err)
+	}
+	if !strings.Contains(stdout.String(), fmt.Sprintf("http://0.0.0.0:%d/", port)) && !strings.Contains(stdout.String(), fmt.Sprintf("http://[::]:%d/", port)) {
+		t.Errorf("serve printed %q, want its address on every interface", stdout.String())
 	}
 	if n := strings.Count(stderr.String(), "passwords cross the network in clear"); n != 1 {
 		t.Errorf("serve warned %d times about clear passwords, want once:\n%s", n, stderr.String())

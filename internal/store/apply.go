@@ -722,6 +722,7 @@ func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID stri
 }
 
 func upsertRun(ctx context.Context, tx pgx.Tx, run reconcile.Run, status reconcile.RunStatus, findings, transitions, skipped int) error {
+	retries, rateLimited := stripeColumns(run.Stripe)
 	// A run applied twice adds up its transitions (each apply's are
 	// distinct audit rows), so that the second does not hide the first.
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, finished_at,
@@ -736,27 +737,20 @@ func upsertRun(ctx context.Context, tx pgx.Tx, run reconcile.Run, status reconci
 		error = NULL`,
 		run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
 		string(status), run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked,
-		findings, transitions, skipped, retriesOf(run.Stripe), rateLimitedOf(run.Stripe))
+		findings, transitions, skipped, retries, rateLimited)
 	if err != nil {
 		return fmt.Errorf("write run: %w", err)
 	}
 	return nil
 }
 
-// retriesOf and rateLimitedOf are a run's Stripe figures as columns: NULL
-// where they are not known.
-func retriesOf(st *reconcile.StripeStats) *int {
+// stripeColumns are a run's Stripe figures as the columns stripe_retries
+// and stripe_rate_limited: NULL where they are not known.
+func stripeColumns(st *reconcile.StripeStats) (retries, rateLimited *int) {
 	if st == nil {
-		return nil
+		return nil, nil
 	}
-	return &st.Retries
-}
-
-func rateLimitedOf(st *reconcile.StripeStats) *int {
-	if st == nil {
-		return nil
-	}
-	return &st.RateLimited
+	return &st.Retries, &st.RateLimited
 }
 
 // maxCause bounds the failure text kept for a failed run.
@@ -775,6 +769,7 @@ func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause st
 	if len(cause) > maxCause {
 		cause = cause[:maxCause] + "…"
 	}
+	retries, rateLimited := stripeColumns(run.Stripe)
 	var tag pgconn.CommandTag
 	err := inFence(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var err error
@@ -785,8 +780,7 @@ func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause st
 			stripe_retries = EXCLUDED.stripe_retries, stripe_rate_limited = EXCLUDED.stripe_rate_limited
 		WHERE reconcile.runs.status = 'failed'`,
 			run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
-			run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause,
-			retriesOf(run.Stripe), rateLimitedOf(run.Stripe))
+			run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause, retries, rateLimited)
 		return err
 	})
 	if err != nil {
