@@ -13,6 +13,7 @@ require (
 	github.com/slack-go/slack v0.35.0
 	github.com/stripe/stripe-go/v79 v79.12.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/crypto v0.59.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/term v0.48.0
 	golang.org/x/time v0.16.0

@@ -39,6 +39,16 @@ type Run struct {
 	Finished time.Time
 	Status   RunStatus
 	Counts   Counts
+	// Stripe is how reading the provider went; nil where it is not known
+	// (a run recorded before the figures were kept).
+	Stripe *StripeStats
+}
+
+// StripeStats are a run's requests to Stripe that were retried and the
+// 429 answers among them (docs/design.md, "The schema `reconcile`").
+type StripeStats struct {
+	Retries     int
+	RateLimited int
 }
 
 // AlertEvent is why an alert is sent.

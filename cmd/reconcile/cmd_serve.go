@@ -33,7 +33,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		cfg.Serve.Listen = listen
 	}
 	if cfg.Serve.Auth == web.AuthNone && !loopback(cfg.Serve.Listen) {
-		return usageError("serve: %s is not a loopback address, and serve.auth is none: anyone who reaches it could act as finance (set serve.auth: proxy, or listen on 127.0.0.1)",
+		return usageError("serve: %s is not a loopback address, and serve.auth is none: anyone who reaches it could act as finance (set serve.auth: proxy or basic, or listen on 127.0.0.1)",
 			cfg.Serve.Listen)
 	}
 	log := newLogger(stderr, slog.LevelInfo)
@@ -57,7 +57,8 @@ func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Lo
 		// reading Stripe by a dry pass when a key is set.
 		Trace:  func(ctx context.Context, id string) (trace.Trace, error) { return d.trace(ctx, cfg, id) },
 		Mirror: store.NewMirror(d.pool),
-		Auth:   web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies},
+		Auth: web.Auth{Mode: cfg.Serve.Auth, Header: cfg.Serve.ProxyHeader, TrustedProxies: cfg.Serve.TrustedProxies,
+			UsersFile: cfg.Serve.UsersFile},
 		// The dashboard links follow the key's mode, as Slack's do; without
 		// a key they open the test dashboard.
 		Live:      cfg.Env.LiveStripeKey(),
@@ -67,15 +68,21 @@ func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Lo
 	if err != nil {
 		return usageError("%v", err)
 	}
+	tlsConfig, err := serveTLS(cfg.Serve)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	warnClearPasswords(log, cfg.Serve)
 	ln, err := net.Listen("tcp", cfg.Serve.Listen)
 	if err != nil {
 		return failed(fmt.Errorf("serve: %w", err))
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	fmt.Fprintf(stdout, "serving the findings page on http://%s/ (auth %s)\n", ln.Addr(), cfg.Serve.Auth)
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), TLSConfig: tlsConfig}
+	scheme, serve := serveOn(srv, ln)
+	fmt.Fprintf(stdout, "serving the findings page on %s://%s/ (auth %s)\n", scheme, ln.Addr(), cfg.Serve.Auth)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- serve() }()
 	select {
 	case err := <-done:
 		return failed(fmt.Errorf("serve: %s", redact.String(err.Error())))

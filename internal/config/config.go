@@ -90,7 +90,7 @@ type MetricsConfig struct {
 type ServeConfig struct {
 	// Listen is the page's address; a non-loopback one needs an auth.
 	Listen string `yaml:"listen"`
-	// Auth is none or proxy (basic is not built yet).
+	// Auth is none, proxy or basic.
 	Auth string `yaml:"auth"`
 	// ProxyHeader names the signed-in user (auth proxy).
 	ProxyHeader string `yaml:"proxy_header"`
@@ -100,6 +100,12 @@ type ServeConfig struct {
 	// MaxRunAge is how long after the last completed run /healthz still
 	// answers healthy: a nightly run missed makes it fail.
 	MaxRunAge time.Duration `yaml:"max_run_age"`
+	// UsersFile names the users and their bcrypt hashes (auth basic):
+	// basic_auth_users: {alice: $2y$10$...}.
+	UsersFile string `yaml:"users_file"`
+	// TLSCertFile and TLSKeyFile, both or neither, make serve speak HTTPS.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 }
 
 // Env is what comes from the environment (README.md, "Configuration").
@@ -482,9 +488,14 @@ func (s ServeConfig) validate() error {
 			}
 		}
 	case "basic":
-		return errors.New("serve.auth: basic is not supported yet (use none or proxy)")
+		if strings.TrimSpace(s.UsersFile) == "" {
+			return errors.New("serve.users_file: serve.auth basic needs the file of users and bcrypt hashes")
+		}
 	default:
-		return fmt.Errorf("serve.auth: must be none or proxy (got %q)", s.Auth)
+		return fmt.Errorf("serve.auth: must be none, proxy or basic (got %q)", s.Auth)
+	}
+	if (strings.TrimSpace(s.TLSCertFile) == "") != (strings.TrimSpace(s.TLSKeyFile) == "") {
+		return errors.New("serve.tls_cert_file, serve.tls_key_file: give both (HTTPS) or neither")
 	}
 	return nil
 }

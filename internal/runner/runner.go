@@ -196,6 +196,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if err != nil {
 		return nil, err
 	}
+	// The run row keeps how reading Stripe went, completed or failed from
+	// here on; a pass that failed while reading has no figures to keep
+	// (docs/design.md, "The schema `reconcile`").
+	run.Stripe = &reconcile.StripeStats{Retries: out.Stats.Retries, RateLimited: out.Stats.RateLimited}
 
 	// Matcher: the clock is read once for the decisions of the whole pass.
 	now := started

@@ -722,24 +722,35 @@ func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID stri
 }
 
 func upsertRun(ctx context.Context, tx pgx.Tx, run reconcile.Run, status reconcile.RunStatus, findings, transitions, skipped int) error {
+	retries, rateLimited := stripeColumns(run.Stripe)
 	// A run applied twice adds up its transitions (each apply's are
 	// distinct audit rows), so that the second does not hide the first.
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, finished_at,
-		status, obligations, provider_objects, linked, findings, transitions, skipped)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		status, obligations, provider_objects, linked, findings, transitions, skipped, stripe_retries, stripe_rate_limited)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 	ON CONFLICT (id) DO UPDATE SET trigger = EXCLUDED.trigger, window_from = EXCLUDED.window_from,
 		window_to = EXCLUDED.window_to, started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
 		status = EXCLUDED.status, obligations = EXCLUDED.obligations,
 		provider_objects = EXCLUDED.provider_objects, linked = EXCLUDED.linked, findings = EXCLUDED.findings,
 		transitions = reconcile.runs.transitions + EXCLUDED.transitions, skipped = EXCLUDED.skipped,
+		stripe_retries = EXCLUDED.stripe_retries, stripe_rate_limited = EXCLUDED.stripe_rate_limited,
 		error = NULL`,
 		run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
 		string(status), run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked,
-		findings, transitions, skipped)
+		findings, transitions, skipped, retries, rateLimited)
 	if err != nil {
 		return fmt.Errorf("write run: %w", err)
 	}
 	return nil
+}
+
+// stripeColumns are a run's Stripe figures as the columns stripe_retries
+// and stripe_rate_limited: NULL where they are not known.
+func stripeColumns(st *reconcile.StripeStats) (retries, rateLimited *int) {
+	if st == nil {
+		return nil, nil
+	}
+	return &st.Retries, &st.RateLimited
 }
 
 // maxCause bounds the failure text kept for a failed run.
@@ -758,16 +769,18 @@ func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause st
 	if len(cause) > maxCause {
 		cause = cause[:maxCause] + "…"
 	}
+	retries, rateLimited := stripeColumns(run.Stripe)
 	var tag pgconn.CommandTag
 	err := inFence(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var err error
 		tag, err = tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at,
-			finished_at, status, obligations, provider_objects, linked, error)
-		VALUES ($1, $2, $3, $4, $5, $6, 'failed', $7, $8, $9, $10)
-		ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, error = EXCLUDED.error
+			finished_at, status, obligations, provider_objects, linked, error, stripe_retries, stripe_rate_limited)
+		VALUES ($1, $2, $3, $4, $5, $6, 'failed', $7, $8, $9, $10, $11, $12)
+		ON CONFLICT (id) DO UPDATE SET finished_at = EXCLUDED.finished_at, error = EXCLUDED.error,
+			stripe_retries = EXCLUDED.stripe_retries, stripe_rate_limited = EXCLUDED.stripe_rate_limited
 		WHERE reconcile.runs.status = 'failed'`,
 			run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started, nullTime(run.Finished),
-			run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause)
+			run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked, cause, retries, rateLimited)
 		return err
 	})
 	if err != nil {

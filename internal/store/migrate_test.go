@@ -2,7 +2,11 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
+	"path"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -26,16 +30,17 @@ func TestMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Up: %v", err)
 	}
-	want := []string{"00001_init.sql", "00002_mirror.sql", "00003_send_intent.sql", "00004_run_lock.sql", "00005_finding_target.sql", "00008_key_request.sql"}
-	if diff := cmp.Diff(want, first.Applied); diff != "" || first.Version != 8 {
-		t.Errorf("Up applied %v to version %d, want %v to version 8 %s", first.Applied, first.Version, want, diff)
+	want := allMigrations(t)
+	last := len(want)
+	if diff := cmp.Diff(want, first.Applied); diff != "" || int(first.Version) != last {
+		t.Errorf("Up applied %v to version %d, want %v to version %d %s", first.Applied, first.Version, want, last, diff)
 	}
 	again, err := Up(t.Context(), url)
 	if err != nil {
 		t.Fatalf("Up again: %v", err)
 	}
-	if len(again.Applied) != 0 || again.Version != 8 {
-		t.Errorf("Up again applied %v to version %d, want nothing at version 8", again.Applied, again.Version)
+	if len(again.Applied) != 0 || int(again.Version) != last {
+		t.Errorf("Up again applied %v to version %d, want nothing at version %d", again.Applied, again.Version, last)
 	}
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Errorf("CheckSchema after Migrate = %v", err)
@@ -138,4 +143,21 @@ func TestSchemaDigest(t *testing.T) {
 	if SchemaDigest() == digest(fstest.MapFS{}) {
 		t.Errorf("SchemaDigest() is the digest of no migrations: it reads none of the embedded ones")
 	}
+}
+
+// allMigrations are the migrations this build embeds, in order; they are
+// numbered from 1 without a gap, which TestMigrate relies on.
+func allMigrations(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range names {
+		names[i] = path.Base(n)
+		if want := fmt.Sprintf("%05d_", i+1); !strings.HasPrefix(names[i], want) {
+			t.Fatalf("migration %s is not numbered %s: the migrations are numbered from 1 without a gap", names[i], want)
+		}
+	}
+	return names
 }

@@ -269,20 +269,25 @@ type RunRecord struct {
 // LastRuns returns the n most recently started runs, newest first.
 func (s *Store) LastRuns(ctx context.Context, n int) ([]RunRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, trigger, window_from, window_to, started_at, finished_at, status,
-		obligations, provider_objects, linked, findings, transitions, skipped, coalesce(error, '')
+		obligations, provider_objects, linked, findings, transitions, skipped, coalesce(error, ''),
+		stripe_retries, stripe_rate_limited
 	FROM reconcile.runs ORDER BY started_at DESC, id DESC LIMIT $1`, max(n, 0))
 	if err != nil {
 		return nil, fmt.Errorf("last runs: %w", err)
 	}
 	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunRecord, error) {
 		var (
-			r        RunRecord
-			finished *time.Time
+			r                    RunRecord
+			finished             *time.Time
+			retries, rateLimited *int
 		)
 		err := row.Scan(&r.ID, &r.Trigger, &r.Window.From, &r.Window.To, &r.Started, &finished, &r.Status,
 			&r.Counts.Obligations, &r.Counts.ProviderObjects, &r.Counts.Linked, &r.Findings, &r.Transitions,
-			&r.Skipped, &r.Error)
+			&r.Skipped, &r.Error, &retries, &rateLimited)
 		r.Finished = timeOf(finished)
+		if retries != nil && rateLimited != nil {
+			r.Stripe = &reconcile.StripeStats{Retries: *retries, RateLimited: *rateLimited}
+		}
 		return r, err
 	})
 	if err != nil {

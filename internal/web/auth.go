@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 )
 
-// The auth modes (docs/design.md, "The findings page"). Basic is named so
-// that a configuration naming it is refused clearly until it is built.
+// The auth modes (docs/design.md, "The findings page").
 const (
 	AuthNone  = "none"
 	AuthProxy = "proxy"
@@ -21,7 +21,7 @@ const DefaultProxyHeader = "X-Forwarded-Email"
 
 // Auth says who may see the pages and act on them.
 type Auth struct {
-	// Mode is AuthNone or AuthProxy; AuthBasic is not built yet.
+	// Mode is AuthNone, AuthProxy or AuthBasic.
 	Mode string
 	// Header is the header the proxy sets to the signed-in user
 	// (AuthProxy; default DefaultProxyHeader).
@@ -29,6 +29,9 @@ type Auth struct {
 	// TrustedProxies are the addresses or CIDRs (AuthProxy) whose requests
 	// are believed; a request from anywhere else is refused.
 	TrustedProxies []string
+	// UsersFile is the file of users and bcrypt hashes (AuthBasic), read
+	// once by New.
+	UsersFile string
 }
 
 // user is who a request acts as: the proxy's user, "local" for AuthNone on
@@ -42,9 +45,10 @@ type authenticator struct {
 	mode     string
 	header   string
 	prefixes []netip.Prefix
+	basic    *basicAuth
 }
 
-func newAuthenticator(a Auth) (*authenticator, error) {
+func newAuthenticator(a Auth, now func() time.Time) (*authenticator, error) {
 	au := &authenticator{mode: a.Mode, header: a.Header}
 	switch a.Mode {
 	case AuthNone:
@@ -63,9 +67,12 @@ func newAuthenticator(a Auth) (*authenticator, error) {
 			au.prefixes = append(au.prefixes, p)
 		}
 	case AuthBasic:
-		return nil, fmt.Errorf("web: auth basic is not supported yet (use none or proxy)")
+		var err error
+		if au.basic, err = loadBasicAuth(a.UsersFile, now); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, fmt.Errorf("web: unknown auth mode %q (none or proxy)", a.Mode)
+		return nil, fmt.Errorf("web: unknown auth mode %q (none, proxy or basic)", a.Mode)
 	}
 	return au, nil
 }
@@ -104,6 +111,8 @@ func remoteAddr(r *http.Request) netip.Addr {
 func (au *authenticator) check(r *http.Request) (user, int, string) {
 	addr := remoteAddr(r)
 	switch au.mode {
+	case AuthBasic:
+		return au.basic.check(r)
 	case AuthProxy:
 		trusted := false
 		for _, p := range au.prefixes {

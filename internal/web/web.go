@@ -47,6 +47,8 @@ type Store interface {
 	FindingAlerts(ctx context.Context, fingerprint string) ([]store.AlertRecord, error)
 	// LastRuns returns the n most recently started runs, newest first.
 	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
+	// MetricsStore is what /metrics reads besides.
+	MetricsStore
 }
 
 // Options configure the pages.
@@ -103,14 +105,14 @@ func New(o Options) (http.Handler, error) {
 	if o.Store == nil {
 		return nil, errors.New("web: a store is required")
 	}
-	au, err := newAuthenticator(o.Auth)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	au, err := newAuthenticator(o.Auth, o.Now)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{store: o.Store, trace: o.Trace, mirror: o.Mirror, now: o.Now, auth: au, live: o.Live, logger: o.Logger, maxAge: o.MaxRunAge}
-	if s.now == nil {
-		s.now = time.Now
-	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -123,6 +125,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /findings.csv", s.csv)
 	mux.HandleFunc("GET /runs", s.runs)
 	mux.HandleFunc("GET /findings/{fingerprint}", s.finding)
+	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	// Every state-changing route refuses requests a browser says come from
 	// another site (Sec-Fetch-Site, or Origin against Host).
@@ -177,6 +180,9 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, status, msg := s.auth.check(r)
 		if status != 0 {
+			if status == http.StatusUnauthorized && s.auth.mode == AuthBasic {
+				w.Header().Set("WWW-Authenticate", BasicChallenge)
+			}
 			http.Error(w, msg, status)
 			return
 		}
