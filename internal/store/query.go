@@ -85,22 +85,32 @@ func (s *Store) Ack(ctx context.Context, fingerprint, by, reason string, now tim
 	if err != nil {
 		return FindingRecord{}, fmt.Errorf("ack %s: %w", fingerprint, err)
 	}
-	rows, err := s.pool.Query(ctx, `UPDATE reconcile.findings
+	r, found, err := s.oneFinding(ctx, `UPDATE reconcile.findings
 	SET acknowledged_at = $2, acknowledged_by = $3, ack_reason = $4
 	WHERE fingerprint = $1 AND status = 'open'
 	RETURNING `+findingColumns, fp, now, nullString(by), reason)
-	if err != nil {
+	switch {
+	case err != nil:
 		return FindingRecord{}, fmt.Errorf("ack %s: %w", fp, err)
-	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanFinding)
-	if errors.Is(err, pgx.ErrNoRows) {
+	case !found:
 		// It existed a moment ago, so it was resolved since.
 		return FindingRecord{}, fmt.Errorf("ack %s: %w: nothing to acknowledge", fp, ErrResolved)
 	}
-	if err != nil {
-		return FindingRecord{}, fmt.Errorf("ack %s: %w", fp, err)
-	}
 	return r, nil
+}
+
+// oneFinding runs a statement returning at most one finding's columns,
+// and says whether it returned one.
+func (s *Store) oneFinding(ctx context.Context, sql string, args ...any) (FindingRecord, bool, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return FindingRecord{}, false, err
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanFinding)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FindingRecord{}, false, nil
+	}
+	return r, err == nil, err
 }
 
 // resolveFingerprint finds the one open-or-resolved finding that
@@ -229,9 +239,7 @@ func (s *Store) ObligationHistory(ctx context.Context, obligationID string) (His
 		if h.Transitions, err = pgx.CollectRows(rows, pgx.RowToStructByPos[TransitionRecord]); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT o.id, o.run_id, coalesce(o.fingerprint, ''), o.event, o.changed,
-			o.created_at, o.attempts, o.next_attempt_at, coalesce(o.last_error, ''), o.sent_at,
-			coalesce(o.slack_channel, ''), coalesce(o.slack_ts, ''), o.outcome_unknown OR o.sending_since IS NOT NULL
+		rows, err = tx.Query(ctx, `SELECT `+alertColumns+`
 		FROM reconcile.outbox o JOIN reconcile.findings f ON f.fingerprint = o.fingerprint
 		WHERE f.obligation_id = $1 ORDER BY o.id`, obligationID)
 		if err != nil {
@@ -245,6 +253,11 @@ func (s *Store) ObligationHistory(ctx context.Context, obligationID string) (His
 	}
 	return h, nil
 }
+
+// alertColumns are an outbox row o's, as scanAlertRecord reads them.
+const alertColumns = `o.id, o.run_id, coalesce(o.fingerprint, ''), o.event, o.changed,
+	o.created_at, o.attempts, o.next_attempt_at, coalesce(o.last_error, ''), o.sent_at,
+	coalesce(o.slack_channel, ''), coalesce(o.slack_ts, ''), o.outcome_unknown OR o.sending_since IS NOT NULL`
 
 func scanAlertRecord(row pgx.CollectableRow) (AlertRecord, error) {
 	var (
@@ -303,22 +316,18 @@ func (s *Store) LastRuns(ctx context.Context, n int) ([]RunRecord, error) {
 // when there is nothing to reopen. Reopening a finding nobody
 // acknowledged changes nothing.
 func (s *Store) Reopen(ctx context.Context, fingerprint string) (FindingRecord, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE reconcile.findings
+	r, found, err := s.oneFinding(ctx, `UPDATE reconcile.findings
 	SET acknowledged_at = NULL, acknowledged_by = NULL, ack_reason = NULL
 	WHERE fingerprint = $1 AND status = 'open'
 	RETURNING `+findingColumns, fingerprint)
 	if err != nil {
 		return FindingRecord{}, fmt.Errorf("reopen %s: %w", fingerprint, err)
 	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanFinding)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if _, ferr := s.Finding(ctx, fingerprint); ferr != nil {
-			return FindingRecord{}, fmt.Errorf("reopen %s: %w", fingerprint, ferr)
+	if !found {
+		if _, err := s.Finding(ctx, fingerprint); err != nil {
+			return FindingRecord{}, fmt.Errorf("reopen: %w", err)
 		}
 		return FindingRecord{}, fmt.Errorf("reopen %s: %w: nothing to reopen", fingerprint, ErrResolved)
-	}
-	if err != nil {
-		return FindingRecord{}, fmt.Errorf("reopen %s: %w", fingerprint, err)
 	}
 	return r, nil
 }
@@ -326,25 +335,19 @@ func (s *Store) Reopen(ctx context.Context, fingerprint string) (FindingRecord, 
 // Finding returns the finding of exactly that fingerprint, open or
 // resolved; an error wrapping ErrNotFound when there is none.
 func (s *Store) Finding(ctx context.Context, fingerprint string) (FindingRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE fingerprint = $1`, fingerprint)
-	if err != nil {
+	r, found, err := s.oneFinding(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE fingerprint = $1`, fingerprint)
+	switch {
+	case err != nil:
 		return FindingRecord{}, fmt.Errorf("finding %s: %w", fingerprint, err)
-	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanFinding)
-	if errors.Is(err, pgx.ErrNoRows) {
+	case !found:
 		return FindingRecord{}, fmt.Errorf("finding %s: %w", fingerprint, ErrNotFound)
-	}
-	if err != nil {
-		return FindingRecord{}, fmt.Errorf("finding %s: %w", fingerprint, err)
 	}
 	return r, nil
 }
 
 // FindingAlerts returns the alerts about one finding, oldest first.
 func (s *Store) FindingAlerts(ctx context.Context, fingerprint string) ([]AlertRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT o.id, o.run_id, coalesce(o.fingerprint, ''), o.event, o.changed,
-		o.created_at, o.attempts, o.next_attempt_at, coalesce(o.last_error, ''), o.sent_at,
-		coalesce(o.slack_channel, ''), coalesce(o.slack_ts, ''), o.outcome_unknown OR o.sending_since IS NOT NULL
+	rows, err := s.pool.Query(ctx, `SELECT `+alertColumns+`
 	FROM reconcile.outbox o WHERE o.fingerprint = $1 ORDER BY o.id`, fingerprint)
 	if err != nil {
 		return nil, fmt.Errorf("alerts of finding %s: %w", fingerprint, err)
