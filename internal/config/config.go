@@ -100,6 +100,9 @@ type ServeConfig struct {
 	// MaxRunAge is how long after the last completed run /healthz still
 	// answers healthy: a nightly run missed makes it fail.
 	MaxRunAge time.Duration `yaml:"max_run_age"`
+	// PublicURL is where finance reaches the page (https://reconcile.example.com);
+	// Slack messages link to a finding's page under it. Empty: no links.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Env is what comes from the environment (README.md, "Configuration").
@@ -111,6 +114,10 @@ type Env struct {
 	SlackChannel    string
 	SlackWebhookURL Secret
 	SlackAPIURL     string
+	// SlackSigningSecret verifies Slack's calls to serve's
+	// /slack/interactions; with a bot token it turns the messages'
+	// Acknowledge buttons on (docs/design.md, "Buttons in Slack").
+	SlackSigningSecret Secret
 }
 
 // Default is the built-in configuration; configs/reconcile.yaml documents
@@ -190,6 +197,7 @@ func (e *Env) read(getenv func(string) string) {
 	set(&e.SlackChannel, "SLACK_CHANNEL")
 	set((*string)(&e.SlackWebhookURL), "SLACK_WEBHOOK_URL")
 	set(&e.SlackAPIURL, "SLACK_API_URL")
+	set((*string)(&e.SlackSigningSecret), "SLACK_SIGNING_SECRET")
 }
 
 // Decode decodes YAML onto c strictly: an unknown key, a duplicate key or a
@@ -463,6 +471,11 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 func (s ServeConfig) validate() error {
 	if strings.TrimSpace(s.Listen) == "" {
 		return errors.New("serve.listen: must not be empty (e.g. 127.0.0.1:8080)")
+	}
+	if s.PublicURL != "" {
+		if err := checkURL(s.PublicURL); err != nil {
+			return fmt.Errorf("serve.public_url: %w (e.g. https://reconcile.example.com)", err)
+		}
 	}
 	switch s.Auth {
 	case "none":
