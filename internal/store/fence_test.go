@@ -327,7 +327,7 @@ func TestMigrateAddsRunLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"00004_run_lock.sql", "00005_finding_target.sql"}, rep.Applied); diff != "" {
+	if diff := cmp.Diff([]string{"00004_run_lock.sql", "00005_finding_target.sql", "00007_slack_messages.sql"}, rep.Applied); diff != "" {
 		t.Errorf("Up on version 3 applied %v, want the run lock and what came after", rep.Applied)
 	}
 	e := &env{tb: t, pool: pool, url: url, s: s}

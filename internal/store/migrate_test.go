@@ -26,16 +26,16 @@ func TestMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Up: %v", err)
 	}
-	want := []string{"00001_init.sql", "00002_mirror.sql", "00003_send_intent.sql", "00004_run_lock.sql", "00005_finding_target.sql"}
-	if diff := cmp.Diff(want, first.Applied); diff != "" || first.Version != 5 {
-		t.Errorf("Up applied %v to version %d, want %v to version 5 %s", first.Applied, first.Version, want, diff)
+	want := []string{"00001_init.sql", "00002_mirror.sql", "00003_send_intent.sql", "00004_run_lock.sql", "00005_finding_target.sql", "00007_slack_messages.sql"}
+	if diff := cmp.Diff(want, first.Applied); diff != "" || first.Version != 7 {
+		t.Errorf("Up applied %v to version %d, want %v to version 7 %s", first.Applied, first.Version, want, diff)
 	}
 	again, err := Up(t.Context(), url)
 	if err != nil {
 		t.Fatalf("Up again: %v", err)
 	}
-	if len(again.Applied) != 0 || again.Version != 5 {
-		t.Errorf("Up again applied %v to version %d, want nothing at version 5", again.Applied, again.Version)
+	if len(again.Applied) != 0 || again.Version != 7 {
+		t.Errorf("Up again applied %v to version %d, want nothing at version 7", again.Applied, again.Version)
 	}
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Errorf("CheckSchema after Migrate = %v", err)
