@@ -40,6 +40,8 @@ type Store interface {
 	Ack(ctx context.Context, fingerprint, by, reason string, now time.Time) (store.FindingRecord, error)
 	// LastRuns returns the n most recently started runs, newest first.
 	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
+	// SlackStore is what Slack's buttons need (slack.go).
+	SlackStore
 }
 
 // Options configure the pages.
@@ -57,6 +59,10 @@ type Options struct {
 	// MaxRunAge is how long after the last completed run /healthz still
 	// answers healthy (serve.max_run_age); zero: no bound.
 	MaxRunAge time.Duration
+	// Slack turns on POST /slack/interactions, Slack's buttons, and the
+	// edits of Slack's messages when a finding is acknowledged here
+	// (slack.go); without a signing secret the route answers 404.
+	Slack SlackOptions
 }
 
 // ContentSecurityPolicy is sent with every response: nothing but the
@@ -79,12 +85,23 @@ type server struct {
 	live   bool
 	logger *slog.Logger
 	maxAge time.Duration
+	slack  *slackButtons // nil without a signing secret
 }
 
 type userKey struct{}
 
+// Handler serves the pages; Close waits for the Slack edits it started.
+type Handler struct {
+	http.Handler
+	slack *slackButtons
+}
+
+// Close stops starting Slack edits and waits, until ctx ends, for those
+// under way: serve calls it once the server is shut down.
+func (h *Handler) Close(ctx context.Context) error { return h.slack.Close(ctx) }
+
 // New returns the pages' handler.
-func New(o Options) (http.Handler, error) {
+func New(o Options) (*Handler, error) {
 	if o.Store == nil {
 		return nil, errors.New("web: a store is required")
 	}
@@ -98,6 +115,13 @@ func New(o Options) (http.Handler, error) {
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Slack.SigningSecret != "" {
+		if o.Slack.Client == nil {
+			return nil, errors.New("web: Slack's buttons need the bot's client (SLACK_BOT_TOKEN)")
+		}
+		s.slack = &slackButtons{store: o.Store, client: o.Slack.Client, secret: o.Slack.SigningSecret,
+			publicURL: o.Slack.PublicURL, now: s.now, log: s.logger, seen: map[string]time.Time{}}
 	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -115,8 +139,10 @@ func New(o Options) (http.Handler, error) {
 	// says only whether the nightly run is current.
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", s.healthz)
+	// Slack signs its calls, and signs in nowhere (slack.go).
+	root.HandleFunc("POST /slack/interactions", s.slack.interactions)
 	root.Handle("/", s.authenticate(mux))
-	return secureHeaders(root), nil
+	return &Handler{Handler: secureHeaders(root), slack: s.slack}, nil
 }
 
 // healthz answers 200 while the reconciler is doing its job: the newest
@@ -289,7 +315,8 @@ func (s *server) ack(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a finding and a reason are required", http.StatusBadRequest)
 		return
 	}
-	if _, err := s.store.Ack(r.Context(), fp, u.name, reason, s.now().UTC()); err != nil {
+	acked, err := s.store.Ack(r.Context(), fp, u.name, reason, s.now().UTC())
+	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			http.Error(w, "no open finding has that fingerprint", http.StatusNotFound)
@@ -300,6 +327,8 @@ func (s *server) ack(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	// Slack's messages about it say so (docs/design.md, "Buttons in Slack").
+	s.slack.acknowledged(r.Context(), acked.Fingerprint)
 	// Back to the view the form was on; only its filters are kept, so the
 	// redirect never leaves the page.
 	back, _ := url.ParseQuery(r.PostFormValue("back"))
