@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"reconcile/internal/config"
 	"reconcile/internal/pgtest"
 )
 
@@ -120,5 +122,31 @@ func TestDemoServe(t *testing.T) {
 	}
 	if err := run(t.Context(), []string{"demo", "--serve", "--listen", "0.0.0.0:0"}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
 		t.Error("demo --serve on a non-loopback address started")
+	}
+}
+
+// serve turns Slack's buttons on only with both the bot token and the
+// signing secret, says once when they are off, and never logs the secret.
+func TestServeSlackButtons(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	if o := slackButtons(cfg, log); o.SigningSecret != "" || o.Client != nil || strings.Count(logs.String(), "slack buttons are off") != 1 {
+		t.Errorf("without a secret: %+v, logged %q", o, logs.String())
+	}
+	logs.Reset()
+	cfg.Env.SlackSigningSecret = "signing-canary"
+	if o := slackButtons(cfg, log); o.Client != nil || !strings.Contains(logs.String(), "SLACK_BOT_TOKEN is not") {
+		t.Errorf("a secret without a token: %+v, logged %q", o, logs.String())
+	}
+	logs.Reset()
+	cfg.Env.SlackBotToken, cfg.Env.SlackChannel, cfg.Serve.PublicURL = "xoxb-canary", "C1", "https://reconcile.example.com"
+	o := slackButtons(cfg, log)
+	if o.Client == nil || o.SigningSecret != "signing-canary" || o.PublicURL != cfg.Serve.PublicURL || logs.Len() != 0 {
+		t.Errorf("with both: client %v, secret set %t, public URL %q, logged %q", o.Client != nil, o.SigningSecret != "", o.PublicURL, logs.String())
+	}
+	if strings.Contains(logs.String(), "canary") {
+		t.Errorf("a secret was logged: %s", logs.String())
 	}
 }
