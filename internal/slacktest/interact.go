@@ -77,10 +77,7 @@ func (s *Server) now() time.Time {
 // TriggerLife ago by Now, as Slack's expire; the view is checked
 // against Slack's limits on a modal.
 func (s *Server) openView(w http.ResponseWriter, fields map[string]string) {
-	fail := func(code string) {
-		s.mu.Unlock()
-		fmt.Fprintf(w, `{"ok":false,"error":%q}`, code)
-	}
+	fail := func(code string) { s.failUnlock(w, code) }
 	tr, ok := s.triggers[fields["trigger_id"]]
 	switch {
 	case !ok:
@@ -118,6 +115,13 @@ func (s *Server) openView(w http.ResponseWriter, fields map[string]string) {
 	answer, _ := json.Marshal(map[string]any{"ok": true, "view": map[string]any{
 		"id": view.ID, "type": "modal", "callback_id": view.CallbackID, "private_metadata": view.PrivateMetadata}})
 	w.Write(answer)
+}
+
+// failUnlock answers a Web API call with Slack's error code; the caller
+// holds s.mu and this unlocks.
+func (s *Server) failUnlock(w http.ResponseWriter, code string) {
+	s.mu.Unlock()
+	fmt.Fprintf(w, `{"ok":false,"error":%q}`, code)
 }
 
 type textObject struct {
@@ -173,10 +177,7 @@ func viewLimits(typ string, title, submit, close *textObject, blocks json.RawMes
 // against the limits of a post, replaces the message's and is kept in
 // Updates.
 func (s *Server) updateMessage(w http.ResponseWriter, fields map[string]string) {
-	fail := func(code string) {
-		s.mu.Unlock()
-		fmt.Fprintf(w, `{"ok":false,"error":%q}`, code)
-	}
+	fail := func(code string) { s.failUnlock(w, code) }
 	channel, ts := fields["channel"], fields["ts"]
 	i := slices.IndexFunc(s.msgs, func(m Message) bool { return m.Method != "webhook" && m.Channel == channel && m.TS == ts })
 	if i < 0 {

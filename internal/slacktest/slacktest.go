@@ -347,10 +347,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, m
 		tok = fields["token"]
 	}
 	w.Header().Set("Content-Type", "application/json")
-	fail := func(code string) {
-		s.mu.Unlock()
-		fmt.Fprintf(w, `{"ok":false,"error":%q}`, code)
-	}
+	fail := func(code string) { s.failUnlock(w, code) }
 	switch {
 	case s.faults.BadAuth || tok != s.Token:
 		fail("invalid_auth")

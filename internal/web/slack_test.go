@@ -78,6 +78,16 @@ func (e *slackEnv) message(t *testing.T, s string) slacktest.Message {
 	return slacktest.Message{}
 }
 
+// withButton is message, which must show the Acknowledge button.
+func (e *slackEnv) withButton(t *testing.T, s string) slacktest.Message {
+	t.Helper()
+	m := e.message(t, s)
+	if !strings.Contains(string(m.Blocks), `"action_id":"reconcile_ack"`) {
+		t.Fatalf("the message holding %q has no button: %s", s, m.Blocks)
+	}
+	return m
+}
+
 // settle waits for the handler's edits of Slack's messages.
 func (e *slackEnv) settle(t *testing.T) {
 	t.Helper()
@@ -110,10 +120,7 @@ var ana = slacktest.User{ID: "U0ANA", Username: "ana", Name: "ana"}
 func TestSlackButtonAcknowledges(t *testing.T) {
 	t.Parallel()
 	e := newSlackEnv(t, signingSecret, "")
-	m := e.message(t, "Paid twice (critical): USD")
-	if !strings.Contains(string(m.Blocks), `"action_id":"reconcile_ack"`) {
-		t.Fatalf("the critical's message has no button: %s", m.Blocks)
-	}
+	m := e.withButton(t, "Paid twice (critical): USD")
 	_, status, body, err := e.slack.Press(t.Context(), e.url, signingSecret, m.Channel, m.TS, alerts.AckActionID, ana)
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("press = %d %q, %v", status, body, err)
@@ -233,10 +240,7 @@ func TestSlackInteractionsAreVerified(t *testing.T) {
 func TestSlackGroupAndPageAck(t *testing.T) {
 	t.Parallel()
 	e := newSlackEnv(t, signingSecret, "")
-	g := e.message(t, "findings to check")
-	if !strings.Contains(string(g.Blocks), `"action_id":"reconcile_ack"`) {
-		t.Fatalf("the digest has no button: %s", g.Blocks)
-	}
+	g := e.withButton(t, "findings to check")
 	// The page acknowledges one of the group's findings first.
 	form := url.Values{"fingerprint": {e.sd.mismatch.Fingerprint}, "reason": {"customer agreed"}}
 	if w := do(e.h, http.MethodPost, "/ack", form, nil); w.Code != http.StatusSeeOther {
