@@ -331,6 +331,14 @@ func TestInteractions(t *testing.T) {
 	if m := s.Messages()[0]; m.Text != "acknowledged" || len(m.Blocks) != 0 || len(s.Updates()) != 1 {
 		t.Errorf("after chat.update the channel shows %+v; updates %+v", m, s.Updates())
 	}
+	var many []slack.Block
+	for range 51 {
+		many = append(many, slack.NewDividerBlock())
+	}
+	if _, _, _, err := client.UpdateMessageContext(t.Context(), "C0FIN", ts, slack.MsgOptionText("x", false), slack.MsgOptionBlocks(many...)); err != nil ||
+		!strings.Contains(strings.Join(s.Violations(), "\n"), "update 2 (chat.update): 51 blocks") {
+		t.Errorf("an update of 51 blocks: %v, violations %q", err, s.Violations())
+	}
 	if _, _, _, err := client.UpdateMessageContext(t.Context(), "C0OTHER", ts, slack.MsgOptionText("x", false)); !errors.As(err, &se) || se.Err != "message_not_found" {
 		t.Errorf("chat.update of a message not in that channel = %v, want message_not_found", err)
 	}

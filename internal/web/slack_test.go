@@ -134,6 +134,14 @@ func TestSlackButtonAcknowledges(t *testing.T) {
 	if len(views) != 1 || views[0].CallbackID != alerts.AckCallbackID || !strings.Contains(views[0].PrivateMetadata, m.TS) {
 		t.Fatalf("views after the press: %+v", views)
 	}
+	// No reason: the modal stays open and says so.
+	if _, status, body, err := e.slack.Submit(t.Context(), e.url, signingSecret, views[0].ID, reasonValues("  "), ana); err != nil ||
+		status != http.StatusOK || !strings.Contains(body, `"response_action":"errors"`) || !strings.Contains(body, `"reason"`) {
+		t.Errorf("submit without a reason = %d %q, %v; want the modal's errors", status, body, err)
+	}
+	if f := e.finding(t, e.sd.dup.Fingerprint); !f.AcknowledgedAt.IsZero() {
+		t.Fatalf("a submission without a reason acknowledged the finding")
+	}
 	in, status, body, err := e.slack.Submit(t.Context(), e.url, signingSecret, views[0].ID, reasonValues("refunded by hand, FIN-12"), ana)
 	if err != nil || status != http.StatusOK || body != "" {
 		t.Fatalf("submit = %d %q, %v; want 200 with an empty body, which closes the modal", status, body, err)
