@@ -88,6 +88,22 @@ type Alert struct {
 	UnknownOutcome bool
 }
 
+// SlackMessage is a message Slack accepted from the bot, as posted: what
+// the channel shows under Channel and TS, and the findings it alerts about
+// as open, so that a button pressed on it, or an acknowledgement on the
+// findings page, can find them (docs/design.md, "Buttons in Slack").
+type SlackMessage struct {
+	Channel, TS string
+	Kind        string // alerts' message kind: finding, cause, group, summary, overflow
+	RunID       string
+	// Fingerprints are the findings the message announces as open (firing
+	// or still open); none for a summary, an overflow or resolutions.
+	Fingerprints []string
+	Blocks       []byte // Block Kit JSON as posted; nil when posted as text only
+	Text         string
+	PostedAt     time.Time
+}
+
 // RunSummary is what a run's summary message says. It names only what is
 // new, changed or resolved in that run, so that it never re-alerts an old
 // finding by the back door.

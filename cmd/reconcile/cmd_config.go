@@ -51,6 +51,7 @@ func printConfig(w io.Writer, cfg config.Config, path string) error {
 	fmt.Fprintf(w, "SLACK_CHANNEL: %s\n", show(e.SlackChannel))
 	fmt.Fprintf(w, "SLACK_WEBHOOK_URL: %s\n", show(redact.URL(e.SlackWebhookURL.Reveal(), true)))
 	fmt.Fprintf(w, "SLACK_API_URL: %s\n", show(redact.URL(e.SlackAPIURL, false)))
+	fmt.Fprintf(w, "SLACK_SIGNING_SECRET: %s\n", show(e.SlackSigningSecret.String()))
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slack-go/slack"
+
 	"reconcile/internal/config"
 	"reconcile/internal/redact"
 	"reconcile/internal/store"
@@ -64,6 +66,7 @@ func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Lo
 		Live:      cfg.Env.LiveStripeKey(),
 		Logger:    log,
 		MaxRunAge: cfg.Serve.MaxRunAge,
+		Slack:     slackButtons(cfg, log),
 	})
 	if err != nil {
 		return usageError("%v", err)
@@ -94,10 +97,33 @@ func serveFindings(ctx context.Context, cfg config.Config, d *deps, log *slog.Lo
 	if err := srv.Shutdown(sctx); err != nil {
 		return failed(fmt.Errorf("serve: shutdown: %w", err))
 	}
+	// Slack's messages being edited after an acknowledgement are edited.
+	if err := h.Close(sctx); err != nil {
+		return failed(fmt.Errorf("serve: shutdown: %w", err))
+	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return failed(fmt.Errorf("serve: %s", redact.String(err.Error())))
 	}
 	return nil
+}
+
+// slackButtons are the options of Slack's buttons: the bot's client from
+// SLACK_BOT_TOKEN and SLACK_API_URL, and SLACK_SIGNING_SECRET, which
+// verifies Slack's calls. Without both the buttons are off, and serve says
+// so once (docs/design.md, "Buttons in Slack").
+func slackButtons(cfg config.Config, log *slog.Logger) web.SlackOptions {
+	e := cfg.Env
+	switch {
+	case e.SlackSigningSecret == "":
+		log.Info("slack buttons are off: set SLACK_SIGNING_SECRET (and SLACK_BOT_TOKEN) to acknowledge from Slack")
+		return web.SlackOptions{}
+	case e.SlackBotToken == "":
+		log.Warn("slack buttons are off: SLACK_SIGNING_SECRET is set but SLACK_BOT_TOKEN is not")
+		return web.SlackOptions{}
+	}
+	client := slack.New(e.SlackBotToken.Reveal(), slack.OptionAPIURL(strings.TrimRight(e.SlackAPIURL, "/")+"/"),
+		slack.OptionHTTPClient(&http.Client{Timeout: cfg.Alerts.Timeout}))
+	return web.SlackOptions{Client: client, SigningSecret: e.SlackSigningSecret.Reveal(), PublicURL: cfg.Serve.PublicURL}
 }
 
 // loopback says addr (host:port) listens on loopback only: a loopback IP

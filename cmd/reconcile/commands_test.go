@@ -268,12 +268,14 @@ func TestConfigCheckRedacts(t *testing.T) {
 	e := newEnv(t)
 	e.vars["DATABASE_URL"] = "postgres://app:CANARYpw@db.internal:5432/payments"
 	e.vars["SLACK_WEBHOOK_URL"] = "https://hooks.slack.com/services/T0/B0/CANARYhook"
+	e.vars["SLACK_SIGNING_SECRET"] = "CANARYsigning"
 	code, stdout, stderr := e.run("config", "check")
 	if code != 0 {
 		t.Fatalf("config check exited %d: %s", code, stderr)
 	}
 	for _, want := range []string{"lookback: 72h0m0s", "rate: 25", "DATABASE_URL: postgres://app:<redacted>@db.internal:5432/payments",
-		"STRIPE_API_KEY: sk_test_… <redacted>", "SLACK_BOT_TOKEN: <redacted>", "SLACK_WEBHOOK_URL: https://hooks.slack.com/"} {
+		"STRIPE_API_KEY: sk_test_… <redacted>", "SLACK_BOT_TOKEN: <redacted>", "SLACK_WEBHOOK_URL: https://hooks.slack.com/",
+		"SLACK_SIGNING_SECRET: <redacted>"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("config check lacks %q:\n%s", want, stdout)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/slack-go/slack"
 )
 
 // DrainStats says what one drain did.
@@ -38,6 +40,17 @@ type outcome struct {
 	retryAt     time.Time // not due again before; zero: at once
 	errText     string    // redacted, for MarkAttempt and logs
 	err         error     // statusFatal
+	// posted is what Slack accepted from the bot (statusSent), to record
+	// with the message's ts; nil for a webhook's or the demo's post, which
+	// no button can come back to.
+	posted *posted
+}
+
+// posted is a message as it went out: its blocks, or none when it went
+// as text only.
+type posted struct {
+	blocks []slack.Block
+	text   string
 }
 
 // sendFunc posts one message, in the thread of threadTS when set.
@@ -138,7 +151,7 @@ func deliver(ctx context.Context, outbox Outbox, m Message, thread string, now f
 	}
 	o := send(ctx, m, thread)
 	if o.status == statusSent {
-		return o, markSent(ctx, outbox, m.AlertIDs, o.channel, cmpOr(thread, o.ts), now())
+		return o, markSent(ctx, outbox, m, o, cmpOr(thread, o.ts), now())
 	}
 	// Every outcome but a send is recorded, a refusal that no retry can
 	// fix included: that clears the send's intent, so the copy sent once
@@ -150,13 +163,26 @@ func deliver(ctx context.Context, outbox Outbox, m Message, thread string, now f
 	return o, markAttempt(ctx, outbox, m.AlertIDs, next, o.status == statusUnknown, o.errText)
 }
 
-func markSent(ctx context.Context, outbox Outbox, ids []int64, channel, ts string, at time.Time) error {
+// markSent records that Slack accepted m: its rows are sent under the
+// thread root ts, and a message the bot posted is kept as posted, under
+// its own ts, for its buttons (docs/design.md, "Buttons in Slack").
+func markSent(ctx context.Context, outbox Outbox, m Message, o outcome, ts string, at time.Time) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
-	for _, id := range ids {
-		if err := outbox.MarkSent(bctx, id, channel, ts, at); err != nil {
+	for _, id := range m.AlertIDs {
+		if err := outbox.MarkSent(bctx, id, o.channel, ts, at); err != nil {
 			return fmt.Errorf("mark alert %d sent: %w", id, err)
 		}
+	}
+	if o.posted == nil || o.ts == "" {
+		return nil
+	}
+	rec, err := record(m, o.channel, o.ts, o.posted.blocks, o.posted.text, at)
+	if err == nil {
+		err = outbox.RecordMessage(bctx, rec)
+	}
+	if err != nil {
+		return fmt.Errorf("record the slack message %s: %w", o.ts, err)
 	}
 	return nil
 }

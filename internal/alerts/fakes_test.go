@@ -30,6 +30,8 @@ type fakeOutbox struct {
 	fences      int
 	held        int
 	unfenced    []string
+	// recorded are the bot's messages RecordMessage kept.
+	recorded []reconcile.SlackMessage
 }
 
 // errFenceLost is what a fake Fence fails with.
@@ -178,6 +180,21 @@ func (o *fakeOutbox) MarkAttempt(ctx context.Context, id int64, next time.Time, 
 	r.sending = false
 	r.next = next
 	r.errs = append(r.errs, errText)
+	return nil
+}
+
+// RecordMessage keeps the bot's messages as the store does: the first
+// record of a channel and ts stands.
+func (o *fakeOutbox) RecordMessage(ctx context.Context, m reconcile.SlackMessage) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range o.recorded {
+		if r.Channel == m.Channel && r.TS == m.TS {
+			return nil
+		}
+	}
+	o.mark("RecordMessage", 0)
+	o.recorded = append(o.recorded, m)
 	return nil
 }
 

@@ -56,6 +56,10 @@ var attacks = []string{
 // fragments rather than of whole messages, where the template's digits
 // (an amount's cents) beside an outside run of twelve digits, which is no
 // card number, can make one.
+//
+// The acknowledgement an edited message shows (Acknowledged) is checked as
+// the messages are, with the fuzzed detail as who and the obligation as
+// why.
 func FuzzRenderers(f *testing.F) {
 	for i, a := range attacks {
 		b := attacks[(i+1)%len(attacks)]
@@ -97,6 +101,14 @@ func FuzzRenderers(f *testing.F) {
 			}
 			checkMessage(t, m[0], s[0])
 		}
+		// Who acknowledged and why, from Slack or the page, are outside
+		// text too, in the message an acknowledgement edits.
+		acked := func(by, reason string) Message {
+			base := Plan([]reconcile.Alert{firing(1, stand)}, testNow, PlanOptions{Buttons: true})[0]
+			blocks, text := Acknowledged(base.Blocks, base.Text, []Ack{{By: by, Reason: reason, At: testNow}}, true)
+			return Message{Blocks: blocks, Text: text}
+		}
+		checkMessage(t, acked(detail, obligation), acked(standIn(detail, false), standIn(obligation, false)))
 	})
 }
 

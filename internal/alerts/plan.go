@@ -53,6 +53,11 @@ type Outbox interface {
 	// MarkAttempt records a failed attempt; the row is not due again before
 	// next. unknown is set when the request may have been delivered.
 	MarkAttempt(ctx context.Context, id int64, next time.Time, unknown bool, errText string) error
+	// RecordMessage keeps a message the bot posted and Slack accepted, as
+	// posted, with the findings it announces: what a button pressed on it
+	// acknowledges (docs/design.md, "Buttons in Slack"). Recording the same
+	// channel and ts again keeps the first.
+	RecordMessage(ctx context.Context, m reconcile.SlackMessage) error
 }
 
 // PlanOptions shape what Plan produces.
@@ -73,6 +78,13 @@ type PlanOptions struct {
 	// reply of their own; other repeats and resolutions are grouped.
 	// Default 10.
 	MaxThreads int
+	// Buttons puts an Acknowledge button on every message announcing open
+	// findings: a bot token and SLACK_SIGNING_SECRET are set, so serve can
+	// answer it (docs/design.md, "Buttons in Slack").
+	Buttons bool
+	// PublicURL is serve.public_url: without buttons, such a message links
+	// to the findings' page under it. Empty: no link.
+	PublicURL string
 }
 
 func (o PlanOptions) withDefaults() PlanOptions {
@@ -112,6 +124,10 @@ type Message struct {
 	// ThreadTS is the ts of an earlier message this one replies to; empty
 	// for a top-level message. Parent wins when both are set.
 	ThreadTS string
+	// Fingerprints are the findings the message announces as open (firing
+	// or still open), which its Acknowledge button acknowledges; none for
+	// a summary, an overflow or resolutions.
+	Fingerprints []string
 	// PossibleRepeat is set when an earlier delivery of a carried row may
 	// have arrived; the message says so.
 	PossibleRepeat bool

@@ -405,6 +405,7 @@ func renderFinding(r reconcile.Alert, opts PlanOptions) Message {
 		trace,
 		"Stop repeats: `reconcile ack "+strings.Trim(ownCode(f.Fingerprint), "`")+` --reason "…"`+"`",
 	))
+	blocks = withAffordance(blocks, ackAffordance(opts, findingLink(f.Fingerprint)))
 
 	var t strings.Builder
 	if r.UnknownOutcome {
@@ -422,7 +423,7 @@ func renderFinding(r reconcile.Alert, opts PlanOptions) Message {
 	}
 	t.WriteString("\nWhat to do: " + action)
 	return Message{
-		Kind: KindFinding, RunID: r.RunID, AlertIDs: []int64{r.ID}, Parent: -1,
+		Kind: KindFinding, RunID: r.RunID, AlertIDs: []int64{r.ID}, Parent: -1, Fingerprints: []string{f.Fingerprint},
 		PossibleRepeat: r.UnknownOutcome, Text: t.String(), Blocks: blocks,
 	}
 }
@@ -572,6 +573,16 @@ func renderGroup(g *group, now time.Time, opts PlanOptions) Message {
 		foot = append(foot, "Stop repeats: `"+ackHint+"`")
 	}
 	blocks = append(blocks, contextBlock(foot...))
+	// Only findings still open can be acknowledged; the page lists them all.
+	var fps []string
+	for _, it := range g.items {
+		if it.row.Event != reconcile.AlertResolved && it.row.Finding.Fingerprint != "" {
+			fps = append(fps, it.row.Finding.Fingerprint)
+		}
+	}
+	if len(fps) > 0 {
+		blocks = withAffordance(blocks, ackAffordance(opts, "/"))
+	}
 
 	var t strings.Builder
 	if possible {
@@ -581,7 +592,7 @@ func renderGroup(g *group, now time.Time, opts PlanOptions) Message {
 	// as the text has room for little more.
 	t.WriteString(plainTitle + "\n" + strings.Join(text, "\n"))
 	return Message{
-		Kind: KindGroup, RunID: k.run, AlertIDs: ids, Parent: k.parent, ThreadTS: k.ts,
+		Kind: KindGroup, RunID: k.run, AlertIDs: ids, Parent: k.parent, ThreadTS: k.ts, Fingerprints: fps,
 		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
 	}
 }
@@ -656,13 +667,18 @@ func renderCause(g *group, opts PlanOptions) Message {
 		strings.ToUpper(string(sev[:1]))+string(sev[1:])+" · "+runLabel(g.key.run),
 		"List them all: `"+list+"`",
 	))
+	blocks = withAffordance(blocks, ackAffordance(opts, causeLink(f)))
+	fps := make([]string, 0, len(g.items))
+	for _, it := range g.items {
+		fps = append(fps, it.row.Finding.Fingerprint)
+	}
 	var t strings.Builder
 	if possible {
 		t.WriteString(possibleRepeatLine(rows) + "\n")
 	}
 	t.WriteString(plainTitle + ".\nWhat to do: " + action + "\n" + strings.Join(text, "\n"))
 	return Message{
-		Kind: KindCause, RunID: g.key.run, AlertIDs: ids, Parent: g.key.parent, ThreadTS: g.key.ts,
+		Kind: KindCause, RunID: g.key.run, AlertIDs: ids, Parent: g.key.parent, ThreadTS: g.key.ts, Fingerprints: fps,
 		PossibleRepeat: possible, Text: t.String(), Blocks: blocks,
 	}
 }
@@ -787,8 +803,19 @@ func runeLen(s string) int { return utf8.RuneCountInString(s) }
 // message is cut to fit rather than rejected by Slack.
 func fit(m *Message) {
 	const note = "Not all of this fits in one Slack message; see `" + listHint + "`."
-	if len(m.Blocks) > maxBlocks {
-		m.Blocks = append(m.Blocks[:maxBlocks-1:maxBlocks-1], contextBlock(note))
+	// The Acknowledge button survives any cut: it is set apart and put
+	// back last.
+	var actions []slack.Block
+	m.Blocks = slices.DeleteFunc(m.Blocks, func(b slack.Block) bool {
+		if _, ok := b.(*slack.ActionBlock); ok {
+			actions = append(actions, b)
+			return true
+		}
+		return false
+	})
+	defer func() { m.Blocks = append(m.Blocks, actions...) }()
+	if limit := maxBlocks - len(actions); len(m.Blocks) > limit {
+		m.Blocks = append(m.Blocks[:limit-1:limit-1], contextBlock(note))
 	}
 	for _, b := range m.Blocks {
 		switch b := b.(type) {

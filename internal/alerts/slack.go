@@ -78,8 +78,15 @@ type SlackOptions struct {
 	HTTPClient *http.Client // default: a plain client; Timeout applies per request
 	// Live says the Stripe key is a live one (sk_live_, rk_live_), so that
 	// dashboard links leave out /test/.
-	Live   bool
-	Logger *slog.Logger // default: discard
+	Live bool
+	// Buttons puts Acknowledge buttons on the bot's messages: set when
+	// SLACK_SIGNING_SECRET is, so that serve can verify Slack's calls
+	// (docs/design.md, "Buttons in Slack"). Ignored for a webhook.
+	Buttons bool
+	// PublicURL is serve.public_url, which messages link to when there
+	// are no buttons.
+	PublicURL string
+	Logger    *slog.Logger // default: discard
 
 	// BackoffBase is the wait after the first 5xx or network error, doubled
 	// per retry up to BackoffMax; defaults 500ms and 10s.
@@ -157,6 +164,8 @@ func SlackOptionsFrom(c config.Config) SlackOptions {
 		Timeout:            c.Alerts.Timeout,
 		MaxMessages:        c.Alerts.MaxMessages,
 		Live:               e.LiveStripeKey(),
+		Buttons:            e.SlackBotToken != "" && e.SlackSigningSecret != "",
+		PublicURL:          c.Serve.PublicURL,
 	}
 }
 
@@ -245,7 +254,8 @@ func (d *Deliverer) GoString() string { return d.String() }
 // PlanOptions are the options Drain plans with.
 func (d *Deliverer) PlanOptions() PlanOptions {
 	return PlanOptions{Live: d.opts.Live, Webhook: d.mode == modeWebhook,
-		MaxCritical: d.opts.MaxCritical, MaxMessages: d.opts.MaxMessages}
+		MaxCritical: d.opts.MaxCritical, MaxMessages: d.opts.MaxMessages,
+		Buttons: d.opts.Buttons && d.mode == modeBot, PublicURL: d.opts.PublicURL}
 }
 
 // Drain posts every alert the outbox has due, in planned messages, at most
@@ -344,7 +354,14 @@ func (d *Deliverer) send(ctx context.Context, m Message, thread string, p *pacer
 		var wait time.Duration
 		switch a.class {
 		case classOK:
-			return outcome{status: statusSent, channel: cmpOr(ch, channel), ts: ts}
+			o := outcome{status: statusSent, channel: cmpOr(ch, channel), ts: ts}
+			if d.mode == modeBot {
+				o.posted = &posted{blocks: m.Blocks, text: m.Text}
+				if textOnly {
+					o.posted = &posted{text: truncateEscaped(m.Text, textOnlyMax)}
+				}
+			}
+			return o
 		case classRateLimited:
 			st.RateLimited++
 			wait = a.retryAfter
@@ -395,6 +412,9 @@ func (d *Deliverer) channelKey() string {
 	return d.opts.Channel
 }
 
+// textOnlyMax bounds the text of a message sent again as text only.
+const textOnlyMax = 3500
+
 // writeReportWait bounds how long post waits, once an answer came, for
 // net/http to report how writing the request ended.
 const writeReportWait = time.Second
@@ -422,7 +442,7 @@ func (d *Deliverer) post(ctx context.Context, m Message, thread string, textOnly
 	})
 	text, blocks := m.Text, m.Blocks
 	if textOnly {
-		text, blocks = truncateEscaped(text, 3500), nil
+		text, blocks = truncateEscaped(text, textOnlyMax), nil
 	}
 	switch d.mode {
 	case modeBot:

@@ -106,6 +106,9 @@ type ServeConfig struct {
 	// TLSCertFile and TLSKeyFile, both or neither, make serve speak HTTPS.
 	TLSCertFile string `yaml:"tls_cert_file"`
 	TLSKeyFile  string `yaml:"tls_key_file"`
+	// PublicURL is where finance reaches the page (https://reconcile.example.com);
+	// Slack messages link to a finding's page under it. Empty: no links.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Env is what comes from the environment (README.md, "Configuration").
@@ -117,6 +120,10 @@ type Env struct {
 	SlackChannel    string
 	SlackWebhookURL Secret
 	SlackAPIURL     string
+	// SlackSigningSecret verifies Slack's calls to serve's
+	// /slack/interactions; with a bot token it turns the messages'
+	// Acknowledge buttons on (docs/design.md, "Buttons in Slack").
+	SlackSigningSecret Secret
 }
 
 // Default is the built-in configuration; configs/reconcile.yaml documents
@@ -196,6 +203,7 @@ func (e *Env) read(getenv func(string) string) {
 	set(&e.SlackChannel, "SLACK_CHANNEL")
 	set((*string)(&e.SlackWebhookURL), "SLACK_WEBHOOK_URL")
 	set(&e.SlackAPIURL, "SLACK_API_URL")
+	set((*string)(&e.SlackSigningSecret), "SLACK_SIGNING_SECRET")
 }
 
 // Decode decodes YAML onto c strictly: an unknown key, a duplicate key or a
@@ -469,6 +477,11 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 func (s ServeConfig) validate() error {
 	if strings.TrimSpace(s.Listen) == "" {
 		return errors.New("serve.listen: must not be empty (e.g. 127.0.0.1:8080)")
+	}
+	if s.PublicURL != "" {
+		if err := checkURL(s.PublicURL); err != nil {
+			return fmt.Errorf("serve.public_url: %w (e.g. https://reconcile.example.com)", err)
+		}
 	}
 	switch s.Auth {
 	case "none":

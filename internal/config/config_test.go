@@ -72,6 +72,8 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		{"serve proxy without proxies", "serve:\n  auth: proxy\n", "serve.trusted_proxies: serve.auth proxy needs"},
 		{"serve bad proxy", "serve:\n  auth: proxy\n  trusted_proxies: [nope]\n", `serve.trusted_proxies: "nope"`},
 		{"serve no listen", "serve:\n  listen: \"\"\n", "serve.listen: must not be empty"},
+		{"serve relative public url", "serve:\n  public_url: reconcile.example.com\n", "serve.public_url: must be an absolute http(s) URL"},
+		{"serve ftp public url", "serve:\n  public_url: ftp://reconcile.example.com\n", "serve.public_url: must be an absolute http(s) URL"},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml), noEnv)
@@ -86,6 +88,9 @@ func TestEnv(t *testing.T) {
 		"DATABASE_URL":    "postgres://u:hunter2@db/x",
 		"STRIPE_API_KEY":  "sk_test_canary",
 		"SLACK_BOT_TOKEN": "xoxb-canary",
+		// The signing secret verifies Slack's button calls; it prints as
+		// the others do.
+		"SLACK_SIGNING_SECRET": "signing-canary",
 	}
 	_, err := Load("", func(k string) string { return env[k] })
 	if err == nil || !strings.Contains(err.Error(), "SLACK_CHANNEL") {
@@ -97,10 +102,13 @@ func TestEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	printed := fmt.Sprintf("%v %+v %#v %s", c.Env, c.Env, c.Env, c.Env.StripeAPIKey)
-	for _, secret := range []string{"hunter2", "sk_test_canary", "xoxb-canary"} {
+	for _, secret := range []string{"hunter2", "sk_test_canary", "xoxb-canary", "signing-canary"} {
 		if strings.Contains(printed, secret) {
 			t.Errorf("printing Env leaks %q: %s", secret, printed)
 		}
+	}
+	if c.Env.SlackSigningSecret.Reveal() != "signing-canary" {
+		t.Errorf("SlackSigningSecret.Reveal() = %q", c.Env.SlackSigningSecret.Reveal())
 	}
 	if c.Env.StripeAPIKey.Reveal() != "sk_test_canary" {
 		t.Errorf("Reveal() = %q", c.Env.StripeAPIKey.Reveal())
@@ -157,4 +165,14 @@ func writeFile(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+func TestPublicURL(t *testing.T) {
+	c, err := Load(writeFile(t, "serve:\n  public_url: https://reconcile.example.com/\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Serve.PublicURL != "https://reconcile.example.com/" {
+		t.Errorf("serve.public_url = %q", c.Serve.PublicURL)
+	}
 }

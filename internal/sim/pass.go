@@ -323,6 +323,13 @@ func (s *simStore) MarkSent(ctx context.Context, id int64, channel, ts string, a
 	return s.inner.MarkSent(ctx, id, channel, ts, at)
 }
 
+func (s *simStore) RecordMessage(ctx context.Context, m reconcile.SlackMessage) error {
+	if s.pc.killed.Load() {
+		return errKilled
+	}
+	return s.inner.RecordMessage(ctx, m)
+}
+
 func (s *simStore) MarkAttempt(ctx context.Context, id int64, next time.Time, unknown bool, errText string) error {
 	if s.pc.killed.Load() {
 		return errKilled

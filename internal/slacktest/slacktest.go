@@ -6,6 +6,12 @@
 // Slack's message limits, and injects faults: counted ones, or a script of
 // answers one post at a time. StallingTransport is the client's side of one
 // fault: an uplink that stops sending a request after its headers.
+//
+// It also plays Slack's side of an app's buttons (interact.go): it opens
+// modals (views.open, with trigger ids that expire as Slack's do and the
+// limits of a modal), edits messages (chat.update), and presses buttons
+// and submits modals by posting signed interactions to the app, as Slack
+// does.
 package slacktest
 
 import (
@@ -104,6 +110,13 @@ type Server struct {
 	reqs       int
 	bodies     []string
 	violations []string
+
+	// Interactions (interact.go).
+	triggers   map[string]trigger
+	triggerSeq int
+	views      []View
+	viewSeq    int
+	updates    []Update
 }
 
 // New returns a server accepting bearer token (or form field) token.
@@ -334,10 +347,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, m
 		tok = fields["token"]
 	}
 	w.Header().Set("Content-Type", "application/json")
-	fail := func(code string) {
-		s.mu.Unlock()
-		fmt.Fprintf(w, `{"ok":false,"error":%q}`, code)
-	}
+	fail := func(code string) { s.failUnlock(w, code) }
 	switch {
 	case s.faults.BadAuth || tok != s.Token:
 		fail("invalid_auth")
@@ -375,6 +385,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, body []byte, m
 		}
 		time.Sleep(hang)
 		fmt.Fprintf(w, `{"ok":true,"channel":%q,"ts":%q,"message":{"ts":%q}}`, m.Channel, ts, ts)
+	case "views.open":
+		s.openView(w, fields) // unlocks
+	case "chat.update":
+		s.updateMessage(w, fields) // unlocks
 	default:
 		fail("unknown_method")
 	}

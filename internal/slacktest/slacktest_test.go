@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
@@ -245,4 +246,112 @@ func TestPostedAndEarlyAnswers(t *testing.T) {
 	if m := s.Messages(); len(m) != 4 || m[3].Text != "hooked" {
 		t.Errorf("the webhook's posted answer was recorded as %+v, want its post shown", m[len(m)-1])
 	}
+}
+
+// The fake plays Slack's side of a button: a press posts a block_actions
+// payload signed as Slack signs, whose trigger opens a modal for three
+// seconds only; a modal over Slack's limits is a violation; chat.update
+// edits a message that exists and refuses one that does not.
+func TestInteractions(t *testing.T) {
+	s, base := start(t)
+	clock := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	s.Now = func() time.Time { return clock }
+	client := slack.New(token, slack.OptionAPIURL(base+"/api/"))
+	button := slack.NewButtonBlockElement("reconcile_ack", "fp1", slack.NewTextBlockObject(slack.PlainTextType, "Acknowledge", false, false))
+	_, ts, err := client.PostMessageContext(t.Context(), "C0FIN", slack.MsgOptionText("a finding", false),
+		slack.MsgOptionBlocks(slack.NewActionBlock("reconcile_ack", button)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "signing-secret"
+	var got []slack.InteractionCallback
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sv, err := slack.NewSecretsVerifier(r.Header, secret)
+		if err == nil {
+			sv.Write(body)
+			err = sv.Ensure()
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		ic, err := slack.InteractionCallbackParse(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got = append(got, ic)
+	})
+	appSrv := httptestServer(t, app)
+	user := slacktest.User{ID: "U9", Username: "ana", Name: "Ana"}
+	in, status, _, err := s.Press(t.Context(), appSrv, secret, "C0FIN", ts, "reconcile_ack", user)
+	if err != nil || status != http.StatusOK || len(got) != 1 {
+		t.Fatalf("press = %d, %v; the app got %d interactions", status, err, len(got))
+	}
+	ic := got[0]
+	if ic.Type != slack.InteractionTypeBlockActions || ic.Container.ChannelID != "C0FIN" || ic.Container.MessageTs != ts ||
+		ic.User.ID != "U9" || ic.User.Name != "Ana" || len(ic.ActionCallback.BlockActions) != 1 ||
+		ic.ActionCallback.BlockActions[0].ActionID != "reconcile_ack" || ic.ActionCallback.BlockActions[0].Value != "fp1" || ic.TriggerID == "" {
+		t.Errorf("the press as the app read it: %+v", ic)
+	}
+	if status, _, _ := slacktest.Sign("wrong", time.Now(), in.Body).Post(t.Context(), appSrv); status != http.StatusUnauthorized {
+		t.Errorf("a press signed with another secret = %d, want the app's 401", status)
+	}
+	if _, _, _, err := s.Press(t.Context(), appSrv, secret, "C0FIN", ts, "other", user); !errors.Is(err, slacktest.ErrNoButton) {
+		t.Errorf("pressing a button the message lacks = %v, want ErrNoButton", err)
+	}
+
+	modal := func(title string) slack.ModalViewRequest {
+		return slack.ModalViewRequest{Type: slack.VTModal, CallbackID: "reconcile_ack", PrivateMetadata: "{}",
+			Title:  slack.NewTextBlockObject(slack.PlainTextType, title, false, false),
+			Blocks: slack.Blocks{BlockSet: []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, "why?", false, false), nil, nil)}}}
+	}
+	v, err := client.OpenViewContext(t.Context(), ic.TriggerID, modal("Acknowledge"))
+	if err != nil || v.ID == "" || len(s.Views()) != 1 || s.Views()[0].User != user || len(s.Violations()) != 0 {
+		t.Errorf("views.open = %+v, %v; views %+v, violations %q", v, err, s.Views(), s.Violations())
+	}
+	if _, err := client.OpenViewContext(t.Context(), ic.TriggerID, modal("A title far over Slack's twenty-four")); err != nil ||
+		len(s.Violations()) != 1 || !strings.Contains(s.Violations()[0], "title of 36 characters") {
+		t.Errorf("a modal over the limits: %v, violations %q", err, s.Violations())
+	}
+	var se slack.SlackErrorResponse
+	if _, err := client.OpenViewContext(t.Context(), "made-up", modal("x")); !errors.As(err, &se) || se.Err != "invalid_trigger_id" {
+		t.Errorf("views.open with a trigger Slack never issued = %v, want invalid_trigger_id", err)
+	}
+	clock = clock.Add(slacktest.TriggerLife)
+	if _, err := client.OpenViewContext(t.Context(), ic.TriggerID, modal("x")); !errors.As(err, &se) || se.Err != "expired_trigger_id" {
+		t.Errorf("views.open three seconds after the press = %v, want expired_trigger_id", err)
+	}
+
+	if _, _, _, err := client.UpdateMessageContext(t.Context(), "C0FIN", ts, slack.MsgOptionText("acknowledged", false)); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.Messages()[0]; m.Text != "acknowledged" || len(m.Blocks) != 0 || len(s.Updates()) != 1 {
+		t.Errorf("after chat.update the channel shows %+v; updates %+v", m, s.Updates())
+	}
+	var many []slack.Block
+	for range 51 {
+		many = append(many, slack.NewDividerBlock())
+	}
+	if _, _, _, err := client.UpdateMessageContext(t.Context(), "C0FIN", ts, slack.MsgOptionText("x", false), slack.MsgOptionBlocks(many...)); err != nil ||
+		!strings.Contains(strings.Join(s.Violations(), "\n"), "update 2 (chat.update): 51 blocks") {
+		t.Errorf("an update of 51 blocks: %v, violations %q", err, s.Violations())
+	}
+	if _, _, _, err := client.UpdateMessageContext(t.Context(), "C0OTHER", ts, slack.MsgOptionText("x", false)); !errors.As(err, &se) || se.Err != "message_not_found" {
+		t.Errorf("chat.update of a message not in that channel = %v, want message_not_found", err)
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := &http.Server{Handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -49,6 +49,8 @@ type Store interface {
 	LastRuns(ctx context.Context, n int) ([]store.RunRecord, error)
 	// MetricsStore is what /metrics reads besides.
 	MetricsStore
+	// SlackStore is what Slack's buttons need (slack.go).
+	SlackStore
 }
 
 // Options configure the pages.
@@ -72,6 +74,10 @@ type Options struct {
 	// MaxRunAge is how long after the last completed run /healthz still
 	// answers healthy (serve.max_run_age); zero: no bound.
 	MaxRunAge time.Duration
+	// Slack turns on POST /slack/interactions, Slack's buttons, and the
+	// edits of Slack's messages when a finding is acknowledged here
+	// (slack.go); without a signing secret the route answers 404.
+	Slack SlackOptions
 }
 
 // ContentSecurityPolicy is sent with every response: nothing but the
@@ -96,12 +102,23 @@ type server struct {
 	live   bool
 	logger *slog.Logger
 	maxAge time.Duration
+	slack  *slackButtons // nil without a signing secret
 }
 
 type userKey struct{}
 
+// Handler serves the pages; Close waits for the Slack edits it started.
+type Handler struct {
+	http.Handler
+	slack *slackButtons
+}
+
+// Close stops starting Slack edits and waits, until ctx ends, for those
+// under way: serve calls it once the server is shut down.
+func (h *Handler) Close(ctx context.Context) error { return h.slack.Close(ctx) }
+
 // New returns the pages' handler.
-func New(o Options) (http.Handler, error) {
+func New(o Options) (*Handler, error) {
 	if o.Store == nil {
 		return nil, errors.New("web: a store is required")
 	}
@@ -115,6 +132,13 @@ func New(o Options) (http.Handler, error) {
 	s := &server{store: o.Store, trace: o.Trace, mirror: o.Mirror, now: o.Now, auth: au, live: o.Live, logger: o.Logger, maxAge: o.MaxRunAge}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Slack.SigningSecret != "" {
+		if o.Slack.Client == nil {
+			return nil, errors.New("web: Slack's buttons need the bot's client (SLACK_BOT_TOKEN)")
+		}
+		s.slack = &slackButtons{store: o.Store, client: o.Slack.Client, secret: o.Slack.SigningSecret,
+			publicURL: o.Slack.PublicURL, now: s.now, log: s.logger, seen: map[string]time.Time{}}
 	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -136,8 +160,10 @@ func New(o Options) (http.Handler, error) {
 	// says only whether the nightly run is current.
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", s.healthz)
+	// Slack signs its calls, and signs in nowhere (slack.go).
+	root.HandleFunc("POST /slack/interactions", s.slack.interactions)
 	root.Handle("/", s.authenticate(mux))
-	return secureHeaders(root), nil
+	return &Handler{Handler: secureHeaders(root), slack: s.slack}, nil
 }
 
 // healthz answers 200 while the reconciler is doing its job: the newest
@@ -367,8 +393,8 @@ func (s *server) ack(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a reason is required", http.StatusBadRequest)
 		return
 	}
-	_, err := s.store.Ack(r.Context(), fp, userOf(r).name, reason, s.now().UTC())
-	s.acted(w, r, fp, err)
+	rec, err := s.store.Ack(r.Context(), fp, userOf(r).name, reason, s.now().UTC())
+	s.acted(w, r, rec, err)
 }
 
 // reopen clears a finding's acknowledgement: it is repeated again past
@@ -378,8 +404,8 @@ func (s *server) reopen(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	_, err := s.store.Reopen(r.Context(), fp)
-	s.acted(w, r, fp, err)
+	rec, err := s.store.Reopen(r.Context(), fp)
+	s.acted(w, r, rec, err)
 }
 
 // actOn reads a state-changing form: it needs a user who may act, and
@@ -405,8 +431,9 @@ func (s *server) actOn(w http.ResponseWriter, r *http.Request) (fingerprint stri
 // acted answers a state-changing form: the error as a status, or back to
 // the page the form was on: the finding's own page, or the findings with
 // the view's filters (only those are kept, so the redirect never leaves
-// the page).
-func (s *server) acted(w http.ResponseWriter, r *http.Request, fp string, err error) {
+// the page). Slack's messages about a changed finding are edited to say
+// how it stands (docs/design.md, "Buttons in Slack").
+func (s *server) acted(w http.ResponseWriter, r *http.Request, rec store.FindingRecord, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		http.Error(w, "no open finding has that fingerprint", http.StatusNotFound)
@@ -418,8 +445,9 @@ func (s *server) acted(w http.ResponseWriter, r *http.Request, fp string, err er
 		s.fail(w, r, err)
 		return
 	}
+	s.slack.acknowledged(r.Context(), rec.Fingerprint)
 	if r.PostFormValue("return") == "finding" {
-		http.Redirect(w, r, "/findings/"+url.PathEscape(fp), http.StatusSeeOther)
+		http.Redirect(w, r, "/findings/"+url.PathEscape(rec.Fingerprint), http.StatusSeeOther)
 		return
 	}
 	back, _ := url.ParseQuery(r.PostFormValue("back"))
