@@ -90,6 +90,11 @@ type slackButtons struct {
 	seen    map[string]time.Time // signatures verified within replayWindow
 	closed  bool
 	pending sync.WaitGroup
+	// edits are the messages to edit, in the order their findings
+	// changed; one worker at a time takes them (editing is true while it
+	// runs), so that the last edit of a message shows how it stands last.
+	edits   []reconcile.SlackMessage
+	editing bool
 }
 
 // interactions is POST /slack/interactions.
@@ -266,20 +271,40 @@ func (b *slackButtons) acknowledged(ctx context.Context, fingerprint string) {
 }
 
 // refreshLater edits msg in the background, tracked so that Close waits
-// for it.
+// for it. Edits run one after another in the order asked: two edits of a
+// message at once (an ack, then a reopening) could land in either order
+// and leave it showing the older state.
 func (b *slackButtons) refreshLater(msg reconcile.SlackMessage) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return
 	}
-	b.pending.Go(func() {
+	b.edits = append(b.edits, msg)
+	if !b.editing {
+		b.editing = true
+		b.pending.Go(b.edit)
+	}
+}
+
+// edit makes the queued edits until none is left.
+func (b *slackButtons) edit() {
+	for {
+		b.mu.Lock()
+		if len(b.edits) == 0 {
+			b.editing = false
+			b.mu.Unlock()
+			return
+		}
+		msg := b.edits[0]
+		b.edits = b.edits[1:]
+		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), updateTimeout)
-		defer cancel()
 		if err := b.refresh(ctx, msg); err != nil {
 			b.log.Error("slack: update an acknowledged message", "ts", msg.TS, "error", redact.String(err.Error()))
 		}
-	})
+		cancel()
+	}
 }
 
 // refresh edits msg as its findings stand: its blocks as posted without

@@ -243,8 +243,8 @@ func TestSlackInteractionsAreVerified(t *testing.T) {
 
 // A group's button acknowledges all its open findings at once, as the
 // Slack user; a hostile name and reason show masked and escaped in the
-// edited message. An acknowledgement on the page edits the messages of
-// that finding too.
+// edited message. An acknowledgement on the page, and its reopening, edit
+// the messages of that finding too.
 func TestSlackGroupAndPageAck(t *testing.T) {
 	t.Parallel()
 	e := newSlackEnv(t, signingSecret, "")
@@ -259,6 +259,22 @@ func TestSlackGroupAndPageAck(t *testing.T) {
 	if !strings.Contains(g.Flat, "Acknowledged by [email] at 2026-11-30 07:00 UTC: customer agreed") ||
 		!strings.Contains(string(g.Blocks), `"action_id":"reconcile_ack"`) {
 		t.Fatalf("after the page's ack the digest shows:\n%s\n%s", g.Flat, g.Blocks)
+	}
+	// Acknowledged and at once reopened on the page, the message ends
+	// showing it open: the edits land in order.
+	e = newSlackEnv(t, signingSecret, "")
+	if w := do(e.h, http.MethodPost, "/ack", form, nil); w.Code != http.StatusSeeOther {
+		t.Fatalf("POST /ack = %d %s", w.Code, w.Body)
+	}
+	if w := do(e.h, http.MethodPost, "/reopen", url.Values{"fingerprint": {e.sd.mismatch.Fingerprint}}, nil); w.Code != http.StatusSeeOther {
+		t.Fatalf("POST /reopen = %d %s", w.Code, w.Body)
+	}
+	e.settle(t)
+	if g = e.message(t, "findings to check"); strings.Contains(g.Flat, "customer agreed") || !strings.Contains(string(g.Blocks), `"action_id":"reconcile_ack"`) {
+		t.Fatalf("after the page's reopen the digest shows:\n%s\n%s", g.Flat, g.Blocks)
+	}
+	if u := e.slack.Updates(); len(u) != 2 {
+		t.Errorf("the ack and the reopening made %d edits, want 2", len(u))
 	}
 
 	e = newSlackEnv(t, signingSecret, "")
