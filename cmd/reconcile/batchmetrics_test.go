@@ -17,6 +17,7 @@ import (
 
 	"reconcile/internal/config"
 	"reconcile/internal/metrics"
+	"reconcile/internal/metrics/metricstest"
 	"reconcile/internal/stripesim"
 )
 
@@ -116,43 +117,6 @@ func gatewayGroup(t *testing.T, base, instance string) map[string]*dto.MetricFam
 	return group
 }
 
-// sample is the value of name{labels} in fams, and whether it is there.
-func sample(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	for _, m := range fams[name].GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
-		}
-		match := len(got) == len(labels)/2
-		for i := 0; match && i+1 < len(labels); i += 2 {
-			match = got[labels[i]] == labels[i+1]
-		}
-		if match {
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue(), true
-			}
-			return m.GetUntyped().GetValue(), true
-		}
-	}
-	return 0, false
-}
-
-type want struct {
-	name   string
-	labels []string
-	value  float64
-}
-
-func checkSamples(t *testing.T, where string, fams map[string]*dto.MetricFamily, wants []want) {
-	t.Helper()
-	for _, w := range wants {
-		got, ok := sample(fams, w.name, w.labels...)
-		if !ok || got != w.value {
-			t.Errorf("%s: %s%v = %v (present %t), want %v", where, w.name, w.labels, got, ok, w.value)
-		}
-	}
-}
-
 // lastCompleted is the store's newest completed run's finish, in Unix
 // seconds as the metrics give it.
 func (e *env) lastCompleted() float64 {
@@ -198,40 +162,40 @@ func TestRunPushesMetrics(t *testing.T) {
 		t.Fatalf("Stripe refused nothing (%+v); the test proves nothing", st)
 	}
 	success := e.lastCompleted()
-	completed := []want{
-		{"reconcile_last_run_status", []string{"status", "completed"}, 1},
-		{"reconcile_last_run_status", []string{"status", "failed"}, 0},
-		{"reconcile_last_success_timestamp_seconds", nil, success},
-		{"reconcile_last_run_stripe_requests", nil, float64(st.Requests)},
-		{"reconcile_last_run_stripe_retries", nil, float64(st.RateLimited)},
-		{"reconcile_last_run_stripe_rate_limited", nil, float64(st.RateLimited)},
+	completed := []metricstest.Want{
+		metricstest.W("reconcile_last_run_status", 1, "status", "completed"),
+		metricstest.W("reconcile_last_run_status", 0, "status", "failed"),
+		metricstest.W("reconcile_last_success_timestamp_seconds", success),
+		metricstest.W("reconcile_last_run_stripe_requests", float64(st.Requests)),
+		metricstest.W("reconcile_last_run_stripe_retries", float64(st.RateLimited)),
+		metricstest.W("reconcile_last_run_stripe_rate_limited", float64(st.RateLimited)),
 		// The duplicate refund (USD 89.00 paid out twice), the stale lease
 		// of charge:5400 (USD 7.00 unconfirmed) and the charge ch_4821 that
 		// no obligation accounts for (USD 178.00 collected).
-		{"reconcile_open_findings", []string{"kind", "duplicate", "severity", "critical", "acknowledged", "false"}, 1},
-		{"reconcile_open_findings", []string{"kind", "stale_lease", "severity", "warning", "acknowledged", "false"}, 1},
-		{"reconcile_open_findings", []string{"kind", "orphan", "severity", "high", "acknowledged", "false"}, 1},
-		{"reconcile_open_findings", []string{"kind", "amount_mismatch", "severity", "high", "acknowledged", "false"}, 0},
-		{"reconcile_open_money_minor_units", []string{"currency", "usd", "meaning", "paid_out_too_much"}, 8900},
-		{"reconcile_open_money_minor_units", []string{"currency", "usd", "meaning", "collected_wrong"}, 17800},
-		{"reconcile_open_money_minor_units", []string{"currency", "usd", "meaning", "unconfirmed"}, 700},
+		metricstest.W("reconcile_open_findings", 1, "kind", "duplicate", "severity", "critical", "acknowledged", "false"),
+		metricstest.W("reconcile_open_findings", 1, "kind", "stale_lease", "severity", "warning", "acknowledged", "false"),
+		metricstest.W("reconcile_open_findings", 1, "kind", "orphan", "severity", "high", "acknowledged", "false"),
+		metricstest.W("reconcile_open_findings", 0, "kind", "amount_mismatch", "severity", "high", "acknowledged", "false"),
+		metricstest.W("reconcile_open_money_minor_units", 8900, "currency", "usd", "meaning", "paid_out_too_much"),
+		metricstest.W("reconcile_open_money_minor_units", 17800, "currency", "usd", "meaning", "collected_wrong"),
+		metricstest.W("reconcile_open_money_minor_units", 700, "currency", "usd", "meaning", "unconfirmed"),
 		// Slack took every message.
-		{"reconcile_outbox_backlog", nil, 0},
-		{"reconcile_outbox_oldest_age_seconds", nil, 0},
+		metricstest.W("reconcile_outbox_backlog", 0),
+		metricstest.W("reconcile_outbox_oldest_age_seconds", 0),
 	}
 	pushed := gatewayGroup(t, gw, "payments-test")
-	checkSamples(t, "gateway after a completed run", pushed, completed)
-	if d, ok := sample(pushed, "reconcile_last_run_duration_seconds"); !ok || d <= 0 || d > 120 {
+	metricstest.Check(t, "gateway after a completed run", pushed, completed)
+	if d, ok := metricstest.Sample(pushed, "reconcile_last_run_duration_seconds"); !ok || d <= 0 || d > 120 {
 		t.Errorf("duration = %v (present %t), want the run's seconds", d, ok)
 	}
-	if _, ok := sample(pushed, "push_time_seconds"); !ok {
+	if _, ok := metricstest.Sample(pushed, "push_time_seconds"); !ok {
 		t.Errorf("the gateway shows no push_time_seconds for the group: %v", pushed)
 	}
 	file, err := metrics.ParseText(textfile)
 	if err != nil {
 		t.Fatalf("Prometheus's text parser refuses the textfile: %v", err)
 	}
-	checkSamples(t, "textfile after a completed run", file, completed)
+	metricstest.Check(t, "textfile after a completed run", file, completed)
 	if fi, err := os.Stat(textfile); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Errorf("textfile mode %v (%v), want 0644", fi.Mode().Perm(), err)
 	}
@@ -244,21 +208,21 @@ func TestRunPushesMetrics(t *testing.T) {
 		t.Fatalf("run against a failing Stripe exited %d, want 1: %s", code, stderr)
 	}
 	e.stripe.SetFaults(stripesim.Faults{})
-	failed := []want{
-		{"reconcile_last_run_status", []string{"status", "completed"}, 0},
-		{"reconcile_last_run_status", []string{"status", "failed"}, 1},
-		{"reconcile_last_success_timestamp_seconds", nil, success},
-		{"reconcile_open_findings", []string{"kind", "duplicate", "severity", "critical", "acknowledged", "false"}, 1},
-		{"reconcile_open_money_minor_units", []string{"currency", "usd", "meaning", "paid_out_too_much"}, 8900},
+	failed := []metricstest.Want{
+		metricstest.W("reconcile_last_run_status", 0, "status", "completed"),
+		metricstest.W("reconcile_last_run_status", 1, "status", "failed"),
+		metricstest.W("reconcile_last_success_timestamp_seconds", success),
+		metricstest.W("reconcile_open_findings", 1, "kind", "duplicate", "severity", "critical", "acknowledged", "false"),
+		metricstest.W("reconcile_open_money_minor_units", 8900, "currency", "usd", "meaning", "paid_out_too_much"),
 	}
 	pushed = gatewayGroup(t, gw, "payments-test")
-	checkSamples(t, "gateway after a failed pass", pushed, failed)
+	metricstest.Check(t, "gateway after a failed pass", pushed, failed)
 	if file, err = metrics.ParseText(textfile); err != nil {
 		t.Fatal(err)
 	}
-	checkSamples(t, "textfile after a failed pass", file, failed)
+	metricstest.Check(t, "textfile after a failed pass", file, failed)
 	for _, fams := range []map[string]*dto.MetricFamily{pushed, file} {
-		if _, ok := sample(fams, "reconcile_last_run_stripe_requests"); ok {
+		if _, ok := metricstest.Sample(fams, "reconcile_last_run_stripe_requests"); ok {
 			t.Errorf("a failed pass left Stripe requests behind: %v", fams["reconcile_last_run_stripe_requests"])
 		}
 	}
@@ -275,11 +239,11 @@ func TestRunPushesMetrics(t *testing.T) {
 	}
 	e.vars["DATABASE_URL"] = down
 	pushed = gatewayGroup(t, gw, "payments-test")
-	checkSamples(t, "gateway after a run without its database", pushed, failed)
+	metricstest.Check(t, "gateway after a run without its database", pushed, failed)
 	if file, err = metrics.ParseText(textfile); err != nil {
 		t.Fatal(err)
 	}
-	checkSamples(t, "textfile after a run without its database", file, failed)
+	metricstest.Check(t, "textfile after a run without its database", file, failed)
 
 	// The instance defaults to the database (host:port/name), the same
 	// from run to run, never its user or password.
@@ -291,9 +255,9 @@ func TestRunPushesMetrics(t *testing.T) {
 	if strings.Contains(inst, "@") || !strings.Contains(inst, ":") || !strings.Contains(inst, "/") {
 		t.Errorf("default instance %q, want host:port/dbname", inst)
 	}
-	checkSamples(t, "gateway, default instance", gatewayGroup(t, gw, inst), []want{
-		{"reconcile_last_run_status", []string{"status", "completed"}, 1},
-		{"reconcile_last_success_timestamp_seconds", nil, e.lastCompleted()},
+	metricstest.Check(t, "gateway, default instance", gatewayGroup(t, gw, inst), []metricstest.Want{
+		metricstest.W("reconcile_last_run_status", 1, "status", "completed"),
+		metricstest.W("reconcile_last_success_timestamp_seconds", e.lastCompleted()),
 	})
 
 	// A gateway that is down: one warning, the password nowhere, and the

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"reconcile"
+	"reconcile/internal/metrics/metricstest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
 )
@@ -41,60 +42,27 @@ func completedRun() BatchRun {
 	}
 }
 
-// value is the one sample of name whose labels are labels (name=value
-// pairs); it fails the test when there is none.
-func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	t.Helper()
-	mf, ok := fams[name]
-	if !ok {
-		t.Fatalf("no %s", name)
-	}
-	for _, m := range mf.GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
-		}
-		match := len(got) == len(labels)/2
-		for i := 0; match && i+1 < len(labels); i += 2 {
-			match = got[labels[i]] == labels[i+1]
-		}
-		if match {
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no %s%v among %v", name, labels, mf.GetMetric())
-	return 0
-}
-
 // checkCompleted checks every figure of completedRun as fams holds them.
 func checkCompleted(t *testing.T, fams map[string]*dto.MetricFamily) {
 	t.Helper()
-	for _, c := range []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
-		{"reconcile_last_run_status", []string{"status", "completed"}, 1},
-		{"reconcile_last_run_status", []string{"status", "failed"}, 0},
-		{"reconcile_last_run_duration_seconds", nil, 2.5},
-		{"reconcile_last_success_timestamp_seconds", nil, float64(lastOK.Unix())},
-		{"reconcile_last_run_stripe_requests", nil, 9},
-		{"reconcile_last_run_stripe_retries", nil, 3},
-		{"reconcile_last_run_stripe_rate_limited", nil, 2},
-		{"reconcile_outbox_backlog", nil, 4},
-		{"reconcile_outbox_oldest_age_seconds", nil, 90},
-		{"reconcile_open_findings", []string{"kind", "duplicate", "severity", "critical", "acknowledged", "false"}, 1},
-		{"reconcile_open_findings", []string{"kind", "duplicate", "severity", "critical", "acknowledged", "true"}, 1},
-		{"reconcile_open_findings", []string{"kind", "unresolved_unknown", "severity", "warning", "acknowledged", "false"}, 1},
-		{"reconcile_open_findings", []string{"kind", "orphan", "severity", "high", "acknowledged", "false"}, 0},
-		{"reconcile_open_money_minor_units", []string{"currency", "usd", "meaning", "paid_out_too_much"}, 9000},
+	metricstest.Check(t, "a completed run", fams, []metricstest.Want{
+		metricstest.W("reconcile_last_run_status", 1, "status", "completed"),
+		metricstest.W("reconcile_last_run_status", 0, "status", "failed"),
+		metricstest.W("reconcile_last_run_duration_seconds", 2.5),
+		metricstest.W("reconcile_last_success_timestamp_seconds", float64(lastOK.Unix())),
+		metricstest.W("reconcile_last_run_stripe_requests", 9),
+		metricstest.W("reconcile_last_run_stripe_retries", 3),
+		metricstest.W("reconcile_last_run_stripe_rate_limited", 2),
+		metricstest.W("reconcile_outbox_backlog", 4),
+		metricstest.W("reconcile_outbox_oldest_age_seconds", 90),
+		metricstest.W("reconcile_open_findings", 1, "kind", "duplicate", "severity", "critical", "acknowledged", "false"),
+		metricstest.W("reconcile_open_findings", 1, "kind", "duplicate", "severity", "critical", "acknowledged", "true"),
+		metricstest.W("reconcile_open_findings", 1, "kind", "unresolved_unknown", "severity", "warning", "acknowledged", "false"),
+		metricstest.W("reconcile_open_findings", 0, "kind", "orphan", "severity", "high", "acknowledged", "false"),
+		metricstest.W("reconcile_open_money_minor_units", 9000, "currency", "usd", "meaning", "paid_out_too_much"),
 		// 2^53 minor units: still exact as a float64.
-		{"reconcile_open_money_minor_units", []string{"currency", "eur", "meaning", "unconfirmed"}, float64(big53)},
-	} {
-		if got := value(t, fams, c.name, c.labels...); got != c.want {
-			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
+		metricstest.W("reconcile_open_money_minor_units", float64(big53), "currency", "eur", "meaning", "unconfirmed"),
+	})
 	if n := len(fams["reconcile_open_money_minor_units"].GetMetric()); n != 2 {
 		t.Errorf("%d money series, want 2 (one per currency and meaning with money open)", n)
 	}
@@ -145,22 +113,14 @@ func TestWriteTextfileFailedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
-		{"reconcile_last_run_status", []string{"status", "failed"}, 1},
-		{"reconcile_last_run_status", []string{"status", "completed"}, 0},
-		{"reconcile_last_run_duration_seconds", nil, 10},
-		{"reconcile_last_success_timestamp_seconds", nil, float64(lastOK.Unix())},
-		{"reconcile_open_findings", []string{"kind", "duplicate", "severity", "critical", "acknowledged", "false"}, 1},
-		{"reconcile_outbox_backlog", nil, 4},
-	} {
-		if got := value(t, fams, c.name, c.labels...); got != c.want {
-			t.Errorf("after a failed run without the store: %s%v = %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
+	metricstest.Check(t, "after a failed run without the store", fams, []metricstest.Want{
+		metricstest.W("reconcile_last_run_status", 1, "status", "failed"),
+		metricstest.W("reconcile_last_run_status", 0, "status", "completed"),
+		metricstest.W("reconcile_last_run_duration_seconds", 10),
+		metricstest.W("reconcile_last_success_timestamp_seconds", float64(lastOK.Unix())),
+		metricstest.W("reconcile_open_findings", 1, "kind", "duplicate", "severity", "critical", "acknowledged", "false"),
+		metricstest.W("reconcile_outbox_backlog", 4),
+	})
 
 	failed := completedRun()
 	failed.Status, failed.Stripe, failed.Store.Open = StatusFailed, nil, nil
@@ -175,9 +135,9 @@ func TestWriteTextfileFailedRun(t *testing.T) {
 			t.Errorf("after a failed run that read the store, %s is still there: %v", gone, fams[gone])
 		}
 	}
-	if got := value(t, fams, "reconcile_last_success_timestamp_seconds"); got != float64(lastOK.Unix()) {
-		t.Errorf("last success = %v, want the store's %v", got, lastOK.Unix())
-	}
+	metricstest.Check(t, "after a failed run that read the store", fams, []metricstest.Want{
+		metricstest.W("reconcile_last_success_timestamp_seconds", float64(lastOK.Unix())),
+	})
 }
 
 // Money beyond 2^53 minor units is rounded to the nearest float64, never
