@@ -245,6 +245,12 @@ func TestRunPushesMetrics(t *testing.T) {
 	}
 	metricstest.Check(t, "textfile after a run without its database", file, failed)
 
+	// A dry run writes and posts nothing, metrics included.
+	if code, _, stderr := e.run("run", "--config", cfg, "--since", "100h", "--dry-run"); code != 0 {
+		t.Fatalf("dry run exited %d: %s", code, stderr)
+	}
+	metricstest.Check(t, "gateway after a dry run", gatewayGroup(t, gw, "payments-test"), failed)
+
 	// The instance defaults to the database (host:port/name), the same
 	// from run to run, never its user or password.
 	def := writeConfig("default-instance.yaml", "metrics:\n  pushgateway: "+gw+"\n")

@@ -64,11 +64,16 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 
 	log := newLogger(stderr, slog.LevelInfo)
-	// From here on the run leaves its metrics, completed or failed.
+	// From the database on, the run leaves its metrics, completed or
+	// failed (docs/design.md, "Metrics of batch runs").
 	bm := newBatchMetrics(cfg, log, f.dryRun)
 	d, err := openDB(ctx, cfg, log)
 	if err != nil {
-		bm.leave(ctx, nil, nil, nil)
+		// An unset or malformed DATABASE_URL is a usage error, which
+		// pushes nothing; an unreachable database is a failed run.
+		if ee, ok := errors.AsType[*exitError](err); !ok || ee.code != exitUsage {
+			bm.leave(ctx, nil, nil, nil)
+		}
 		return err
 	}
 	defer d.close()
