@@ -220,3 +220,25 @@ func TestParseTextIsStrict(t *testing.T) {
 		t.Error("a malformed line parsed")
 	}
 }
+
+// A textfile that cannot be written is an error naming metrics.textfile,
+// and the file already there is left whole.
+func TestWriteTextfileFails(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteTextfile(filepath.Join(dir, "gone", "r.prom"), completedRun()); err == nil ||
+		!strings.HasPrefix(err.Error(), "metrics.textfile: ") {
+		t.Errorf("a missing directory: err = %v, want one naming metrics.textfile", err)
+	}
+	// A directory where the file should be: the rename fails, the
+	// temporary file is removed.
+	path := filepath.Join(dir, "r.prom")
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTextfile(path, completedRun()); err == nil {
+		t.Error("writing over a directory succeeded")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the directory holds %v after a failed write, want what was there", entries)
+	}
+}

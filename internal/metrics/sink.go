@@ -91,32 +91,35 @@ func WriteTextfile(path string, b BatchRun) error {
 			return fmt.Errorf("metrics.textfile: %w", err)
 		}
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("metrics.textfile: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after the rename, nothing is there
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("metrics.textfile: %w", err)
-	}
-	if _, err := f.Write(buf.Bytes()); err != nil {
-		f.Close()
-		return fmt.Errorf("metrics.textfile: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("metrics.textfile: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("metrics.textfile: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := writeAtomic(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("metrics.textfile: %w", err)
 	}
 	return nil
+}
+
+// writeAtomic writes b to a temporary file beside path and renames it
+// over path, mode 0644: a reader sees the old file or the new one whole.
+func writeAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after the rename, nothing is there
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	return err
 }
 
 // keepOthers adds to fams the families of the file at path that fams does
