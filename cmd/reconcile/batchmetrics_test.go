@@ -18,6 +18,7 @@ import (
 	"reconcile/internal/config"
 	"reconcile/internal/metrics"
 	"reconcile/internal/metrics/metricstest"
+	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
 )
 
@@ -250,6 +251,22 @@ func TestRunPushesMetrics(t *testing.T) {
 		t.Fatalf("dry run exited %d: %s", code, stderr)
 	}
 	metricstest.Check(t, "gateway after a dry run", gatewayGroup(t, gw, "payments-test"), failed)
+
+	// A run that finds another holding the run lock leaves the metrics to
+	// the holder.
+	s, err := store.New(e.pool, store.OptionsFrom(config.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := s.Lock(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := e.run("run", "--config", cfg, "--since", "100h"); code != 1 || strings.Contains(stderr, "metrics pushed") {
+		t.Errorf("run with the lock held: exit %d, want 1 and no push:\n%s", code, stderr)
+	}
+	lock.Release(t.Context())
+	metricstest.Check(t, "gateway after a run that found the lock held", gatewayGroup(t, gw, "payments-test"), failed)
 
 	// The instance defaults to the database (host:port/name), the same
 	// from run to run, never its user or password.
