@@ -254,14 +254,7 @@ func TestRunPushesMetrics(t *testing.T) {
 
 	// A run that finds another holding the run lock leaves the metrics to
 	// the holder.
-	s, err := store.New(e.pool, store.OptionsFrom(config.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := s.Lock(t.Context(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock := e.holdRunLock(t)
 	if code, _, stderr := e.run("run", "--config", cfg, "--since", "100h"); code != 1 || strings.Contains(stderr, "metrics pushed") {
 		t.Errorf("run with the lock held: exit %d, want 1 and no push:\n%s", code, stderr)
 	}
@@ -303,6 +296,20 @@ func TestRunPushesMetrics(t *testing.T) {
 	if code != 3 {
 		t.Errorf("--fail-on critical with the gateway down exited %d, want 3 as without metrics", code)
 	}
+}
+
+// holdRunLock takes e's database's run lock as another run would.
+func (e *env) holdRunLock(t *testing.T) *store.Lock {
+	t.Helper()
+	s, err := store.New(e.pool, store.OptionsFrom(config.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := s.Lock(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lock
 }
 
 // configWith loads path with e's environment, as the command does.
