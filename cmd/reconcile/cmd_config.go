@@ -31,6 +31,8 @@ func printConfig(w io.Writer, cfg config.Config, path string) error {
 		source = path + " on top of the built-in defaults"
 	}
 	fmt.Fprintf(w, "# effective configuration: %s\n", source)
+	// The only key of the file that may carry a secret (basic auth).
+	cfg.Metrics.Pushgateway = redact.URL(cfg.Metrics.Pushgateway, false)
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("print configuration: %w", err)

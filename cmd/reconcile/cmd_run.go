@@ -64,11 +64,25 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 
 	log := newLogger(stderr, slog.LevelInfo)
+	// From the database on, the run leaves its metrics, completed or
+	// failed (docs/design.md, "Metrics of batch runs").
+	bm := newBatchMetrics(cfg, log, f.dryRun)
 	d, err := openDB(ctx, cfg, log)
 	if err != nil {
+		// An unset or malformed DATABASE_URL is a usage error, which
+		// pushes nothing; an unreachable database is a failed run.
+		if ee, ok := errors.AsType[*exitError](err); !ok || ee.code != exitUsage {
+			bm.leave(ctx, nil, nil, nil)
+		}
 		return err
 	}
 	defer d.close()
+	var (
+		out     *runner.Outcome
+		passErr error
+	)
+	// Before d.close: the metrics read the store.
+	defer func() { bm.leave(ctx, d, out, passErr) }()
 	var progress *progressLine
 	if isTerminal(stderr) {
 		progress = &progressLine{w: stderr, start: time.Now()}
@@ -77,7 +91,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	out, err := r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait, Full: f.full})
+	out, passErr = r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait, Full: f.full})
+	err = passErr
 	progress.done()
 	if out == nil {
 		return failed(err)

@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"reconcile"
-	"reconcile/internal/config"
 	"reconcile/internal/runner"
 	"reconcile/internal/slacktest"
-	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
 )
 
@@ -126,15 +124,7 @@ func TestRunFailedPrintsOneObject(t *testing.T) {
 	})
 
 	t.Run("another run holds the lock", func(t *testing.T) {
-		st, err := store.New(e.pool, store.OptionsFrom(config.Default()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lock, err := st.Lock(t.Context(), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lock.Release(t.Context())
+		defer e.holdRunLock(t).Release(t.Context())
 		code, stdout, _ := e.run("run", "--since", "2h", "--format", "json")
 		if code != 1 {
 			t.Fatalf("exit %d, want 1", code)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -80,9 +81,19 @@ type StoreConfig struct {
 }
 
 // MetricsConfig configures the optional /healthz and /metrics endpoint of
-// `reconcile schedule`.
+// `reconcile schedule`, and where `reconcile run` leaves its metrics
+// (docs/design.md, "Metrics of batch runs").
 type MetricsConfig struct {
 	Listen string `yaml:"listen"` // e.g. 127.0.0.1:9090; empty: off
+	// Pushgateway is the URL of a Prometheus Pushgateway `run` pushes to
+	// (http(s)://host:9091, without /metrics/jobs/…); empty: no push.
+	Pushgateway string `yaml:"pushgateway"`
+	// Instance is the grouping key's instance label of the push; empty:
+	// the database's host, port and name from DATABASE_URL.
+	Instance string `yaml:"instance"`
+	// Textfile is the path of a node_exporter textfile `run` writes
+	// (ending in .prom, in an existing directory); empty: none.
+	Textfile string `yaml:"textfile"`
 }
 
 // ServeConfig configures `reconcile serve`, finance's findings page
@@ -423,8 +434,31 @@ func (c Config) Validate() error {
 	if c.Env.SlackBotToken != "" && c.Env.SlackChannel == "" {
 		return errors.New("SLACK_CHANNEL: must be set when SLACK_BOT_TOKEN is (the channel id alerts go to, e.g. C0123456789)")
 	}
-	if c.Metrics.Listen != "" && !strings.Contains(c.Metrics.Listen, ":") {
-		return fmt.Errorf("metrics.listen: %q is not a host:port address", c.Metrics.Listen)
+	return c.Metrics.validate()
+}
+
+func (m MetricsConfig) validate() error {
+	if m.Listen != "" && !strings.Contains(m.Listen, ":") {
+		return fmt.Errorf("metrics.listen: %q is not a host:port address", m.Listen)
+	}
+	if m.Pushgateway != "" {
+		if err := checkURL(m.Pushgateway); err != nil {
+			return fmt.Errorf("metrics.pushgateway: %w", err)
+		}
+		if strings.Contains(m.Pushgateway, "/metrics/job") {
+			return errors.New("metrics.pushgateway: give the gateway's base URL, without /metrics/job/… (the job and instance are added)")
+		}
+	}
+	if m.Textfile != "" {
+		// node_exporter reads only *.prom; a missing directory is a typo
+		// best found by `config check`, not at the end of a run.
+		if filepath.Ext(m.Textfile) != ".prom" {
+			return fmt.Errorf("metrics.textfile: %q must end in .prom (node_exporter's textfile collector reads no other)", m.Textfile)
+		}
+		dir := filepath.Dir(m.Textfile)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("metrics.textfile: directory %q does not exist", dir)
+		}
 	}
 	return nil
 }

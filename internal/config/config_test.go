@@ -74,12 +74,37 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		{"serve no listen", "serve:\n  listen: \"\"\n", "serve.listen: must not be empty"},
 		{"serve relative public url", "serve:\n  public_url: reconcile.example.com\n", "serve.public_url: must be an absolute http(s) URL"},
 		{"serve ftp public url", "serve:\n  public_url: ftp://reconcile.example.com\n", "serve.public_url: must be an absolute http(s) URL"},
+		{"pushgateway not a URL", "metrics:\n  pushgateway: pushgateway:9091\n", "metrics.pushgateway: must be an absolute http(s) URL"},
+		{"pushgateway scheme", "metrics:\n  pushgateway: ftp://gw:9091\n", "metrics.pushgateway: must be an absolute http(s) URL"},
+		{"pushgateway with job path", "metrics:\n  pushgateway: http://gw:9091/metrics/job/reconcile\n", "metrics.pushgateway: give the gateway's base URL"},
+		{"textfile not .prom", "metrics:\n  textfile: /tmp/reconcile.txt\n", "metrics.textfile: \"/tmp/reconcile.txt\" must end in .prom"},
+		{"textfile directory missing", "metrics:\n  textfile: /nonexistent-dir/reconcile.prom\n", `metrics.textfile: directory "/nonexistent-dir" does not exist`},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml), noEnv)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Load() error = %v, want one containing %q", tt.name, err, tt.want)
 		}
+	}
+}
+
+// The batch metrics' keys: a Pushgateway URL (credentials allowed, never
+// repeated in an error), an instance, a textfile in a directory that
+// exists.
+func TestLoadBatchMetrics(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Load(writeFile(t, "metrics:\n  pushgateway: https://u:pw@gw.example:9091/prefix\n  instance: payments\n  textfile: "+
+		filepath.Join(dir, "reconcile.prom")+"\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Metrics.Pushgateway != "https://u:pw@gw.example:9091/prefix" || c.Metrics.Instance != "payments" ||
+		c.Metrics.Textfile != filepath.Join(dir, "reconcile.prom") {
+		t.Errorf("metrics = %+v", c.Metrics)
+	}
+	_, err = Load(writeFile(t, "metrics:\n  pushgateway: \"gw.example/x?u=1:pw\"\n"), noEnv)
+	if err == nil || strings.Contains(err.Error(), "pw") {
+		t.Errorf("a bad pushgateway URL: err = %v, want one that does not repeat it", err)
 	}
 }
 
