@@ -39,7 +39,7 @@ type BatchRun struct {
 }
 
 // StoreFigures are the store's figures a batch run reports, read after
-// the pass: the same as `reconcile serve`'s /metrics reads on a scrape.
+// the pass, and `reconcile serve`'s /metrics on each scrape.
 type StoreFigures struct {
 	Vitals store.Vitals
 	// Open are the open findings, acknowledged included.
@@ -48,51 +48,90 @@ type StoreFigures struct {
 	Now time.Time
 }
 
+// LastRun is the most recently started run as the metrics tell it.
+type LastRun struct {
+	// Status is StatusCompleted or StatusFailed.
+	Status string
+	// Duration is how long it took; not told when HasDuration is false
+	// (a run still under way).
+	Duration    time.Duration
+	HasDuration bool
+	// Stripe is how it read Stripe; nil when it kept no figures.
+	// Requests is told only when HasRequests: the store keeps none.
+	Stripe *StripeFigures
+}
+
+// StripeFigures are a run's requests to Stripe.
+type StripeFigures struct {
+	Requests             int
+	HasRequests          bool
+	Retries, RateLimited int
+}
+
 // Registry returns the run's metrics on a registry of their own, to push
 // or write. Every name and meaning is shared with `reconcile schedule`
-// (reconcile_last_success_timestamp_seconds) or `reconcile serve`
-// (the others), so that one alert rule fits however reconcile runs.
+// (reconcile_last_success_timestamp_seconds) and `reconcile serve`
+// (all of them), so that one alert rule fits however reconcile runs.
 func (b BatchRun) Registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	gauge := func(name, help string, v float64) {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
-		g.Set(v)
-		reg.MustRegister(g)
+	last := LastRun{Status: b.Status, Duration: b.Duration, HasDuration: true}
+	if s := b.Stripe; s != nil {
+		last.Stripe = &StripeFigures{Requests: s.Requests, HasRequests: true, Retries: s.Retries, RateLimited: s.RateLimited}
 	}
+	last.Register(reg)
+	if b.Store != nil {
+		b.Store.Register(reg)
+	}
+	return reg
+}
+
+// Register puts the run's status, duration and Stripe figures on reg.
+func (l LastRun) Register(reg *prometheus.Registry) {
 	status := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "reconcile_last_run_status", Help: "1 for the status of the most recently started run, 0 for the others.",
 	}, []string{"status"})
 	for _, s := range []string{StatusCompleted, StatusFailed} {
-		status.WithLabelValues(s).Set(boolValue(b.Status == s))
+		status.WithLabelValues(s).Set(boolValue(l.Status == s))
 	}
 	reg.MustRegister(status)
-	gauge("reconcile_last_run_duration_seconds", "How long the most recently started run took, start to finish.", b.Duration.Seconds())
-
-	if s := b.Stripe; s != nil {
-		gauge("reconcile_last_run_stripe_requests",
-			"HTTP requests the most recently started run sent to Stripe's list endpoints, retries included; absent when the run returned no figures.",
-			float64(s.Requests))
-		gauge("reconcile_last_run_stripe_retries",
+	if l.HasDuration {
+		gauge(reg, "reconcile_last_run_duration_seconds", "How long the most recently started run took, start to finish.", l.Duration.Seconds())
+	}
+	if s := l.Stripe; s != nil {
+		if s.HasRequests {
+			gauge(reg, "reconcile_last_run_stripe_requests",
+				"HTTP requests the most recently started run sent to Stripe's list endpoints, retries included; absent when the run returned no figures.",
+				float64(s.Requests))
+		}
+		gauge(reg, "reconcile_last_run_stripe_retries",
 			"Requests to Stripe the most recently started run retried; absent when that run kept no figures.", float64(s.Retries))
-		gauge("reconcile_last_run_stripe_rate_limited",
+		gauge(reg, "reconcile_last_run_stripe_rate_limited",
 			"429 answers Stripe gave the most recently started run; absent when that run kept no figures.", float64(s.RateLimited))
 	}
+}
 
-	if st := b.Store; st != nil {
-		v := st.Vitals
-		if !v.LastCompleted.IsZero() {
-			gauge("reconcile_last_success_timestamp_seconds", "Unix time of the last completed pass.",
-				float64(v.LastCompleted.UnixNano())/1e9)
-		}
-		gauge("reconcile_outbox_backlog", "Alerts in the outbox that Slack has not accepted yet.", float64(v.Undelivered))
-		age := 0.0
-		if !v.OldestUndelivered.IsZero() {
-			age = max(st.Now.Sub(v.OldestUndelivered).Seconds(), 0)
-		}
-		gauge("reconcile_outbox_oldest_age_seconds", "Age of the oldest alert Slack has not accepted yet; 0 when none waits.", age)
-		reg.MustRegister(openFindings(st.Open), openMoney(st.Open))
+// Register puts the store's figures on reg: the last success, the
+// outbox's backlog and its oldest row's age, the open findings and their
+// money.
+func (st StoreFigures) Register(reg *prometheus.Registry) {
+	v := st.Vitals
+	if !v.LastCompleted.IsZero() {
+		gauge(reg, "reconcile_last_success_timestamp_seconds", "Unix time of the last completed pass.",
+			float64(v.LastCompleted.UnixNano())/1e9)
 	}
-	return reg
+	gauge(reg, "reconcile_outbox_backlog", "Alerts in the outbox that Slack has not accepted yet.", float64(v.Undelivered))
+	age := 0.0
+	if !v.OldestUndelivered.IsZero() {
+		age = max(st.Now.Sub(v.OldestUndelivered).Seconds(), 0)
+	}
+	gauge(reg, "reconcile_outbox_oldest_age_seconds", "Age of the oldest alert Slack has not accepted yet; 0 when none waits.", age)
+	reg.MustRegister(openFindings(st.Open), openMoney(st.Open))
+}
+
+func gauge(reg *prometheus.Registry, name, help string, v float64) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	g.Set(v)
+	reg.MustRegister(g)
 }
 
 // openFindings counts the open findings by kind, severity and whether

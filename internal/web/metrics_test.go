@@ -69,13 +69,13 @@ func TestMetrics(t *testing.T) {
 		`reconcile_last_run_status{status="completed"} 0`,
 		`reconcile_last_run_status{status="failed"} 1`,
 		"reconcile_last_run_duration_seconds 150",
-		"reconcile_last_completed_run_timestamp_seconds " + strconv.FormatFloat(float64(now.Unix()), 'g', -1, 64),
+		"reconcile_last_success_timestamp_seconds " + strconv.FormatFloat(float64(now.Unix()), 'g', -1, 64),
 		"reconcile_last_run_stripe_rate_limited 3",
 		"reconcile_last_run_stripe_retries 4",
 		"reconcile_serve_scrape_errors_total 0",
 	}
 	got := series(body, "reconcile_outbox_backlog", "reconcile_outbox_oldest_age_seconds", "reconcile_open_money_minor_units",
-		"reconcile_last_run_status", "reconcile_last_run_duration_seconds", "reconcile_last_completed_run_timestamp_seconds",
+		"reconcile_last_run_status", "reconcile_last_run_duration_seconds", "reconcile_last_success_timestamp_seconds",
 		"reconcile_last_run_stripe_rate_limited", "reconcile_last_run_stripe_retries", "reconcile_serve_scrape_errors_total")
 	slices.Sort(want)
 	if diff := cmp.Diff(want, got); diff != "" {
