@@ -68,6 +68,9 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	r.Alerts = demo.Printer(sink)
 
+	if env.Embedded != "" {
+		fmt.Fprintf(sink, "No PostgreSQL answers here (DATABASE_URL is unset): the demo runs on %s.\n\n", env.Embedded)
+	}
 	fmt.Fprintf(sink, "%s\n\nSlack, as finance sees it:\n\n", demo.Story)
 	window := reconcile.Window{From: now.Add(-cfg.Lookback), To: now}
 	out, err := r.Run(ctx, runner.Request{Window: window, Trigger: reconcile.TriggerDemo})

@@ -32,7 +32,7 @@ func SkipOrFail(tb testing.TB, why string) {
 // for a test: Dir (readable by it, removed at cleanup) holding its Home
 // and Tmp, which it owns.
 type User struct {
-	UID, GID        uint32
+	UID, GID       uint32
 	Dir, Home, Tmp string
 }
 
