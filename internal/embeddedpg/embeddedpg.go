@@ -151,7 +151,7 @@ func Start(ctx context.Context, getenv func(string) string) (*Server, error) {
 }
 
 func start(bin string) (*Server, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
 	}
@@ -356,7 +356,9 @@ func cached() bool {
 	return len(m) > 0
 }
 
-func freePort() (int, error) {
+// FreePort is a loopback port nothing listens on: one the system just
+// gave out and this process closed again.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)

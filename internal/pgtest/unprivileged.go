@@ -3,14 +3,16 @@
 package pgtest
 
 import (
+	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
+
+	"reconcile/internal/embeddedpg"
 )
 
 // RequireEmbeddedEnv, when set (CI sets it), makes a test that runs an
@@ -102,11 +104,9 @@ func (u *User) Copy(tb testing.TB, path string) string {
 // closed), for pointing the probe of the local server away from it.
 func ClosedPort(tb testing.TB) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := embeddedpg.FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
