@@ -136,18 +136,21 @@ func Start(ctx context.Context, getenv func(string) string) (*Server, error) {
 			return nil, err
 		}
 	}
-	var last error
-	for range 3 { // a free port may be taken before the server binds it
+	for try := 1; ; try++ {
 		s, err := start(bin)
-		if err == nil {
-			return s, nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			break
+		// A free port may be taken by another process before the server
+		// binds it; any other failure would only repeat.
+		if err == nil || try == 3 || ctx.Err() != nil || !portTaken(err) {
+			return s, err
 		}
 	}
-	return nil, last
+}
+
+// portTaken tells the library's and the postmaster's complaints about a
+// port in use.
+func portTaken(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "already listening on port") || strings.Contains(m, "Address already in use")
 }
 
 func start(bin string) (*Server, error) {
