@@ -10,6 +10,7 @@ import (
 	"reconcile"
 	"reconcile/internal/config"
 	"reconcile/internal/demo"
+	"reconcile/internal/embeddedpg"
 	"reconcile/internal/report"
 	"reconcile/internal/runner"
 	"reconcile/internal/web"
@@ -69,7 +70,8 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	r.Alerts = demo.Printer(sink)
 
 	if env.Embedded != "" {
-		fmt.Fprintf(sink, "No PostgreSQL answers here (DATABASE_URL is unset): the demo runs on %s.\n\n", env.Embedded)
+		fmt.Fprintf(sink, "DATABASE_URL is unset and nothing answers on %s: the demo runs on %s.\n\n",
+			embeddedpg.LocalAddr(getenv), env.Embedded)
 	}
 	fmt.Fprintf(sink, "%s\n\nSlack, as finance sees it:\n\n", demo.Story)
 	window := reconcile.Window{From: now.Add(-cfg.Lookback), To: now}

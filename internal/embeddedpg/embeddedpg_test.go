@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	. "reconcile/internal/embeddedpg"
+	"reconcile/internal/embeddedpg"
 	"reconcile/internal/pgtest"
 )
 
@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 func helper(mode string) int {
-	s, err := Start(context.Background(), os.Getenv)
+	s, err := embeddedpg.Start(context.Background(), os.Getenv)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -50,46 +50,46 @@ func TestRootRefusedInOneLine(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("not root: the refusal is root's")
 	}
-	_, err := Start(t.Context(), func(string) string { return "" })
+	_, err := embeddedpg.Start(t.Context(), func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "initdb refuses to run as root") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Start as root = %v, want one line saying initdb refuses root", err)
 	}
 }
 
 func TestBinariesNamed(t *testing.T) {
-	inst := Installed(os.Getenv)
+	inst := embeddedpg.Installed(os.Getenv)
 	if inst == "" {
 		t.Skip("no PostgreSQL installation on this machine")
 	}
 	for _, dir := range []string{inst, filepath.Join(inst, "bin"), inst + "/bin/"} {
-		got, err := Binaries(func(string) string { return dir })
+		got, err := embeddedpg.Binaries(func(string) string { return dir })
 		if err != nil || got != inst {
-			t.Errorf("%s=%s: %q, %v; want %s", BinariesEnv, dir, got, err, inst)
+			t.Errorf("%s=%s: %q, %v; want %s", embeddedpg.BinariesEnv, dir, got, err, inst)
 		}
 	}
-	_, err := Binaries(func(string) string { return t.TempDir() })
-	if err == nil || !strings.Contains(err.Error(), BinariesEnv) || !strings.Contains(err.Error(), "bin/pg_ctl") {
-		t.Errorf("a directory without PostgreSQL: %v, want an error naming %s and bin/pg_ctl", err, BinariesEnv)
+	_, err := embeddedpg.Binaries(func(string) string { return t.TempDir() })
+	if err == nil || !strings.Contains(err.Error(), embeddedpg.BinariesEnv) || !strings.Contains(err.Error(), "bin/pg_ctl") {
+		t.Errorf("a directory without PostgreSQL: %v, want an error naming %s and bin/pg_ctl", err, embeddedpg.BinariesEnv)
 	}
 }
 
 func TestLocalAddr(t *testing.T) {
 	env := func(v string) func(string) string {
 		return func(k string) string {
-			if k == LocalAddrEnv {
+			if k == embeddedpg.LocalAddrEnv {
 				return v
 			}
 			return ""
 		}
 	}
-	if got := LocalAddr(env("")); got != DefaultLocalAddr {
-		t.Errorf("default local address %s, want %s", got, DefaultLocalAddr)
+	if got := embeddedpg.LocalAddr(env("")); got != embeddedpg.DefaultLocalAddr {
+		t.Errorf("default local address %s, want %s", got, embeddedpg.DefaultLocalAddr)
 	}
-	got := LocalURL("postgres://root@127.0.0.1:5432/postgres?sslmode=disable", env("127.0.0.1:1"))
+	got := embeddedpg.LocalURL("postgres://root@127.0.0.1:5432/postgres?sslmode=disable", env("127.0.0.1:1"))
 	if got != "postgres://root@127.0.0.1:1/postgres?sslmode=disable" {
 		t.Errorf("LocalURL = %s", got)
 	}
-	if Answers(t.Context(), pgtest.ClosedPort(t)) {
+	if embeddedpg.Answers(t.Context(), pgtest.ClosedPort(t)) {
 		t.Error("a closed port answers")
 	}
 }
@@ -98,9 +98,9 @@ func TestLocalAddr(t *testing.T) {
 // Stop removes it and its directory; a server whose process is killed
 // with SIGKILL is stopped and removed by the watchdog.
 func TestStartStopAndKilled(t *testing.T) {
-	inst := Installed(os.Getenv)
+	inst := embeddedpg.Installed(os.Getenv)
 	if inst == "" {
-		pgtest.SkipOrFail(t, "no PostgreSQL installation on this machine (set "+BinariesEnv+")")
+		pgtest.SkipOrFail(t, "no PostgreSQL installation on this machine (set "+embeddedpg.BinariesEnv+")")
 	}
 	for _, mode := range []string{"stop", "kill"} {
 		t.Run(mode, func(t *testing.T) {
@@ -173,7 +173,7 @@ func helperCommand(t *testing.T, mode, inst string) (cmd *exec.Cmd, tmp string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"EMBEDDEDPG_HELPER=" + mode, BinariesEnv + "=" + inst, "PATH=" + os.Getenv("PATH")}
+	env := []string{"EMBEDDEDPG_HELPER=" + mode, embeddedpg.BinariesEnv + "=" + inst, "PATH=" + os.Getenv("PATH")}
 	if os.Geteuid() != 0 {
 		tmp = t.TempDir()
 		cmd = exec.Command(exe)
