@@ -12,6 +12,7 @@ import (
 	"reconcile"
 	"reconcile/internal/config"
 	"reconcile/internal/demo"
+	"reconcile/internal/embeddedpg"
 	"reconcile/internal/redact"
 	"reconcile/internal/report"
 	"reconcile/internal/runner"
@@ -51,6 +52,10 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 		return failed(err)
 	}
 	defer env.Close()
+	if keep && env.Embedded != "" {
+		return usageError("demo --keep: the demo runs on an embedded PostgreSQL (%s), which stops with it: there is no database to keep; set DATABASE_URL to a server you may create databases on, or look at the data with demo --serve",
+			env.Embedded)
+	}
 	if keep {
 		env.Keep()
 		// Said once the demo is over, whichever way it ends.
@@ -81,6 +86,10 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	r.Alerts = demo.Printer(sink)
 
+	if env.Embedded != "" {
+		fmt.Fprintf(sink, "DATABASE_URL is unset and nothing answers on %s: the demo runs on %s.\n\n",
+			embeddedpg.LocalAddr(getenv), env.Embedded)
+	}
 	fmt.Fprintf(sink, "%s\n\nSlack, as finance sees it:\n\n", demo.Story)
 	window := reconcile.Window{From: now.Add(-cfg.Lookback), To: now}
 	out, err := r.Run(ctx, runner.Request{Window: window, Trigger: reconcile.TriggerDemo})

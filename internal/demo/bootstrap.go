@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"os/user"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/embeddedpg"
 	"reconcile/internal/redact"
 	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
@@ -35,6 +37,10 @@ type Env struct {
 	// StripeURL is the base URL of the Stripe-compatible server, which
 	// accepts Key.
 	StripeURL string
+	// Embedded, when no server was named and none answered locally, says
+	// which embedded PostgreSQL holds the database (embeddedpg.Server);
+	// "" otherwise.
+	Embedded string
 	// close undoes Start, last step first.
 	close []func()
 	// keep leaves the database when the Env closes.
@@ -48,8 +54,10 @@ func (e *Env) Keep() { e.keep = true }
 
 // Start sets up the demo's Env for data. The throwaway database is made
 // on the server of adminURL when it is set, else on a PostgreSQL answering
-// on localhost:5432 as root, the current user or postgres. Close the Env
-// to stop the server and drop the database.
+// on localhost:5432 (RECONCILE_LOCAL_PG_ADDR) as root, the current user or
+// postgres, else on an embedded PostgreSQL started for it
+// (internal/embeddedpg, RECONCILE_PG_BINARIES). Close the Env to stop the
+// servers and drop the database.
 func Start(ctx context.Context, adminURL string, data Dataset) (*Env, error) {
 	env := &Env{}
 	if err := env.start(ctx, adminURL, data); err != nil {
@@ -60,6 +68,16 @@ func Start(ctx context.Context, adminURL string, data Dataset) (*Env, error) {
 }
 
 func (e *Env) start(ctx context.Context, adminURL string, data Dataset) error {
+	local := embeddedpg.LocalAddr(os.Getenv)
+	if adminURL == "" && !embeddedpg.Answers(ctx, local) {
+		pg, err := embeddedpg.Start(ctx, os.Getenv)
+		if err != nil {
+			return fmt.Errorf("demo: no PostgreSQL: DATABASE_URL is unset, nothing answers on %s, and %w", local, err)
+		}
+		e.close = append(e.close, pg.Stop)
+		e.Embedded = pg.String()
+		adminURL = pg.URL
+	}
 	dbURL, drop, err := throwawayDatabase(ctx, adminURL)
 	if err != nil {
 		return err
@@ -151,6 +169,9 @@ func throwawayDatabase(ctx context.Context, adminURL string) (string, func(), er
 			candidates = append(candidates, "postgres://"+url.PathEscape(u.Username)+"@127.0.0.1:5432/postgres?sslmode=disable")
 		}
 		candidates = append(candidates, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+		for i, c := range candidates {
+			candidates[i] = embeddedpg.LocalURL(c, os.Getenv)
+		}
 	}
 	var lastErr error
 	for _, admin := range candidates {

@@ -9,8 +9,14 @@
 //
 // The admin connection comes from TEST_DATABASE_URL, default
 // postgres://root@127.0.0.1:5432/postgres?sslmode=disable (the local
-// server with trust auth). There is no mock: a test that needs a database
-// fails when none answers, saying how to start one.
+// server with trust auth; RECONCILE_LOCAL_PG_ADDR moves where it is
+// looked for). When it is unset and nothing answers there, the first
+// caller in the test binary starts an embedded PostgreSQL of the user's
+// own (internal/embeddedpg, on RECONCILE_PG_BINARIES or the library's
+// download), which every test of the binary then shares; its watchdog
+// stops and removes it when the test binary exits, so no package needs a
+// TestMain for it. There is no mock: a test that needs a database fails
+// when none can be had, saying why.
 package pgtest
 
 import (
@@ -21,6 +27,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,17 +35,46 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
+	"reconcile/internal/embeddedpg"
 )
 
 // DefaultAdminURL is used when TEST_DATABASE_URL is unset.
 const DefaultAdminURL = "postgres://root@127.0.0.1:5432/postgres?sslmode=disable"
 
-// AdminURL is the connection string tests create their databases through.
+// AdminURL is the connection string tests create their databases through:
+// TEST_DATABASE_URL, else DefaultAdminURL when the local server answers,
+// else the embedded server's, started on first use. When that cannot
+// start, AdminURL says why on stderr once, returns DefaultAdminURL and
+// the connection's failure names the reason too.
 func AdminURL() string {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		return u
 	}
-	return DefaultAdminURL
+	adminChoice.once.Do(func() {
+		local := embeddedpg.LocalURL(DefaultAdminURL, os.Getenv)
+		adminChoice.url = local
+		if embeddedpg.Answers(context.Background(), embeddedpg.LocalAddr(os.Getenv)) {
+			return
+		}
+		s, err := embeddedpg.Start(context.Background(), os.Getenv)
+		if err != nil {
+			adminChoice.err = fmt.Errorf("nothing answers on %s and %w", embeddedpg.LocalAddr(os.Getenv), err)
+			fmt.Fprintln(os.Stderr, "pgtest:", adminChoice.err)
+			return
+		}
+		adminChoice.server, adminChoice.url = s, s.URL
+	})
+	return adminChoice.url
+}
+
+// adminChoice is the test binary's choice of server, made once; server, the
+// embedded one, is kept referenced for as long as the process lives: its
+// watchdog stops it when the process ends.
+var adminChoice struct {
+	once   sync.Once
+	url    string
+	err    error
+	server *embeddedpg.Server
 }
 
 // NewDatabase creates an empty database for tb and returns its URL. The
@@ -129,21 +165,25 @@ func newDatabase(tb testing.TB, template string, setup func(ctx context.Context,
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminURL())
+	conn, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
+		if adminChoice.err != nil {
+			tb.Fatalf("pgtest: no PostgreSQL: %v", adminChoice.err)
+		}
 		tb.Fatalf("pgtest: connect to PostgreSQL (set TEST_DATABASE_URL, or start the local server: "+
-			"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", err)
+			"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start; "+
+			"with nothing listening there, an embedded one is started): %v", err)
 	}
-	defer admin.Close(ctx)
+	defer conn.Close(ctx)
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := "reconcile_test_" + hex.EncodeToString(b)
 	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if template == "" {
-		if _, err := admin.Exec(ctx, create); err != nil {
+		if _, err := conn.Exec(ctx, create); err != nil {
 			tb.Fatalf("pgtest: create database: %v", err)
 		}
-	} else if err := clone(ctx, tb, admin, create, template, setup); err != nil {
+	} else if err := clone(ctx, tb, conn, create, template, setup); err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	tb.Cleanup(func() {

@@ -162,7 +162,8 @@ func TestTemplateAcrossProcesses(t *testing.T) {
 	outs := make([]strings.Builder, len(cmds))
 	for i := range cmds {
 		cmds[i] = exec.Command(os.Args[0], "-test.run=^TestTemplateHelperProcess$", "-test.count=1")
-		cmds[i].Env = append(os.Environ(), "PGTEST_HELPER_KEY="+key, "PGTEST_HELPER_LOG="+log)
+		// On this process's server: each would otherwise start an embedded one.
+		cmds[i].Env = append(os.Environ(), "PGTEST_HELPER_KEY="+key, "PGTEST_HELPER_LOG="+log, "TEST_DATABASE_URL="+AdminURL())
 		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
 		if err := cmds[i].Start(); err != nil {
 			t.Fatal(err)
