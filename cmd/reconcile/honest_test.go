@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"reconcile/internal/slacktest"
 	"reconcile/internal/stripesim"
 )
 
@@ -131,6 +133,114 @@ func TestSlackUnreachableSaysWhere(t *testing.T) {
 		}
 		if strings.Contains(stderr, "CANARYhookpath") || strings.Contains(stderr, "/services/") {
 			t.Errorf("%s: stderr shows the webhook's path:\n%s", tt.name, stderr)
+		}
+	}
+}
+
+// `config check --connect` checks each connection a run makes, one line
+// each, and exits 1 when one fails; it posts nothing to Slack and reads
+// Stripe once (docs/design.md, "Errors").
+func TestConfigCheckConnect(t *testing.T) {
+	e := newEnv(t)
+	seedDoubleRefund(t, e)
+	admin := e.vars["DATABASE_URL"]
+	down := closedPort(t)
+	tests := []struct {
+		name     string
+		vars     map[string]string
+		grants   string // a role of its own with these grants
+		slack    slacktest.Faults
+		code     int
+		want     []string
+		requests int // to Stripe
+	}{
+		{"all good", nil, "", slacktest.Faults{}, 0, []string{
+			"ok   database: ", "holds every privilege a run needs",
+			"ok   stripe: STRIPE_API_BASE http://127.0.0.1:", "(1 read)", "sk_test_… <redacted>",
+			"ok   slack: auth.test accepted SLACK_BOT_TOKEN (SLACK_API_URL host 127.0.0.1:"}, 1},
+		{"stripe and slack down", map[string]string{"STRIPE_API_BASE": "http://" + down, "SLACK_API_URL": "http://" + down + "/api/"},
+			"", slacktest.Faults{}, 1, []string{
+				"ok   database: ",
+				"FAIL stripe: list 1 charge: no answer from Stripe (STRIPE_API_BASE host " + down + "): 1 attempt",
+				"FAIL slack: auth.test: post to slack (SLACK_API_URL host " + down + "): ", "connection refused"}, 0},
+		{"wrong stripe key", map[string]string{"STRIPE_API_KEY": "sk_test_CANARYwrongkey"}, "", slacktest.Faults{}, 1,
+			[]string{"FAIL stripe: list 1 charge: stripe answered 401"}, 1},
+		{"bad slack token", nil, "", slacktest.Faults{BadAuth: true}, 1,
+			[]string{"FAIL slack: slack auth.test (SLACK_API_URL host 127.0.0.1:", "invalid_auth: the bot token is wrong or revoked"}, 1},
+		{"webhook", map[string]string{"SLACK_BOT_TOKEN": "", "SLACK_CHANNEL": "", "SLACK_WEBHOOK_URL": "http://127.0.0.1:9/services/T0/B0/CANARYhook"},
+			"", slacktest.Faults{}, 0, []string{
+				"--   slack: an incoming webhook cannot be checked without posting to it (SLACK_WEBHOOK_URL host 127.0.0.1:9, path <redacted>); nothing was posted"}, 1},
+		{"no slack", map[string]string{"SLACK_BOT_TOKEN": "", "SLACK_CHANNEL": ""}, "", slacktest.Faults{}, 0,
+			[]string{"--   slack: slack is not configured: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL"}, 1},
+		{"no stripe key", map[string]string{"STRIPE_API_KEY": ""}, "", slacktest.Faults{}, 1,
+			[]string{"FAIL stripe: STRIPE_API_KEY is not set"}, 0},
+		{"database down", map[string]string{"DATABASE_URL": "postgres://nobody:CANARYpw@" + down + "/x?connect_timeout=2"}, "", slacktest.Faults{}, 1,
+			[]string{"FAIL database: database unreachable", "ok   stripe: ", "ok   slack: "}, 1},
+		{"a grant missing", nil, "no paid_at", slacktest.Faults{}, 1,
+			[]string{"FAIL database: database role \"reconciler_", "lacks what a run needs: UPDATE (paid_at) on public.obligations", "ok   stripe: "}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			saved := maps.Clone(e.vars)
+			defer func() { e.vars = saved }()
+			for k, v := range tt.vars {
+				e.vars[k] = v
+			}
+			if tt.grants != "" {
+				e.vars["DATABASE_URL"] = admin
+				g := strings.Replace(readmeSQL(t, "ON obligations TO reconciler"), "provider_id, paid_at, updated_at", "provider_id, updated_at", 1)
+				e.vars["DATABASE_URL"] = newRole(t, e, g)
+			}
+			e.slack.SetFaults(tt.slack)
+			defer e.slack.SetFaults(slacktest.Faults{})
+			e.stripe.ResetStats()
+			posted := len(e.slack.Messages())
+			code, stdout, stderr := e.run("config", "check", "--connect")
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stdout:\n%s\nstderr: %s", code, tt.code, stdout, stderr)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout)
+				}
+			}
+			if n := strings.Count(stdout[strings.Index(stdout, "# connections"):], "\n"); n != 4 {
+				t.Errorf("%d lines after # connections, want a line per check:\n%s", n-1, stdout)
+			}
+			if tt.code == 1 && !strings.Contains(stderr, "checks failed") {
+				t.Errorf("stderr %q, want it to say how many checks failed", stderr)
+			}
+			if n := e.stripe.Stats().Requests; n != tt.requests {
+				t.Errorf("%d requests to Stripe, want %d", n, tt.requests)
+			}
+			if n := len(e.slack.Messages()) - posted; n != 0 {
+				t.Errorf("posted %d Slack messages, want none", n)
+			}
+			if strings.Contains(stdout+stderr, "CANARY") {
+				t.Errorf("a secret was printed:\n%s\n%s", stdout, stderr)
+			}
+		})
+	}
+}
+
+// `config check` refuses what the configuration must not hold, naming the
+// field, exit 2 (docs/design.md, "Errors").
+func TestConfigCheckRefuses(t *testing.T) {
+	e := newEnv(t)
+	for _, tt := range []struct{ yaml, want string }{
+		{"schedule: \"@every -1h\"\n", "schedule: \"@every -1h\": the interval must be positive"},
+		{"schedule: \"@every 0s\"\n", "schedule: \"@every 0s\": the interval must be positive"},
+		{"schedule: \"0 0 30 2 *\"\n", "schedule: \"0 0 30 2 *\" never fires in the next 366 days"},
+		{"lookback: 3h\n---\nlookback: 4h\n", "want one YAML document, found a second"},
+		{"stripe:\n  concurrency: 1.5\n", "stripe.concurrency: want a whole number, got \"1.5\""},
+		{"metrics:\n  listen: 127.0.0.1:99999\n", "metrics.listen: \"127.0.0.1:99999\": port \"99999\" must be a number from 0 to 65535"},
+		{"serve:\n  listen: \"not a host:8080\"\n", "serve.listen: \"not a host:8080\": host \"not a host\" is neither"},
+	} {
+		cfg := filepath.Join(t.TempDir(), "c.yaml")
+		writeConfig(t, cfg, tt.yaml)
+		code, _, stderr := e.run("config", "check", "--config", cfg)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("config check of %q: exit %d, stderr %q; want 2 and %q", tt.yaml, code, stderr, tt.want)
 		}
 	}
 }

@@ -435,6 +435,11 @@ type counters struct {
 // network errors with bounded exponential backoff and jitter. do receives
 // a context bounded by RequestTimeout.
 func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Context) error) error {
+	return s.callRetrying(ctx, c, s.opts.MaxRetries, do)
+}
+
+// callRetrying is call with retries retries at most.
+func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do func(ctx context.Context) error) error {
 	var first time.Time
 	for attempt := 1; ; attempt++ {
 		if err := s.pace.lim.Wait(ctx); err != nil {
@@ -465,7 +470,7 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 				s.log.InfoContext(ctx, "stripe rate-limited the reader; slowing down", slog.Float64("requests_per_second", now))
 			}
 		}
-		if !re.retry || attempt > s.opts.MaxRetries {
+		if !re.retry || attempt > retries {
 			return re
 		}
 		c.retries.Add(1)
@@ -529,4 +534,24 @@ func (l *stripeLogger) emit(format string, v []any) {
 		return
 	}
 	l.log.Debug(scrubSecret(fmt.Sprintf(format, v...), l.key), slog.String("component", "stripe-go"))
+}
+
+// Probe reads one page of one charge, once, with no retry: whether
+// STRIPE_API_BASE answers and takes the key, for `config check --connect`.
+// It returns how many charges the page held (0 or 1); its error is a
+// *RequestError naming the host and what was tried.
+func (s *Stripe) Probe(ctx context.Context) (int, error) {
+	var c counters
+	n := 0
+	err := s.callRetrying(ctx, &c, 0, func(ctx context.Context) error {
+		it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: stripe.ListParams{Context: ctx, Limit: stripe.Int64(1), Single: true}})
+		if err := checked(it.Err(), it.ChargeList().LastResponse, chargeShape); err != nil {
+			return err
+		}
+		for it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
