@@ -12,8 +12,8 @@ import (
 	"reconcile/internal/stripesim"
 )
 
-// closedPort returns an address on loopback that nothing listens on.
-func closedPort(t *testing.T) string {
+// freeAddr returns an address on loopback that nothing listens on.
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -43,7 +43,7 @@ func logLine(t *testing.T, stderr, msg string) map[string]any {
 func TestStripeUnreachableSaysWhereAndWhat(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
-	addr := closedPort(t)
+	addr := freeAddr(t)
 	e.vars["STRIPE_API_BASE"] = "http://" + addr + "/v1proxy?token=CANARYquery"
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, "stripe:\n  max_retries: 2\n  concurrency: 1\n")
@@ -107,7 +107,7 @@ func TestPassLogCountsEveryAttempt(t *testing.T) {
 func TestSlackUnreachableSaysWhere(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
-	addr := closedPort(t)
+	addr := freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, "alerts:\n  max_retries: 0\n")
 	for _, tt := range []struct {
@@ -144,7 +144,7 @@ func TestConfigCheckConnect(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
 	admin := e.vars["DATABASE_URL"]
-	down := closedPort(t)
+	down := freeAddr(t)
 	tests := []struct {
 		name     string
 		vars     map[string]string

@@ -21,19 +21,22 @@ import (
 
 // readmeSQL is the README's ```sql block that contains marker: the tests
 // grant what the README tells people to grant, so that it stays true.
-func readmeSQL(t *testing.T, marker string) string {
+func readmeSQL(t *testing.T, marker string) string { return readmeBlock(t, "sql", marker) }
+
+// readmeBlock is the README's fenced block of lang that contains marker.
+func readmeBlock(t *testing.T, lang, marker string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, block := range strings.Split(string(b), "```sql\n")[1:] {
+	for _, block := range strings.Split(string(b), "```"+lang+"\n")[1:] {
 		block, _, _ = strings.Cut(block, "```")
 		if strings.Contains(block, marker) {
 			return block
 		}
 	}
-	t.Fatalf("README.md has no sql block containing %q", marker)
+	t.Fatalf("README.md has no %s block containing %q", lang, marker)
 	return ""
 }
 
@@ -205,7 +208,7 @@ func TestLeastPrivilegeMappedTable(t *testing.T) {
 	}
 	e.add(reconcile.ProviderObject{ID: "ch_77", Kind: reconcile.Charge, Money: usd(4300), Status: reconcile.Succeeded,
 		Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "k-77"}})
-	mapping := readmeYAML(t, "payment_jobs")
+	mapping := readmeBlock(t, "yaml", "payment_jobs")
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, mapping)
 
@@ -233,21 +236,4 @@ func TestLeastPrivilegeMappedTable(t *testing.T) {
 		state != "PAID" || !settled {
 		t.Errorf("payment_jobs row: status %q, settled %t (%v); want PAID, settled", state, settled, err)
 	}
-}
-
-// readmeYAML is the README's ```yaml block that contains marker.
-func readmeYAML(t *testing.T, marker string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, block := range strings.Split(string(b), "```yaml\n")[1:] {
-		block, _, _ = strings.Cut(block, "```")
-		if strings.Contains(block, marker) {
-			return block
-		}
-	}
-	t.Fatalf("README.md has no yaml block containing %q", marker)
-	return ""
 }
