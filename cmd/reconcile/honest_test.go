@@ -74,7 +74,10 @@ func TestPassLogCountsEveryAttempt(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
-	writeConfig(t, cfg, "stripe:\n  max_retries: 2\n")
+	// One slice at a time, so that a failing pass leaves no request of
+	// another slice abandoned in flight, started but perhaps never seen
+	// by the server.
+	writeConfig(t, cfg, "stripe:\n  max_retries: 2\n  concurrency: 1\n")
 	for _, tt := range []struct {
 		name   string
 		faults stripesim.Faults

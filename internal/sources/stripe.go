@@ -317,7 +317,8 @@ func attempts(n int) string {
 
 // RequestCounts are the attempts a reader sent: every HTTP request,
 // retries included, of every list, sync and retrieval, those that failed
-// for good too.
+// for good too. An attempt abandoned in flight, when a failing slice ends
+// its listing's others, counts as sent.
 type RequestCounts struct {
 	Requests, Retries, RateLimited int
 }
