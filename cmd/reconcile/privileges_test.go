@@ -120,11 +120,18 @@ func TestLeastPrivilegeRunsTheWholeFlow(t *testing.T) {
 	if len(e.slack.Messages()) == 0 {
 		t.Error("no Slack message posted")
 	}
+	var duplicate string
+	for _, f := range rep.Findings {
+		if f.Kind == "duplicate" {
+			duplicate = f.Fingerprint
+		}
+	}
 	for _, args := range [][]string{
 		{"run", "--since", "100h"},
 		{"run", "--since", "100h", "--dry-run"},
 		{"trace", "refund:4821:approved-request-7"},
 		{"findings", "--open"},
+		{"ack", duplicate, "--reason", "refunded by hand"},
 	} {
 		if code, _, stderr := e.run(args...); code != 0 {
 			t.Errorf("%v as the least-privileged role exited %d: %s", args, code, stderr)
