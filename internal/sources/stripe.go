@@ -275,8 +275,8 @@ func (e *RequestError) Error() string {
 		// One line that says where Stripe was looked for and what was
 		// tried (docs/design.md, "Errors").
 		fmt.Fprintf(&b, "no answer from Stripe (STRIPE_API_BASE host %s): %s", e.Host, attempts(e.Attempts))
-		if e.Elapsed > 0 {
-			fmt.Fprintf(&b, " over %s", e.Elapsed.Round(100*time.Millisecond))
+		if d := e.Elapsed.Round(100 * time.Millisecond); d > 0 {
+			fmt.Fprintf(&b, " over %s", d)
 		}
 		b.WriteString(", the last: " + e.Message)
 		return b.String()
