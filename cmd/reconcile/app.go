@@ -88,12 +88,19 @@ func openDB(ctx context.Context, cfg config.Config, log *slog.Logger) (*deps, er
 
 func (d *deps) close() { d.pool.Close() }
 
-// newRunner wires one pass: it checks the schema and the obligations table
-// before anything reaches the provider.
-func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEvent)) (*runner.Runner, error) {
+// newRunner wires one pass: it checks the role's privileges, the schema
+// and the obligations table before anything reaches the provider. A dry
+// run needs no privilege to write.
+func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEvent), dryRun bool) (*runner.Runner, error) {
 	cfg := d.cfg
 	if cfg.Env.StripeAPIKey == "" {
 		return nil, usageError("STRIPE_API_KEY is not set (a restricted key with read access to charges, refunds, payment intents and events)")
+	}
+	// Every privilege at once, named, before any provider call
+	// (docs/design.md, "Privileges"): otherwise a missing column grant
+	// is met at apply, after all of them.
+	if err := store.CheckPrivileges(ctx, d.pool, cfg.Obligations, dryRun); err != nil {
+		return nil, failed(err)
 	}
 	if err := d.store.CheckSchema(ctx); err != nil {
 		if errors.Is(err, store.ErrSchemaOutdated) {

@@ -12,9 +12,11 @@ import (
 )
 
 // cmdConfig is `reconcile config check`: the effective configuration with
-// secrets redacted, after the same validation a run does.
-func cmdConfig(_ context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+// secrets redacted, after the same validation a run does; with --connect,
+// a line per connection a run makes, each checked (checkConnections).
+func cmdConfig(ctx context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
 	c := newCommand("config")
+	connect := c.fs.Bool("connect", false, "also check the database (and a run's privileges), Stripe (one read) and Slack (auth.test; nothing is posted)")
 	pos, cfg, err := c.startWith(args, stdout, getenv, "check")
 	if err != nil {
 		return err
@@ -22,7 +24,13 @@ func cmdConfig(_ context.Context, args []string, getenv func(string) string, std
 	if pos[0] != "check" {
 		return usageError("config: want \"reconcile config check\"")
 	}
-	return printConfig(stdout, cfg, c.configPath)
+	if err := printConfig(stdout, cfg, c.configPath); err != nil {
+		return err
+	}
+	if *connect {
+		return checkConnections(ctx, stdout, cfg)
+	}
+	return nil
 }
 
 func printConfig(w io.Writer, cfg config.Config, path string) error {

@@ -76,7 +76,7 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer d.close()
-	r, err := d.newRunner(ctx, nil)
+	r, err := d.newRunner(ctx, nil, false)
 	if err != nil {
 		return err
 	}

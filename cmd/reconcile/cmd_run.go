@@ -87,7 +87,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if isTerminal(stderr) {
 		progress = &progressLine{w: stderr, start: time.Now()}
 	}
-	r, err := d.newRunner(ctx, progress.update)
+	r, err := d.newRunner(ctx, progress.update, f.dryRun)
 	if err != nil {
 		return err
 	}

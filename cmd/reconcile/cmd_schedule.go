@@ -30,7 +30,7 @@ func cmdSchedule(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	defer d.close()
-	r, err := d.newRunner(ctx, nil)
+	r, err := d.newRunner(ctx, nil, false)
 	if err != nil {
 		return err
 	}

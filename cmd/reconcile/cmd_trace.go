@@ -64,7 +64,7 @@ func (d *deps) trace(ctx context.Context, cfg config.Config, id string) (trace.T
 		if cfg.Env.StripeAPIKey == "" {
 			return nil, errors.New("STRIPE_API_KEY is not set: the provider's side is not shown")
 		}
-		r, err := d.newRunner(ctx, nil)
+		r, err := d.newRunner(ctx, nil, req.DryRun)
 		if err != nil {
 			return nil, err
 		}

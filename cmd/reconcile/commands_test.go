@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -345,12 +344,7 @@ type scheduled struct {
 
 func (e *env) schedule(t *testing.T) *scheduled {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cfgPath := t.TempDir() + "/c.yaml"
 	writeConfig(t, cfgPath, fmt.Sprintf("schedule: \"@every 1s\"\nlookback: 100h\nmetrics:\n  listen: %q\n", addr))
 	ctx, cancel := context.WithCancel(t.Context())

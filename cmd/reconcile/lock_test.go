@@ -10,9 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"reconcile"
-	"reconcile/internal/pgtest"
 )
 
 // runEnv is run with vars for the environment, so that two runs of one
@@ -78,14 +75,9 @@ func TestRunLockLost(t *testing.T) {
 		t.Run(step.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			now := time.Now().UTC().Truncate(time.Second)
 			// A refund whose answer was lost, which the provider confirms:
 			// the one transition. seedDoubleRefund adds three findings.
-			pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "refund:4821:other", Kind: reconcile.Refund,
-				IdempotencyKey: "rk-other", TargetID: "ch_4821", Money: usd(100), State: reconcile.ConfirmationUnknown,
-				CreatedAt: now.Add(-2 * time.Hour)})
-			e.add(reconcile.ProviderObject{ID: "re_other", Kind: reconcile.Refund, Money: usd(100), Status: reconcile.Succeeded,
-				Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "rk-other"}})
+			seedUnknownOutcome(t, e)
 			seedDoubleRefund(t, e)
 
 			var (

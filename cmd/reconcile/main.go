@@ -8,7 +8,7 @@
 //	reconcile findings [--open] [--format text|json|csv]
 //	reconcile ack FINGERPRINT --reason "…" stop repeats of an open finding
 //	reconcile serve [--listen ADDR]         finance's findings page over HTTP
-//	reconcile config check                 the effective configuration, secrets redacted
+//	reconcile config check [--connect]     the effective configuration, secrets redacted; --connect checks each connection
 //	reconcile demo                         the whole flow on built-in sample data
 //
 // Exit status: 0 completed; 1 failed (or alerts cannot be delivered until
@@ -119,6 +119,7 @@ commands:
   ack FINGERPRINT --reason R   stop repeats of an open finding
   serve                        finance's findings page over HTTP [--listen 127.0.0.1:8080]
   config check                 print the effective configuration, secrets redacted
+                               [--connect: check the database and its privileges, Stripe, Slack]
   demo                         the whole flow on built-in sample data
 
 Every command takes --config FILE (default: built-in defaults; see configs/reconcile.yaml).

@@ -10,12 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"reconcile"
-	"reconcile/internal/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -62,12 +58,7 @@ func TestJSONKeysUnchanged(t *testing.T) {
 	e := newEnv(t)
 	// A refund whose answer was lost, which the provider confirms: a
 	// transition, its audit and a trace that would make it.
-	now := time.Now().UTC().Truncate(time.Second)
-	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "refund:4821:other", Kind: reconcile.Refund,
-		IdempotencyKey: "rk-other", TargetID: "ch_4821", Money: usd(100), State: reconcile.ConfirmationUnknown,
-		CreatedAt: now.Add(-2 * time.Hour)})
-	e.add(reconcile.ProviderObject{ID: "re_other", Kind: reconcile.Refund, Money: usd(100), Status: reconcile.Succeeded,
-		Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "rk-other"}})
+	seedUnknownOutcome(t, e)
 	seedDoubleRefund(t, e)
 	var got []string
 	decode := func(name string, args ...string) any {

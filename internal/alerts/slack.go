@@ -625,13 +625,31 @@ func classifyCode(code, text string) attempt {
 		"what Slack means by it (the Slack app, SLACK_BOT_TOKEN, SLACK_CHANNEL) and fixes it, or upgrades reconcile", text)
 }
 
+// where names the setting requests go to and its host, never a webhook's
+// path (its secret) nor a token.
+func (d *Deliverer) where() string {
+	if d.mode == modeWebhook {
+		return "SLACK_WEBHOOK_URL host " + hostOf(d.opts.WebhookURL) + ", path " + redact.Marker
+	}
+	return "SLACK_API_URL host " + hostOf(d.opts.APIURL)
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(not a URL)"
+	}
+	return u.Host
+}
+
 // errText is err as a line safe to log and store: no token, no webhook
 // path, no secret of any kind.
 func (d *Deliverer) errText(err error) string {
 	s := err.Error()
 	if ue, ok := errors.AsType[*url.Error](err); ok {
-		// The URL of a webhook is its secret; the operation says enough.
-		s = "post to slack: " + ue.Err.Error()
+		// The URL of a webhook is its secret: the setting and its host say
+		// where Slack was looked for (docs/design.md, "Errors").
+		s = "post to slack (" + d.where() + "): " + ue.Err.Error()
 	} else if !strings.HasPrefix(s, "slack") {
 		s = "slack: " + s
 	}

@@ -5,8 +5,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"net/url"
 	"os"
@@ -220,11 +222,25 @@ func (e *Env) read(getenv func(string) string) {
 // Decode decodes YAML onto c strictly: an unknown key, a duplicate key or a
 // value of the wrong type is an error naming the field (stripe.rate).
 func Decode(b []byte, c *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) { // empty file
+			return nil
+		}
 		return err
 	}
-	if doc.Kind == 0 { // empty file
+	// A second document would be silently ignored: refuse it, whatever
+	// it holds (docs/design.md, "Errors").
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := next.Line
+		if err != nil {
+			return fmt.Errorf("the top level: want one YAML document, found more after the first: %v", cleanYAMLError(err))
+		}
+		return fmt.Errorf("the top level: want one YAML document, found a second (line %d)", line)
+	}
+	if doc.Kind == 0 {
 		return nil
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
@@ -321,6 +337,15 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
 	}
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("%s: want a single value (line %d)", name, n.Line)
+	}
+	// yaml truncates a float into an integer field (1.5 becomes 1): an
+	// integer field takes an integer only.
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if n.ShortTag() != "!!int" {
+			return fmt.Errorf("%s: want a whole number, got %q (line %d)", name, n.Value, n.Line)
+		}
 	}
 	if err := n.Decode(v.Addr().Interface()); err != nil {
 		return fmt.Errorf("%s: %v", name, cleanYAMLError(err))
@@ -438,8 +463,10 @@ func (c Config) Validate() error {
 }
 
 func (m MetricsConfig) validate() error {
-	if m.Listen != "" && !strings.Contains(m.Listen, ":") {
-		return fmt.Errorf("metrics.listen: %q is not a host:port address", m.Listen)
+	if m.Listen != "" {
+		if err := CheckListen(m.Listen); err != nil {
+			return fmt.Errorf("metrics.listen: %w", err)
+		}
 	}
 	if m.Pushgateway != "" {
 		if err := checkURL(m.Pushgateway); err != nil {
@@ -496,8 +523,42 @@ func ValidateSchedule(spec string) (err error) {
 			err = fmt.Errorf("invalid cron spec %q", spec)
 		}
 	}()
-	if _, err := ParseSchedule(spec); err != nil {
+	if err := checkEvery(spec); err != nil {
+		return err
+	}
+	sched, err := ParseSchedule(spec)
+	if err != nil {
 		return fmt.Errorf("invalid cron spec %q: %w", spec, err)
+	}
+	// The parser accepts dates that never come (0 0 30 2 *): its Next is
+	// then the zero time, and `schedule` would wait forever.
+	now := time.Now()
+	if next := sched.Next(now); next.IsZero() || next.Sub(now) > scheduleHorizon {
+		return fmt.Errorf("%q never fires in the next 366 days", spec)
+	}
+	return nil
+}
+
+// scheduleHorizon is how soon a schedule must fire next to be accepted.
+const scheduleHorizon = 366 * 24 * time.Hour
+
+// checkEvery refuses an @every interval that is not positive: the parser
+// rounds it up to a second, which would run a pass every second.
+func checkEvery(spec string) error {
+	rest := spec
+	if strings.HasPrefix(rest, "CRON_TZ=") || strings.HasPrefix(rest, "TZ=") {
+		_, rest, _ = strings.Cut(rest, " ")
+	}
+	arg, ok := strings.CutPrefix(strings.TrimSpace(rest), "@every ")
+	if !ok {
+		return nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(arg))
+	if err != nil {
+		return fmt.Errorf("invalid cron spec %q: %q is not a duration such as 6h", spec, strings.TrimSpace(arg))
+	}
+	if d <= 0 {
+		return fmt.Errorf("%q: the interval must be positive (got %s)", spec, d)
 	}
 	return nil
 }
@@ -511,6 +572,9 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 func (s ServeConfig) validate() error {
 	if strings.TrimSpace(s.Listen) == "" {
 		return errors.New("serve.listen: must not be empty (e.g. 127.0.0.1:8080)")
+	}
+	if err := CheckListen(s.Listen); err != nil {
+		return fmt.Errorf("serve.listen: %w", err)
 	}
 	if s.PublicURL != "" {
 		if err := checkURL(s.PublicURL); err != nil {

@@ -2,13 +2,18 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
 )
 
 func noEnv(string) string { return "" }
@@ -79,6 +84,23 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		{"pushgateway with job path", "metrics:\n  pushgateway: http://gw:9091/metrics/job/reconcile\n", "metrics.pushgateway: give the gateway's base URL"},
 		{"textfile not .prom", "metrics:\n  textfile: /tmp/reconcile.txt\n", "metrics.textfile: \"/tmp/reconcile.txt\" must end in .prom"},
 		{"textfile directory missing", "metrics:\n  textfile: /nonexistent-dir/reconcile.prom\n", `metrics.textfile: directory "/nonexistent-dir" does not exist`},
+		// docs/design.md, "Errors": refused when wrong, the field named.
+		{"negative every", "schedule: \"@every -1h\"\n", "schedule: \"@every -1h\": the interval must be positive"},
+		{"zero every", "schedule: \"@every 0s\"\n", "schedule: \"@every 0s\": the interval must be positive"},
+		{"zero every with tz", "schedule: \"CRON_TZ=UTC @every 0s\"\n", "the interval must be positive"},
+		{"never fires", "schedule: \"0 0 30 2 *\"\n", "schedule: \"0 0 30 2 *\" never fires in the next 366 days"},
+		{"second document", "lookback: 3h\n---\nlookback: 4h\n", "want one YAML document, found a second (line 2)"},
+		{"empty second document", "lookback: 3h\n---\n", "want one YAML document"},
+		{"float for int", "stripe:\n  concurrency: 1.5\n", "stripe.concurrency: want a whole number, got \"1.5\""},
+		{"exponent for int", "alerts:\n  max_retries: 1e1\n", "alerts.max_retries: want a whole number"},
+		{"string for int", "store:\n  apply_attempts: \"3\"\n", "store.apply_attempts: want a whole number"},
+		{"metrics port range", "metrics:\n  listen: 127.0.0.1:99999\n", "metrics.listen: \"127.0.0.1:99999\": port \"99999\" must be a number from 0 to 65535"},
+		{"metrics no port", "metrics:\n  listen: localhost\n", "metrics.listen: \"localhost\" is not a host:port"},
+		{"metrics bad host", "metrics:\n  listen: \"bad_host!:9090\"\n", "metrics.listen: \"bad_host!:9090\": host \"bad_host!\" is neither"},
+		{"metrics bad ipv4", "metrics:\n  listen: 256.1.1.1:9090\n", "metrics.listen: \"256.1.1.1:9090\": host"},
+		{"serve port range", "serve:\n  listen: 127.0.0.1:65536\n", "serve.listen: \"127.0.0.1:65536\": port"},
+		{"serve named port", "serve:\n  listen: 127.0.0.1:http\n", "serve.listen: \"127.0.0.1:http\": port"},
+		{"serve bad host", "serve:\n  listen: \"[::1:8080\"\n", "serve.listen:"},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml), noEnv)
@@ -105,6 +127,26 @@ func TestLoadBatchMetrics(t *testing.T) {
 	_, err = Load(writeFile(t, "metrics:\n  pushgateway: \"gw.example/x?u=1:pw\"\n"), noEnv)
 	if err == nil || strings.Contains(err.Error(), "pw") {
 		t.Errorf("a bad pushgateway URL: err = %v, want one that does not repeat it", err)
+	}
+}
+
+// What must stay accepted beside what is refused (docs/design.md, "Errors").
+func TestLoadAcceptsGoodValues(t *testing.T) {
+	for _, body := range []string{
+		"schedule: \"@every 6h\"\n",
+		"schedule: \"0 0 29 * *\"\n",
+		"stripe:\n  concurrency: 8\n",
+		"stripe:\n  concurrency: 0x8\n",
+		"stripe:\n  rate: 2.5\n",
+		"metrics:\n  listen: \":9090\"\n",
+		"metrics:\n  listen: \"[::1]:9090\"\n",
+		"metrics:\n  listen: metrics.internal:9090\n",
+		"serve:\n  listen: 127.0.0.1:0\n",
+		"---\nlookback: 3h\n",
+	} {
+		if _, err := Load(writeFile(t, body), noEnv); err != nil {
+			t.Errorf("Load(%q) = %v, want it accepted", body, err)
+		}
 	}
 }
 
@@ -171,6 +213,129 @@ func FuzzDecode(f *testing.F) {
 		}
 		_ = c.Validate()
 	})
+}
+
+// FuzzDecodeRefuses fuzzes the decoder on the classes of configuration
+// that must be refused with the field named (docs/design.md, "Errors"):
+// each input is one class built around the fuzzed text, and an oracle of
+// the test's own says whether that text is bad for it. Nothing panics, a
+// bad value is refused naming its field, and whatever is accepted holds
+// up: its schedule fires within 366 days, its integer is the text's, its
+// addresses split into a host and a port in range.
+func FuzzDecodeRefuses(f *testing.F) {
+	seeds := []struct {
+		class uint8
+		s     string
+	}{
+		{0, "@every -1h"}, {0, "@every 0s"}, {0, "0 0 30 2 *"}, {0, "0 0 31 4 *"}, {0, "@every 6h"}, {0, "0 2 * * *"},
+		{0, "CRON_TZ=UTC @every -5m"}, {0, "@every 1ns"},
+		{1, "lookback: 4h"}, {1, ""}, {1, "# only a comment"}, {1, "[1, 2]"},
+		{2, "1.5"}, {2, "1e1"}, {2, "8"}, {2, "0x8"}, {2, "\"4\""}, {2, "-0.0"}, {2, ".inf"}, {2, "4.0"},
+		{3, "127.0.0.1:99999"}, {3, "localhost"}, {3, "bad_host!:1"}, {3, "[::1]:9090"}, {3, ":9090"}, {3, "256.1.1.1:80"},
+		{3, "127.0.0.1:-1"}, {3, "host:+80"},
+	}
+	for _, sd := range seeds {
+		f.Add(sd.class, sd.s)
+	}
+	f.Fuzz(func(t *testing.T, class uint8, s string) {
+		if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) || strings.ContainsAny(s, "\"'\\") {
+			return // kept on one quoted line: the class, not YAML's quoting, is under test
+		}
+		var in, field string
+		switch class % 4 {
+		case 0:
+			in, field = "schedule: \""+s+"\"\n", "schedule:"
+		case 1:
+			in, field = "lookback: 3h\n---\n"+s+"\n", "want one YAML document"
+		case 2:
+			in, field = "stripe:\n  concurrency: "+s+"\n", "stripe.concurrency:"
+		case 3:
+			in, field = "metrics:\n  listen: \""+s+"\"\n", "metrics.listen:"
+		}
+		c := Default()
+		err := Decode([]byte(in), &c)
+		if err == nil {
+			err = c.Validate()
+		}
+		switch class % 4 {
+		case 0:
+			if err != nil {
+				return
+			}
+			sched, perr := ParseSchedule(strings.TrimSpace(c.Schedule))
+			now := time.Now()
+			if perr != nil {
+				t.Fatalf("schedule %q accepted but does not parse: %v", s, perr)
+			}
+			if next := sched.Next(now); next.IsZero() || next.Sub(now) > 367*24*time.Hour {
+				t.Fatalf("schedule %q accepted but next fires %s", s, next)
+			}
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(s), "@every "); ok {
+				if d, derr := time.ParseDuration(strings.TrimSpace(rest)); derr == nil && d <= 0 {
+					t.Fatalf("schedule %q accepted with a non-positive interval", s)
+				}
+			}
+		case 1:
+			// Every second document is refused, whatever it holds, unless
+			// YAML reads none there.
+			if err == nil && yamlDocuments(t, in) > 1 {
+				t.Fatalf("%q accepted with %d documents", in, yamlDocuments(t, in))
+			}
+			if err != nil && yamlDocuments(t, in) > 1 && !strings.Contains(err.Error(), field) {
+				t.Fatalf("%q refused as %v, want %q", in, err, field)
+			}
+		case 2:
+			if err == nil {
+				if n, perr := strconv.ParseInt(strings.TrimSpace(s), 0, 64); perr != nil || int(n) != c.Stripe.Concurrency {
+					if !isYAMLInt(s) {
+						t.Fatalf("concurrency %q accepted as %d, which is not the integer it spells", s, c.Stripe.Concurrency)
+					}
+				}
+				return
+			}
+			if _, ferr := strconv.ParseFloat(strings.TrimSpace(s), 64); ferr == nil && !isYAMLInt(s) && !strings.Contains(err.Error(), field+" want a whole number") {
+				t.Fatalf("concurrency %q refused as %v, want %q naming a whole number", s, err, field)
+			}
+		case 3:
+			if err != nil {
+				if !strings.Contains(err.Error(), field) {
+					t.Fatalf("listen %q refused as %v, want %q", s, err, field)
+				}
+				return
+			}
+			if s == "" {
+				return // metrics off
+			}
+			host, port, serr := net.SplitHostPort(s)
+			p, perr := strconv.Atoi(port)
+			if serr != nil || perr != nil || p < 0 || p > 65535 || strings.ContainsAny(host, " !_@#$%^&*(){}<>,;/?") {
+				t.Fatalf("listen %q accepted (host %q, port %q)", s, host, port)
+			}
+		}
+	})
+}
+
+// yamlDocuments counts the documents a YAML stream holds (0 if it does
+// not parse).
+func yamlDocuments(t *testing.T, in string) int {
+	dec := yaml.NewDecoder(strings.NewReader(in))
+	n := 0
+	for {
+		var node yaml.Node
+		if err := dec.Decode(&node); err != nil {
+			return n
+		}
+		n++
+	}
+}
+
+// isYAMLInt reports whether YAML reads s as an integer (0o17, 1_000, +3).
+func isYAMLInt(s string) bool {
+	var n yaml.Node
+	if yaml.Unmarshal([]byte(s), &n) != nil || len(n.Content) != 1 {
+		return false
+	}
+	return n.Content[0].ShortTag() == "!!int"
 }
 
 // FuzzValidateSchedule: no spec makes the cron parser panic through us.

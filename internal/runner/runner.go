@@ -28,6 +28,13 @@ type Provider interface {
 	Retrieve(ctx context.Context, ids []string) ([]reconcile.ProviderObject, []reconcile.Lookup)
 }
 
+// Counter is a Provider that counts every request it sent, failed ones
+// too (sources.Stripe): a pass's log says what it tried even when the
+// listing it would have counted never came back.
+type Counter interface {
+	RequestCounts() sources.RequestCounts
+}
+
 // Obligations reads the application's obligations: those in scope of a
 // window, those named by the provider's records, and how old the oldest
 // in scope by state and window is (sources.Obligations is one).
@@ -182,9 +189,19 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	out := &Outcome{Run: run}
 	st := &readState{}
 	st.phases.start(r.Now)
+	counter, counted := r.Provider.(Counter)
+	var sentBefore sources.RequestCounts
+	if counted {
+		sentBefore = counter.RequestCounts()
+	}
 	defer func() {
 		// How the pass read the provider and what its steps took, however
-		// it ends.
+		// it ends. The provider's own counts are of every attempt: lists,
+		// retrievals and those of a failed pass, whose listing is lost.
+		if counted {
+			sent := counter.RequestCounts().Sub(sentBefore)
+			out.Stats.Requests, out.Stats.Retries, out.Stats.RateLimited = sent.Requests, sent.Retries, sent.RateLimited
+		}
 		out.Sync, out.Phases = st.plan.report, st.phases.phases
 		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)

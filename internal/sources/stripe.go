@@ -121,6 +121,13 @@ type Stripe struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
+	// total counts every attempt the reader ever sent, whatever operation
+	// sent it and however it ended (RequestCounts).
+	total counters
+	// host is STRIPE_API_BASE's host, which errors name (never its path
+	// or query, nor the key).
+	host string
+
 	// sleep waits between retries; tests keep it real, with millisecond
 	// backoffs.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -139,6 +146,9 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 		log:   o.Logger,
 		rng:   rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)),
 		sleep: sleepContext,
+	}
+	if u, err := url.Parse(o.BaseURL); err == nil {
+		s.host = u.Host
 	}
 	backends := stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 		URL:        stripe.String(o.BaseURL),
@@ -247,6 +257,12 @@ type RequestError struct {
 	Message   string
 	RequestID string
 	Attempts  int
+	// Host is STRIPE_API_BASE's host and Elapsed how long the attempts
+	// took, from the first to the last answer or error: an error that
+	// had no answer says where it looked and for how long
+	// (docs/design.md, "Errors").
+	Host    string
+	Elapsed time.Duration
 
 	retry     bool
 	malformed bool
@@ -255,6 +271,16 @@ type RequestError struct {
 
 func (e *RequestError) Error() string {
 	var b strings.Builder
+	if e.Unanswered() {
+		// One line that says where Stripe was looked for and what was
+		// tried (docs/design.md, "Errors").
+		fmt.Fprintf(&b, "no answer from Stripe (STRIPE_API_BASE host %s): %s", e.Host, attempts(e.Attempts))
+		if d := e.Elapsed.Round(100 * time.Millisecond); d > 0 {
+			fmt.Fprintf(&b, " over %s", d)
+		}
+		b.WriteString(", the last: " + e.Message)
+		return b.String()
+	}
 	if e.Status != 0 {
 		fmt.Fprintf(&b, "stripe answered %d", e.Status)
 		if e.Type != "" {
@@ -273,6 +299,40 @@ func (e *RequestError) Error() string {
 		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
 	}
 	return b.String()
+}
+
+// Unanswered reports whether no answer came from Stripe at all: the
+// connection failed or timed out on every attempt (not a context that
+// ended, nor an answer the reader could not believe).
+func (e *RequestError) Unanswered() bool {
+	return e.Status == 0 && e.Host != "" && e.Attempts > 0 && !e.malformed && e.cause == nil
+}
+
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+// RequestCounts are the attempts a reader sent: every HTTP request,
+// retries included, of every list, sync and retrieval, those that failed
+// for good too. An attempt abandoned in flight, when a failing slice ends
+// its listing's others, counts as sent.
+type RequestCounts struct {
+	Requests, Retries, RateLimited int
+}
+
+// Sub is what was sent since before was taken.
+func (c RequestCounts) Sub(before RequestCounts) RequestCounts {
+	return RequestCounts{c.Requests - before.Requests, c.Retries - before.Retries, c.RateLimited - before.RateLimited}
+}
+
+// RequestCounts returns every attempt the reader sent since it was made,
+// so that a pass that failed still says what it tried (the counts of a
+// listing are lost with the listing a failure never returns).
+func (s *Stripe) RequestCounts() RequestCounts {
+	return RequestCounts{int(s.total.requests.Load()), int(s.total.retries.Load()), int(s.total.limited.Load())}
 }
 
 // Unwrap gives errors.Is a context error that ended the request.
@@ -321,7 +381,14 @@ func (s *Stripe) translate(err error) *RequestError {
 	// No Stripe error: the request or the response broke on the way (a
 	// reset, a timeout, a body cut short), or the body was not JSON of the
 	// right shape. Retrying is the cure.
-	msg := s.scrub(err.Error())
+	text := err.Error()
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		// The request's URL says nothing STRIPE_API_BASE's host does not
+		// (Error names it) and its query runs long enough to push the
+		// cause out of the message: keep the cause.
+		text = ue.Err.Error()
+	}
+	msg := s.scrub(text)
 	return &RequestError{Message: msg, retry: true, malformed: strings.HasPrefix(msg, undecodable)}
 }
 
@@ -369,13 +436,23 @@ type counters struct {
 // network errors with bounded exponential backoff and jitter. do receives
 // a context bounded by RequestTimeout.
 func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Context) error) error {
+	return s.callRetrying(ctx, c, s.opts.MaxRetries, do)
+}
+
+// callRetrying is call with retries retries at most.
+func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do func(ctx context.Context) error) error {
+	var first time.Time
 	for attempt := 1; ; attempt++ {
 		if err := s.pace.lim.Wait(ctx); err != nil {
 			return &RequestError{Message: "waiting for the rate limiter: " + err.Error(), Attempts: attempt - 1, cause: ctxErr(ctx, err)}
 		}
 		c.requests.Add(1)
+		s.total.requests.Add(1)
 		actx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 		sent := time.Now()
+		if attempt == 1 {
+			first = sent
+		}
 		err := do(actx)
 		cancel()
 		if err == nil {
@@ -386,17 +463,19 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 			return &RequestError{Message: "canceled: " + ctx.Err().Error(), Attempts: attempt, cause: ctx.Err()}
 		}
 		re := s.translate(err)
-		re.Attempts = attempt
+		re.Attempts, re.Host, re.Elapsed = attempt, s.host, time.Since(first)
 		if re.Status == http.StatusTooManyRequests {
 			c.limited.Add(1)
+			s.total.limited.Add(1)
 			if now, changed := s.pace.limited(sent, time.Now()); changed {
 				s.log.InfoContext(ctx, "stripe rate-limited the reader; slowing down", slog.Float64("requests_per_second", now))
 			}
 		}
-		if !re.retry || attempt > s.opts.MaxRetries {
+		if !re.retry || attempt > retries {
 			return re
 		}
 		c.retries.Add(1)
+		s.total.retries.Add(1)
 		wait := s.backoff(attempt)
 		if re.malformed {
 			// Retried like a 5xx, but a sign of a fault at Stripe or on
@@ -456,4 +535,24 @@ func (l *stripeLogger) emit(format string, v []any) {
 		return
 	}
 	l.log.Debug(scrubSecret(fmt.Sprintf(format, v...), l.key), slog.String("component", "stripe-go"))
+}
+
+// Probe reads one page of one charge, once, with no retry: whether
+// STRIPE_API_BASE answers and takes the key, for `config check --connect`.
+// It returns how many charges the page held (0 or 1); its error is a
+// *RequestError naming the host and what was tried.
+func (s *Stripe) Probe(ctx context.Context) (int, error) {
+	var c counters
+	n := 0
+	err := s.callRetrying(ctx, &c, 0, func(ctx context.Context) error {
+		it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: stripe.ListParams{Context: ctx, Limit: stripe.Int64(1), Single: true}})
+		if err := checked(it.Err(), it.ChargeList().LastResponse, chargeShape); err != nil {
+			return err
+		}
+		for it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }

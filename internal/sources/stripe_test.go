@@ -918,3 +918,52 @@ func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (recon
 	object, _ := ev.Data.Object["object"].(string)
 	return evidence(kinds, ev.ID, string(ev.Type), ev.Created, ev.Request.IdempotencyKey, ev.Request.ID, id, object)
 }
+
+// RequestCounts counts every attempt the reader sent, as the server
+// counted them: lists, retrievals, and a list that failed for good, whose
+// listing (and its Stats) never comes back (docs/design.md, "Errors").
+func TestRequestCountsEveryAttempt(t *testing.T) {
+	e := newEnv(t)
+	populate(t, e, 30)
+	// One slice at a time: a failing list then stops where it failed,
+	// rather than with requests of other slices abandoned in flight,
+	// which the reader started but the server may never have seen.
+	r := e.reader(t, func(o *StripeOptions) { o.MaxRetries, o.Concurrency = 2, 1 })
+	w := reconcile.Window{From: time.Now().Add(-100 * time.Hour), To: time.Now()}
+	steps := []struct {
+		name   string
+		faults stripesim.Faults
+		do     func()
+	}{
+		{"a list with retries", stripesim.Faults{ServerErrorEvery: 3}, func() {
+			if _, err := r.List(t.Context(), w); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a list that fails", stripesim.Faults{ServerErrorEvery: 1}, func() {
+			if _, err := r.List(t.Context(), w); err == nil {
+				t.Fatal("List succeeded against a server answering 500 to everything")
+			}
+		}},
+		{"retrievals", stripesim.Faults{ServerErrorEvery: 2}, func() { r.Retrieve(t.Context(), []string{"ch_00001", "ch_missing", "re_missing"}) }},
+		{"a probe", stripesim.Faults{}, func() {
+			if _, err := r.Probe(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, st := range steps {
+		e.srv.SetFaults(st.faults)
+		e.srv.ResetStats()
+		before := r.RequestCounts()
+		st.do()
+		got := r.RequestCounts().Sub(before)
+		if server := e.srv.Stats().Requests; got.Requests != server || server == 0 {
+			t.Errorf("%s: RequestCounts says %d requests, the server received %d", st.name, got.Requests, server)
+		}
+		if (got.Retries > 0) != (st.faults.ServerErrorEvery != 0) {
+			t.Errorf("%s: %d retries under faults %+v", st.name, got.Retries, st.faults)
+		}
+	}
+	e.srv.SetFaults(stripesim.Faults{})
+}
