@@ -57,6 +57,14 @@ func newRole(t *testing.T, e *env, grants string) string {
 	if _, err := e.pool.Exec(t.Context(), roleWord.ReplaceAllString(grants, name)); err != nil {
 		t.Fatalf("grant: %v\n%s", err, grants)
 	}
+	// A password of its own: a server that asks for one (the embedded
+	// server of a machine without PostgreSQL does) refuses a role with
+	// none; under trust it is not asked.
+	rand.Read(b)
+	password := hex.EncodeToString(b)
+	if _, err := e.pool.Exec(t.Context(), "ALTER ROLE "+name+" PASSWORD '"+password+"'"); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		// In the test's database, before pgtest drops it: DROP OWNED
 		// revokes what was granted there.
@@ -68,7 +76,7 @@ func newRole(t *testing.T, e *env, grants string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.User(name)
+	u.User = url.UserPassword(name, password)
 	return u.String()
 }
 
