@@ -490,7 +490,7 @@ func TestDemoKeep(t *testing.T) {
 		t.Fatal(err)
 	}
 	if pw, ok := admin0.User.Password(); ok {
-		if strings.Contains(stdout.String(), pw) {
+		if strings.Contains(stdout.String(), ":"+pw+"@") {
 			t.Fatalf("demo --keep printed the server's password:\n%s", stdout.String())
 		}
 		u, err := url.Parse(kept)
