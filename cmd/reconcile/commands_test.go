@@ -493,11 +493,8 @@ func TestDemoKeep(t *testing.T) {
 		if strings.Contains(stdout.String(), ":"+pw+"@") {
 			t.Fatalf("demo --keep printed the server's password:\n%s", stdout.String())
 		}
-		u, err := url.Parse(kept)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = admin0.User
+		u := *admin0
+		u.Path = kept[strings.LastIndex(kept, "/"):strings.Index(kept, "?")]
 		kept = u.String()
 	}
 	name := kept[strings.LastIndex(kept, "/")+1 : strings.Index(kept, "?")]
