@@ -55,6 +55,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, reqID, e)
 		return
 	}
+	// stripe-go sends the header trimmed; "" is the platform's own data.
+	acct := strings.TrimSpace(r.Header.Get("Stripe-Account"))
+	if !s.knownAccount(acct) {
+		s.writeError(w, reqID, s.accountInvalid(acct))
+		return
+	}
 	n := s.faultSeq.Add(1)
 	if lim != nil && !lim.Allow() || f.hit(n, f.RateLimitEvery, f.RateLimitP, saltRateLimit) {
 		s.writeError(w, reqID, &apiErr{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
@@ -81,9 +87,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var entries int
 	var e *apiErr
 	if hasID {
-		body, e = s.retrieve(name, id)
+		body, e = s.retrieve(acct, name, id)
 	} else {
-		body, entries, e = s.list(name, r.URL.Query())
+		body, entries, e = s.list(acct, name, r.URL.Query())
 	}
 	if e != nil {
 		s.writeError(w, reqID, e)
@@ -113,8 +119,14 @@ func serverError(f Faults) *apiErr {
 		msg: "An unknown error occurred", shouldRetryHeader: f.ShouldRetry}
 }
 
-func (s *Server) knownList(name string) bool {
-	_, ok := s.lists[name] // the map's keys never change after New
+func (s *Server) knownList(name string) bool { return slices.Contains(listNames, name) }
+
+// knownAccount reports whether acct is the platform ("") or a connected
+// account.
+func (s *Server) knownAccount(acct string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.books[acct]
 	return ok
 }
 
@@ -202,22 +214,26 @@ func (s *Server) drop(w http.ResponseWriter, reqID string, body []byte) bool {
 	return true
 }
 
-// rlockSorted read-locks s.mu with every list sorted.
+// rlockSorted read-locks s.mu with every list of every book sorted.
 func (s *Server) rlockSorted() {
 	for {
 		s.mu.RLock()
 		dirty := false
-		for _, l := range s.lists {
-			dirty = dirty || l.dirty
+		for _, b := range s.books {
+			for _, l := range b.lists {
+				dirty = dirty || l.dirty
+			}
 		}
 		if !dirty {
 			return
 		}
 		s.mu.RUnlock()
 		s.mu.Lock()
-		for _, l := range s.lists {
-			if l.dirty {
-				l.sort()
+		for _, b := range s.books {
+			for _, l := range b.lists {
+				if l.dirty {
+					l.sort()
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -231,24 +247,39 @@ func singular(name string) string {
 		return "payment_intent"
 	case ListEvents:
 		return "event"
+	case ListAccounts:
+		return "account"
 	}
 	return strings.TrimSuffix(name, "s")
 }
 
-func (s *Server) retrieve(name, id string) ([]byte, *apiErr) {
+// retrieve answers /v1/<name>/<id> for account acct. An account is the
+// platform's to retrieve, or a connected account's own; any other is
+// refused as Stripe refuses it.
+func (s *Server) retrieve(acct, name, id string) ([]byte, *apiErr) {
 	s.rlockSorted()
 	defer s.mu.RUnlock()
 	missing := &apiErr{status: http.StatusNotFound, typ: "invalid_request_error", code: "resource_missing", param: "id",
 		msg: fmt.Sprintf("No such %s: '%s'", singular(name), id)}
-	if name == ListEvents {
-		l := s.lists[ListEvents]
+	b := s.books[acct]
+	if name == ListEvents || name == ListAccounts {
+		l := b.lists[name]
+		if name == ListAccounts {
+			l = s.books[""].lists[ListAccounts]
+			if acct != "" && id != acct {
+				return nil, s.accountInvalid(id)
+			}
+		}
 		i, ok := l.pos[id]
+		if !ok && name == ListAccounts {
+			return nil, s.accountInvalid(id)
+		}
 		if !ok {
 			return nil, missing
 		}
 		return append(slices.Clip(l.entries[i].body), '\n'), nil
 	}
-	e, ok := s.objects[id]
+	e, ok := b.objects[id]
 	if !ok || string(e.obj.Kind) != singular(name) {
 		return nil, missing
 	}
@@ -395,13 +426,13 @@ func globMatch(pattern, s string) bool {
 	return len(s) >= len(prefix)+len(suffix) && strings.HasPrefix(s, prefix) && strings.HasSuffix(s, suffix)
 }
 
-func (s *Server) list(name string, q url.Values) ([]byte, int, *apiErr) {
+func (s *Server) list(acct, name string, q url.Values) ([]byte, int, *apiErr) {
 	lq, e := parseListQuery(name, q)
 	if e != nil {
 		return nil, 0, e
 	}
 	s.rlockSorted()
-	page, more, e := s.lists[name].page(lq, singular(name))
+	page, more, e := s.books[acct].lists[name].page(lq, singular(name))
 	var b bytes.Buffer
 	if e == nil {
 		size := 64
