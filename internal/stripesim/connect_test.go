@@ -309,3 +309,146 @@ func TestAddAccountRefusesBadAccounts(t *testing.T) {
 		t.Error("Update in an account never added = nil, want an error")
 	}
 }
+
+func TestAccountFaults(t *testing.T) {
+	status := func(t *testing.T, base, acct string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/charges", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		if acct != "" {
+			req.Header.Set("Stripe-Account", acct)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	statuses := func(t *testing.T, base, acct string, n int) []int {
+		t.Helper()
+		var out []int
+		for range n {
+			out = append(out, status(t, base, acct))
+		}
+		return out
+	}
+
+	t.Run("one account rate-limited, the others answer", func(t *testing.T) {
+		s, base := connectServer(t)
+		s.SetAccountFaults("acct_A", Faults{RateLimitEvery: 2})
+		for acct, want := range map[string][]int{
+			"acct_A": {200, 429, 200, 429},
+			"acct_B": {200, 200, 200, 200},
+			"":       {200, 200, 200, 200},
+		} {
+			if got := statuses(t, base, acct, 4); !slices.Equal(got, want) {
+				t.Errorf("%q: statuses %v, want %v", acct, got, want)
+			}
+		}
+		st := s.Stats()
+		if st.RateLimited != 2 || st.Accounts["acct_A"].RateLimited != 2 || st.Accounts["acct_B"].RateLimited != 0 {
+			t.Errorf("429s: total %d, acct_A %d, acct_B %d; want 2, 2, 0", st.RateLimited, st.Accounts["acct_A"].RateLimited, st.Accounts["acct_B"].RateLimited)
+		}
+		s.SetAccountFaults("acct_A", Faults{})
+		if got := statuses(t, base, "acct_A", 2); !slices.Equal(got, []int{200, 200}) {
+			t.Errorf("acct_A after its faults were removed: %v, want 200s", got)
+		}
+	})
+	t.Run("the platform's own faults spare connected accounts", func(t *testing.T) {
+		s, base := connectServer(t)
+		s.SetAccountFaults("", Faults{FailList: ListCharges})
+		if got := statuses(t, base, "", 2); !slices.Equal(got, []int{500, 500}) {
+			t.Errorf("platform with FailList: %v, want 500s", got)
+		}
+		if got := statuses(t, base, "acct_B", 2); !slices.Equal(got, []int{200, 200}) {
+			t.Errorf("acct_B beside the platform's FailList: %v, want 200s", got)
+		}
+		if st := s.Stats(); st.ServerErrors != 2 || st.Accounts[""].ServerErrors != 2 || st.Accounts["acct_B"].ServerErrors != 0 {
+			t.Errorf("500s: total %d, per account %+v", st.ServerErrors, st.Accounts)
+		}
+	})
+	t.Run("the key's rate limit is one budget for all accounts", func(t *testing.T) {
+		s, base := connectServer(t)
+		s.SetFaults(Faults{RateLimit: 0.001, RateBurst: 3})
+		got := []int{status(t, base, "acct_A"), status(t, base, "acct_B"), status(t, base, ""), status(t, base, "acct_A"), status(t, base, "acct_B")}
+		if want := []int{200, 200, 200, 429, 429}; !slices.Equal(got, want) {
+			t.Errorf("statuses across accounts = %v, want %v (a burst of 3 shared)", got, want)
+		}
+		// An account's own limit comes on top of the key's.
+		s.SetFaults(Faults{})
+		s.SetAccountFaults("acct_B", Faults{RateLimit: 0.001, RateBurst: 1})
+		if got := statuses(t, base, "acct_B", 2); !slices.Equal(got, []int{200, 429}) {
+			t.Errorf("acct_B with its own limit of one: %v, want 200, 429", got)
+		}
+		if got := statuses(t, base, "acct_A", 3); !slices.Equal(got, []int{200, 200, 200}) {
+			t.Errorf("acct_A beside acct_B's limit: %v, want 200s", got)
+		}
+	})
+	t.Run("an account with faults of its own still meets the key's", func(t *testing.T) {
+		s, base := connectServer(t)
+		s.SetFaults(Faults{RateLimitEvery: 3})
+		s.SetAccountFaults("acct_A", Faults{ServerErrorEvery: 2})
+		// Key count: A1 A2 B3 A4 A5 B6; acct_A's own count: A1 A2 A4 A5.
+		got := []int{status(t, base, "acct_A"), status(t, base, "acct_A"), status(t, base, "acct_B"),
+			status(t, base, "acct_A"), status(t, base, "acct_A"), status(t, base, "acct_B")}
+		if want := []int{200, 500, 429, 200, 500, 429}; !slices.Equal(got, want) {
+			t.Errorf("statuses = %v, want %v", got, want)
+		}
+	})
+	t.Run("malformed pages for one account through stripe-go", func(t *testing.T) {
+		s, base := connectServer(t)
+		s.SetAccountFaults("acct_B", Faults{Malformed: ShapeNullData, MalformedList: ListCharges})
+		sc := stripeClient(base)
+		if got := listCharges(t, sc, "acct_A"); len(got) != 2 {
+			t.Errorf("acct_A charges = %v, want its two", got)
+		}
+		p := &stripe.ChargeListParams{}
+		p.SetStripeAccount("acct_B")
+		it := sc.Charges.List(p)
+		if it.Next() {
+			t.Errorf("acct_B's null page yielded %v", it.Charge())
+		}
+		if st := s.Stats(); st.Malformed != 1 || st.Accounts["acct_B"].Malformed != 1 || st.Accounts["acct_A"].Malformed != 0 {
+			t.Errorf("malformed: total %d, per account %+v", st.Malformed, st.Accounts)
+		}
+	})
+}
+
+func TestAccountStats(t *testing.T) {
+	s, base := connectServer(t)
+	sc := stripeClient(base)
+	listCharges(t, sc, "acct_A") // two pages of one charge
+	listCharges(t, sc, "")
+	p := &stripe.ChargeParams{}
+	p.SetStripeAccount("acct_nope")
+	_, _ = sc.Charges.Get("ch_1", p)
+
+	st := s.Stats()
+	a, plat := st.Accounts["acct_A"], st.Accounts[""]
+	if st.Requests != 4 || a.Requests != 2 || plat.Requests != 1 {
+		t.Errorf("requests: total %d, acct_A %d, platform %d; want 4, 2, 1", st.Requests, a.Requests, plat.Requests)
+	}
+	if st.Pages[ListCharges] != 3 || a.Pages[ListCharges] != 2 || a.Objects[ListCharges] != 2 || plat.Pages[ListCharges] != 1 {
+		t.Errorf("pages: total %d, acct_A %d (%d charges), platform %d; want 3, 2 (2), 1",
+			st.Pages[ListCharges], a.Pages[ListCharges], a.Objects[ListCharges], plat.Pages[ListCharges])
+	}
+	if _, ok := st.Accounts["acct_nope"]; ok || st.BadRequests != 1 || len(st.Accounts) != 2 {
+		t.Errorf("an unknown account is counted in the totals only: %+v", st)
+	}
+	if _, ok := st.Accounts["acct_B"]; ok {
+		t.Error("acct_B has counters without a request")
+	}
+	// The snapshot is a copy.
+	st.Accounts["acct_A"].Pages[ListCharges] = 99
+	if got := s.Stats().Accounts["acct_A"].Pages[ListCharges]; got != 2 {
+		t.Errorf("Stats shares its maps: acct_A pages = %d after editing a snapshot", got)
+	}
+	s.ResetStats()
+	if st := s.Stats(); st.Requests != 0 || len(st.Accounts) != 0 {
+		t.Errorf("after reset: %+v", st)
+	}
+}

@@ -26,24 +26,30 @@ func invalid(param, code, msg string) *apiErr {
 // ServeHTTP answers one request of Stripe's API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := fmt.Sprintf("req_%012d", s.seq.Add(1))
-	s.count(func(st *Stats) {
+	// stripe-go sends the header trimmed; "" is the platform's own data.
+	acct := strings.TrimSpace(r.Header.Get("Stripe-Account"))
+	s.count(acct, func(st *Stats) {
 		st.Requests++
 		st.Paths[r.URL.Path]++
 	})
 	if r.Method != http.MethodGet {
-		s.count(func(st *Stats) {
+		s.count(acct, func(st *Stats) {
 			st.Writes++
 			if len(st.WriteRequests) < 100 {
 				st.WriteRequests = append(st.WriteRequests, r.Method+" "+r.URL.Path)
 			}
 		})
-		s.writeError(w, reqID, &apiErr{status: http.StatusForbidden, typ: "invalid_request_error",
+		s.writeError(w, reqID, acct, &apiErr{status: http.StatusForbidden, typ: "invalid_request_error",
 			msg: fmt.Sprintf("This key is read-only: %s %s is refused (stripesim serves reads only; the reconciler must never write to the provider).", r.Method, r.URL.Path)})
 		return
 	}
-	f, lim := s.currentFaults()
-	if f.Latency > 0 {
-		t := time.NewTimer(f.Latency)
+	states := s.currentFaults(acct)
+	var latency time.Duration
+	for _, st := range states {
+		latency += st.f.Latency
+	}
+	if latency > 0 {
+		t := time.NewTimer(latency)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
@@ -52,36 +58,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if e := s.authenticate(r); e != nil {
-		s.writeError(w, reqID, e)
+		s.writeError(w, reqID, acct, e)
 		return
 	}
-	// stripe-go sends the header trimmed; "" is the platform's own data.
-	acct := strings.TrimSpace(r.Header.Get("Stripe-Account"))
 	if !s.knownAccount(acct) {
-		s.writeError(w, reqID, s.accountInvalid(acct))
+		s.writeError(w, reqID, acct, s.accountInvalid(acct))
 		return
 	}
-	n := s.faultSeq.Add(1)
-	if lim != nil && !lim.Allow() || f.hit(n, f.RateLimitEvery, f.RateLimitP, saltRateLimit) {
-		s.writeError(w, reqID, &apiErr{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
-			msg: "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.", shouldRetryHeader: f.ShouldRetry})
-		return
-	}
-	if f.hit(n, f.ServerErrorEvery, f.ServerErrorP, saltServerError) {
-		s.writeError(w, reqID, serverError(f))
-		return
+	ns := make([]uint64, len(states)) // this request's place in each state's count
+	for i, st := range states {
+		f := st.f
+		ns[i] = st.seq.Add(1)
+		if st.lim != nil && !st.lim.Allow() || f.hit(ns[i], f.RateLimitEvery, f.RateLimitP, saltRateLimit) {
+			s.writeError(w, reqID, acct, &apiErr{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
+				msg: "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.", shouldRetryHeader: f.ShouldRetry})
+			return
+		}
+		if f.hit(ns[i], f.ServerErrorEvery, f.ServerErrorP, saltServerError) {
+			s.writeError(w, reqID, acct, serverError(f))
+			return
+		}
 	}
 
 	rest, _ := strings.CutPrefix(r.URL.Path, "/v1/")
 	name, id, hasID := strings.Cut(rest, "/")
 	if !strings.HasPrefix(r.URL.Path, "/v1/") || !s.knownList(name) || hasID && (id == "" || strings.Contains(id, "/")) {
-		s.writeError(w, reqID, &apiErr{status: http.StatusNotFound, typ: "invalid_request_error",
+		s.writeError(w, reqID, acct, &apiErr{status: http.StatusNotFound, typ: "invalid_request_error",
 			msg: fmt.Sprintf("Unrecognized request URL (GET: %s). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.", r.URL.Path)})
 		return
 	}
-	if !hasID && name == f.FailList && s.failSeq.Add(1) > int64(f.FailListAfter) {
-		s.writeError(w, reqID, serverError(f))
-		return
+	for _, st := range states {
+		if !hasID && name == st.f.FailList && st.failSeq.Add(1) > int64(st.f.FailListAfter) {
+			s.writeError(w, reqID, acct, serverError(st.f))
+			return
+		}
 	}
 	var body []byte
 	var entries int
@@ -92,21 +102,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, entries, e = s.list(acct, name, r.URL.Query())
 	}
 	if e != nil {
-		s.writeError(w, reqID, e)
+		s.writeError(w, reqID, acct, e)
 		return
 	}
-	if bad, ok := s.malform(f, name, !hasID, body); ok {
-		s.count(func(st *Stats) { st.Malformed++ })
-		writeBody(w, reqID, http.StatusOK, bad)
-		return
+	for _, st := range states {
+		if bad, ok := st.malform(name, !hasID, body); ok {
+			s.count(acct, func(st *Stats) { st.Malformed++ })
+			writeBody(w, reqID, http.StatusOK, bad)
+			return
+		}
 	}
-	if f.hit(n, f.DropEvery, f.DropP, saltDrop) && s.drop(w, reqID, body) {
-		return
+	for i, st := range states {
+		if st.f.hit(ns[i], st.f.DropEvery, st.f.DropP, saltDrop) && s.drop(w, reqID, acct, body) {
+			return
+		}
 	}
 	if !hasID {
 		// Counted once delivered, so that a reader that re-reads a page it
 		// already had shows as more entries served than it returned.
-		s.count(func(st *Stats) {
+		s.count(acct, func(st *Stats) {
 			st.Pages[name]++
 			st.Objects[name] += entries
 		})
@@ -163,8 +177,8 @@ func maskKey(k string) string {
 	return prefix + strings.Repeat("*", len(k)-len(prefix)-4) + k[len(k)-4:]
 }
 
-func (s *Server) writeError(w http.ResponseWriter, reqID string, e *apiErr) {
-	s.count(func(st *Stats) {
+func (s *Server) writeError(w http.ResponseWriter, reqID, acct string, e *apiErr) {
+	s.count(acct, func(st *Stats) {
 		switch {
 		case e.status == http.StatusTooManyRequests:
 			st.RateLimited++
@@ -197,7 +211,7 @@ func writeBody(w http.ResponseWriter, reqID string, status int, body []byte) {
 // drop sends the status line, the headers (announcing the whole body) and
 // half the body, then closes the connection, as a connection reset
 // mid-response does.
-func (s *Server) drop(w http.ResponseWriter, reqID string, body []byte) bool {
+func (s *Server) drop(w http.ResponseWriter, reqID, acct string, body []byte) bool {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		return false
@@ -207,7 +221,7 @@ func (s *Server) drop(w http.ResponseWriter, reqID string, body []byte) bool {
 		return false
 	}
 	defer conn.Close()
-	s.count(func(st *Stats) { st.Dropped++ })
+	s.count(acct, func(st *Stats) { st.Dropped++ })
 	fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRequest-Id: %s\r\n\r\n", len(body), reqID)
 	_, _ = buf.Write(body[:len(body)/2])
 	_ = buf.Flush()

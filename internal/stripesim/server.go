@@ -43,8 +43,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"reconcile"
 )
 
@@ -71,13 +69,9 @@ type Server struct {
 	events int              // events emitted, for their ids
 	reqs   int              // requests that created objects, for their ids
 
-	faultMu  sync.Mutex
-	faults   Faults
-	limiter  *rate.Limiter
-	faultSeq atomic.Uint64 // authenticated GETs since the faults were set
-	failSeq  atomic.Int64  // requests to FailList since the faults were set
-	// requests Faults.Malformed applies to since the faults were set
-	malformedSeq atomic.Uint64
+	faultMu    sync.Mutex
+	keyFaults  *faultState            // SetFaults: every request
+	acctFaults map[string]*faultState // SetAccountFaults: one account's requests
 
 	seq atomic.Uint64 // requests received, for request ids
 
@@ -87,7 +81,8 @@ type Server struct {
 
 // New returns an empty server that accepts requests bearing apiKey.
 func New(apiKey string) *Server {
-	s := &Server{apiKey: apiKey, books: map[string]*book{"": newBook()}}
+	s := &Server{apiKey: apiKey, books: map[string]*book{"": newBook()},
+		keyFaults: newFaultState(Faults{}), acctFaults: map[string]*faultState{}}
 	s.stats = newStats()
 	return s
 }
