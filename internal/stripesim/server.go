@@ -24,7 +24,11 @@
 // account_invalid). Object ids are unique per account, so that the same id
 // in two accounts tells whether a reader keys by (account, id).
 // /v1/accounts lists the connected accounts (newest first, with Stripe's
-// paging) and /v1/accounts/{id} retrieves one.
+// paging) and /v1/accounts/{id} retrieves one. Faults are the key's
+// (SetFaults: every request, one rate limit for all accounts, as Stripe's
+// limits are per key) and an account's (SetAccountFaults: that account's
+// requests only); Stats counts the totals and, in Stats.Accounts, each
+// account's.
 //
 // The package must not import "testing": the demo binary uses it.
 package stripesim
