@@ -452,3 +452,75 @@ func TestAccountStats(t *testing.T) {
 		t.Errorf("after reset: %+v", st)
 	}
 }
+
+// TestAccountsConcurrently reads twelve accounts at once through stripe-go,
+// as the many-accounts reader will, while accounts and objects are still
+// being added: each sees only its own, and the per-account counters add up
+// to the totals.
+func TestAccountsConcurrently(t *testing.T) {
+	s := New(testKey)
+	const accounts, perAccount = 12, 30
+	for i := range accounts {
+		id := fmt.Sprintf("acct_%02d", i)
+		mustAccount(t, s, Account{ID: id, Created: t0.Add(time.Duration(i) * time.Second)})
+		for j := range perAccount {
+			mustAddAs(t, s, id, "", charge(fmt.Sprintf("ch_%s_%02d", id, j), t0.Add(time.Duration(j)*time.Second)))
+		}
+	}
+	base := start(t, s)
+	sc := stripeClient(base)
+	s.SetAccountFaults("acct_05", Faults{RateLimitEvery: 2})
+
+	errs := make(chan error, accounts+1)
+	go func() { // more data arriving while the readers read
+		for i := range 20 {
+			if err := s.AddAccount(Account{ID: fmt.Sprintf("acct_late%02d", i), Created: t0}); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for i := range accounts {
+		go func() {
+			id := fmt.Sprintf("acct_%02d", i)
+			p := &stripe.ChargeListParams{}
+			p.Limit = stripe.Int64(5)
+			p.SetStripeAccount(id)
+			n := 0
+			it := sc.Charges.List(p)
+			for it.Next() {
+				if !strings.HasPrefix(it.Charge().ID, "ch_"+id+"_") {
+					errs <- fmt.Errorf("%s listed %s", id, it.Charge().ID)
+					return
+				}
+				n++
+			}
+			var se *stripe.Error
+			switch {
+			case id == "acct_05" && (!errors.As(it.Err(), &se) || se.HTTPStatusCode != http.StatusTooManyRequests):
+				errs <- fmt.Errorf("acct_05, every second request limited: %v after %d, want a 429", it.Err(), n)
+			case id != "acct_05" && (it.Err() != nil || n != perAccount):
+				errs <- fmt.Errorf("%s: %d charges, %v; want %d", id, n, it.Err(), perAccount)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range accounts + 1 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	st := s.Stats()
+	sum := 0
+	for id, a := range st.Accounts {
+		sum += a.Requests
+		if want := 6; id != "acct_05" && a.Pages[ListCharges] != want {
+			t.Errorf("%s: %d pages, want %d", id, a.Pages[ListCharges], want)
+		}
+	}
+	if sum != st.Requests || st.Accounts["acct_05"].RateLimited != 1 || st.RateLimited != 1 {
+		t.Errorf("per-account requests sum to %d of %d; 429s %d (acct_05 %d), want 1", sum, st.Requests, st.RateLimited, st.Accounts["acct_05"].RateLimited)
+	}
+}
