@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -13,9 +14,11 @@ import (
 
 // Faults are the failures the server injects; the zero value injects none.
 //
-// Every "Every" counts the GET requests that passed authentication since
-// the faults were set (so the first failure of RateLimitEvery: 3 is the
-// third request). Probabilistic faults are a hash of Seed and that count,
+// Every "Every" counts the GET requests that passed authentication (and
+// named an account the key reaches) since the faults were set: all of them
+// for the key's faults (SetFaults), one account's for that account's
+// (SetAccountFaults); so the first failure of RateLimitEvery: 3 is the
+// third request. Probabilistic faults are a hash of Seed and that count,
 // so a sequential reader meets the same failures on every run with a seed;
 // concurrent readers meet the same number, on whichever request arrives
 // at that place.
@@ -101,32 +104,68 @@ func (f Faults) hit(n uint64, every int, p float64, salt uint64) bool {
 	return float64(x>>11)/float64(1<<53) < p
 }
 
-// SetFaults replaces the injected faults and restarts their request count
-// and rate limiter.
-func (s *Server) SetFaults(f Faults) {
+// faultState is one set of faults with its rate limiter and its counts
+// since it was set.
+type faultState struct {
+	f            Faults
+	lim          *rate.Limiter
+	seq          atomic.Uint64 // authenticated GETs it applied to
+	failSeq      atomic.Int64  // requests to FailList
+	malformedSeq atomic.Uint64 // requests Faults.Malformed applies to
+}
+
+func newFaultState(f Faults) *faultState {
 	if !f.Malformed.valid() {
 		panic(fmt.Sprintf("stripesim: unknown Malformed shape %q", f.Malformed))
 	}
-	var lim *rate.Limiter
+	st := &faultState{f: f}
 	if f.RateLimit > 0 {
 		burst := f.RateBurst
 		if burst <= 0 {
 			burst = max(1, int(math.Ceil(f.RateLimit)))
 		}
-		lim = rate.NewLimiter(rate.Limit(f.RateLimit), burst)
+		st.lim = rate.NewLimiter(rate.Limit(f.RateLimit), burst)
 	}
-	s.faultMu.Lock()
-	defer s.faultMu.Unlock()
-	s.faults, s.limiter = f, lim
-	s.faultSeq.Store(0)
-	s.failSeq.Store(0)
-	s.malformedSeq.Store(0)
+	return st
 }
 
-func (s *Server) currentFaults() (Faults, *rate.Limiter) {
+// SetFaults replaces the faults injected into every request, whatever
+// account it names, and restarts their request count and rate limiter:
+// these are the key's, and Stripe's limits are per key, so a RateLimit here
+// is one budget that all accounts share.
+func (s *Server) SetFaults(f Faults) {
+	st := newFaultState(f)
 	s.faultMu.Lock()
 	defer s.faultMu.Unlock()
-	return s.faults, s.limiter
+	s.keyFaults = st
+}
+
+// SetAccountFaults replaces the faults injected into the requests for one
+// account ("" the platform's own, else the Stripe-Account a request names),
+// with counts and a rate limiter of their own, so that one account can
+// rate-limit, fail or answer malformed pages while the others answer. A
+// request meets the key's faults (SetFaults) first, then its account's;
+// latencies add up. The zero Faults removes the account's faults.
+func (s *Server) SetAccountFaults(account string, f Faults) {
+	st := newFaultState(f)
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	if f == (Faults{}) {
+		delete(s.acctFaults, account)
+		return
+	}
+	s.acctFaults[account] = st
+}
+
+// currentFaults are the fault states a request for account meets, the
+// key's first.
+func (s *Server) currentFaults(account string) []*faultState {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	if st, ok := s.acctFaults[account]; ok {
+		return []*faultState{s.keyFaults, st}
+	}
+	return []*faultState{s.keyFaults}
 }
 
 // Stats counts what the server was asked and what it answered.
@@ -147,6 +186,11 @@ type Stats struct {
 	// first hundred ("POST /v1/refunds").
 	Writes        int
 	WriteRequests []string
+
+	// Accounts holds the same counters per account ("" the platform's own)
+	// for the requests that named the platform or a connected account;
+	// the counters above are the totals. Their own Accounts is nil.
+	Accounts map[string]Stats
 }
 
 // Reads counts what the server was asked to hand out: list entries
@@ -166,12 +210,25 @@ func (st Stats) Reads() int {
 }
 
 func newStats() Stats {
+	st := newAccountStats()
+	st.Accounts = map[string]Stats{}
+	return st
+}
+
+func newAccountStats() Stats {
 	return Stats{Paths: map[string]int{}, Pages: map[string]int{}, Objects: map[string]int{}}
 }
 
 func (st Stats) clone() Stats {
 	st.Paths, st.Pages, st.Objects = maps.Clone(st.Paths), maps.Clone(st.Pages), maps.Clone(st.Objects)
 	st.WriteRequests = slices.Clone(st.WriteRequests)
+	if st.Accounts != nil {
+		accts := make(map[string]Stats, len(st.Accounts))
+		for id, a := range st.Accounts {
+			accts[id] = a.clone()
+		}
+		st.Accounts = accts
+	}
 	return st
 }
 
@@ -189,10 +246,21 @@ func (s *Server) ResetStats() {
 	s.stats = newStats()
 }
 
-func (s *Server) count(f func(*Stats)) {
+// count counts into the totals and, when account is the platform ("") or
+// a connected account, into that account's counters.
+func (s *Server) count(account string, f func(*Stats)) {
+	known := s.knownAccount(account)
 	s.statsMu.Lock()
 	defer s.statsMu.Unlock()
 	f(&s.stats)
+	if known {
+		st, ok := s.stats.Accounts[account]
+		if !ok {
+			st = newAccountStats()
+		}
+		f(&st)
+		s.stats.Accounts[account] = st
+	}
 }
 
 // TB is the part of testing.TB that AssertNoWrites needs; declared here so

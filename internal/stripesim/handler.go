@@ -26,24 +26,30 @@ func invalid(param, code, msg string) *apiErr {
 // ServeHTTP answers one request of Stripe's API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := fmt.Sprintf("req_%012d", s.seq.Add(1))
-	s.count(func(st *Stats) {
+	// stripe-go sends the header trimmed; "" is the platform's own data.
+	acct := strings.TrimSpace(r.Header.Get("Stripe-Account"))
+	s.count(acct, func(st *Stats) {
 		st.Requests++
 		st.Paths[r.URL.Path]++
 	})
 	if r.Method != http.MethodGet {
-		s.count(func(st *Stats) {
+		s.count(acct, func(st *Stats) {
 			st.Writes++
 			if len(st.WriteRequests) < 100 {
 				st.WriteRequests = append(st.WriteRequests, r.Method+" "+r.URL.Path)
 			}
 		})
-		s.writeError(w, reqID, &apiErr{status: http.StatusForbidden, typ: "invalid_request_error",
+		s.writeError(w, reqID, acct, &apiErr{status: http.StatusForbidden, typ: "invalid_request_error",
 			msg: fmt.Sprintf("This key is read-only: %s %s is refused (stripesim serves reads only; the reconciler must never write to the provider).", r.Method, r.URL.Path)})
 		return
 	}
-	f, lim := s.currentFaults()
-	if f.Latency > 0 {
-		t := time.NewTimer(f.Latency)
+	states := s.currentFaults(acct)
+	var latency time.Duration
+	for _, st := range states {
+		latency += st.f.Latency
+	}
+	if latency > 0 {
+		t := time.NewTimer(latency)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
@@ -52,55 +58,69 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if e := s.authenticate(r); e != nil {
-		s.writeError(w, reqID, e)
+		s.writeError(w, reqID, acct, e)
 		return
 	}
-	n := s.faultSeq.Add(1)
-	if lim != nil && !lim.Allow() || f.hit(n, f.RateLimitEvery, f.RateLimitP, saltRateLimit) {
-		s.writeError(w, reqID, &apiErr{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
-			msg: "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.", shouldRetryHeader: f.ShouldRetry})
+	if !s.knownAccount(acct) {
+		s.writeError(w, reqID, acct, s.accountInvalid(acct))
 		return
 	}
-	if f.hit(n, f.ServerErrorEvery, f.ServerErrorP, saltServerError) {
-		s.writeError(w, reqID, serverError(f))
-		return
+	ns := make([]uint64, len(states)) // this request's place in each state's count
+	for i, st := range states {
+		f := st.f
+		ns[i] = st.seq.Add(1)
+		if st.lim != nil && !st.lim.Allow() || f.hit(ns[i], f.RateLimitEvery, f.RateLimitP, saltRateLimit) {
+			s.writeError(w, reqID, acct, &apiErr{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "rate_limit",
+				msg: "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.", shouldRetryHeader: f.ShouldRetry})
+			return
+		}
+		if f.hit(ns[i], f.ServerErrorEvery, f.ServerErrorP, saltServerError) {
+			s.writeError(w, reqID, acct, serverError(f))
+			return
+		}
 	}
 
 	rest, _ := strings.CutPrefix(r.URL.Path, "/v1/")
 	name, id, hasID := strings.Cut(rest, "/")
 	if !strings.HasPrefix(r.URL.Path, "/v1/") || !s.knownList(name) || hasID && (id == "" || strings.Contains(id, "/")) {
-		s.writeError(w, reqID, &apiErr{status: http.StatusNotFound, typ: "invalid_request_error",
+		s.writeError(w, reqID, acct, &apiErr{status: http.StatusNotFound, typ: "invalid_request_error",
 			msg: fmt.Sprintf("Unrecognized request URL (GET: %s). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.", r.URL.Path)})
 		return
 	}
-	if !hasID && name == f.FailList && s.failSeq.Add(1) > int64(f.FailListAfter) {
-		s.writeError(w, reqID, serverError(f))
-		return
+	for _, st := range states {
+		if !hasID && name == st.f.FailList && st.failSeq.Add(1) > int64(st.f.FailListAfter) {
+			s.writeError(w, reqID, acct, serverError(st.f))
+			return
+		}
 	}
 	var body []byte
 	var entries int
 	var e *apiErr
 	if hasID {
-		body, e = s.retrieve(name, id)
+		body, e = s.retrieve(acct, name, id)
 	} else {
-		body, entries, e = s.list(name, r.URL.Query())
+		body, entries, e = s.list(acct, name, r.URL.Query())
 	}
 	if e != nil {
-		s.writeError(w, reqID, e)
+		s.writeError(w, reqID, acct, e)
 		return
 	}
-	if bad, ok := s.malform(f, name, !hasID, body); ok {
-		s.count(func(st *Stats) { st.Malformed++ })
-		writeBody(w, reqID, http.StatusOK, bad)
-		return
+	for _, st := range states {
+		if bad, ok := st.malform(name, !hasID, body); ok {
+			s.count(acct, func(st *Stats) { st.Malformed++ })
+			writeBody(w, reqID, http.StatusOK, bad)
+			return
+		}
 	}
-	if f.hit(n, f.DropEvery, f.DropP, saltDrop) && s.drop(w, reqID, body) {
-		return
+	for i, st := range states {
+		if st.f.hit(ns[i], st.f.DropEvery, st.f.DropP, saltDrop) && s.drop(w, reqID, acct, body) {
+			return
+		}
 	}
 	if !hasID {
 		// Counted once delivered, so that a reader that re-reads a page it
 		// already had shows as more entries served than it returned.
-		s.count(func(st *Stats) {
+		s.count(acct, func(st *Stats) {
 			st.Pages[name]++
 			st.Objects[name] += entries
 		})
@@ -113,8 +133,14 @@ func serverError(f Faults) *apiErr {
 		msg: "An unknown error occurred", shouldRetryHeader: f.ShouldRetry}
 }
 
-func (s *Server) knownList(name string) bool {
-	_, ok := s.lists[name] // the map's keys never change after New
+func (s *Server) knownList(name string) bool { return slices.Contains(listNames, name) }
+
+// knownAccount reports whether acct is the platform ("") or a connected
+// account.
+func (s *Server) knownAccount(acct string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.books[acct]
 	return ok
 }
 
@@ -151,8 +177,8 @@ func maskKey(k string) string {
 	return prefix + strings.Repeat("*", len(k)-len(prefix)-4) + k[len(k)-4:]
 }
 
-func (s *Server) writeError(w http.ResponseWriter, reqID string, e *apiErr) {
-	s.count(func(st *Stats) {
+func (s *Server) writeError(w http.ResponseWriter, reqID, acct string, e *apiErr) {
+	s.count(acct, func(st *Stats) {
 		switch {
 		case e.status == http.StatusTooManyRequests:
 			st.RateLimited++
@@ -185,7 +211,7 @@ func writeBody(w http.ResponseWriter, reqID string, status int, body []byte) {
 // drop sends the status line, the headers (announcing the whole body) and
 // half the body, then closes the connection, as a connection reset
 // mid-response does.
-func (s *Server) drop(w http.ResponseWriter, reqID string, body []byte) bool {
+func (s *Server) drop(w http.ResponseWriter, reqID, acct string, body []byte) bool {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		return false
@@ -195,29 +221,33 @@ func (s *Server) drop(w http.ResponseWriter, reqID string, body []byte) bool {
 		return false
 	}
 	defer conn.Close()
-	s.count(func(st *Stats) { st.Dropped++ })
+	s.count(acct, func(st *Stats) { st.Dropped++ })
 	fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRequest-Id: %s\r\n\r\n", len(body), reqID)
 	_, _ = buf.Write(body[:len(body)/2])
 	_ = buf.Flush()
 	return true
 }
 
-// rlockSorted read-locks s.mu with every list sorted.
+// rlockSorted read-locks s.mu with every list of every book sorted.
 func (s *Server) rlockSorted() {
 	for {
 		s.mu.RLock()
 		dirty := false
-		for _, l := range s.lists {
-			dirty = dirty || l.dirty
+		for _, b := range s.books {
+			for _, l := range b.lists {
+				dirty = dirty || l.dirty
+			}
 		}
 		if !dirty {
 			return
 		}
 		s.mu.RUnlock()
 		s.mu.Lock()
-		for _, l := range s.lists {
-			if l.dirty {
-				l.sort()
+		for _, b := range s.books {
+			for _, l := range b.lists {
+				if l.dirty {
+					l.sort()
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -231,24 +261,39 @@ func singular(name string) string {
 		return "payment_intent"
 	case ListEvents:
 		return "event"
+	case ListAccounts:
+		return "account"
 	}
 	return strings.TrimSuffix(name, "s")
 }
 
-func (s *Server) retrieve(name, id string) ([]byte, *apiErr) {
+// retrieve answers /v1/<name>/<id> for account acct. An account is the
+// platform's to retrieve, or a connected account's own; any other is
+// refused as Stripe refuses it.
+func (s *Server) retrieve(acct, name, id string) ([]byte, *apiErr) {
 	s.rlockSorted()
 	defer s.mu.RUnlock()
 	missing := &apiErr{status: http.StatusNotFound, typ: "invalid_request_error", code: "resource_missing", param: "id",
 		msg: fmt.Sprintf("No such %s: '%s'", singular(name), id)}
-	if name == ListEvents {
-		l := s.lists[ListEvents]
+	b := s.books[acct]
+	if name == ListEvents || name == ListAccounts {
+		l := b.lists[name]
+		if name == ListAccounts {
+			l = s.books[""].lists[ListAccounts]
+			if acct != "" && id != acct {
+				return nil, s.accountInvalid(id)
+			}
+		}
 		i, ok := l.pos[id]
+		if !ok && name == ListAccounts {
+			return nil, s.accountInvalid(id)
+		}
 		if !ok {
 			return nil, missing
 		}
 		return append(slices.Clip(l.entries[i].body), '\n'), nil
 	}
-	e, ok := s.objects[id]
+	e, ok := b.objects[id]
 	if !ok || string(e.obj.Kind) != singular(name) {
 		return nil, missing
 	}
@@ -395,13 +440,13 @@ func globMatch(pattern, s string) bool {
 	return len(s) >= len(prefix)+len(suffix) && strings.HasPrefix(s, prefix) && strings.HasSuffix(s, suffix)
 }
 
-func (s *Server) list(name string, q url.Values) ([]byte, int, *apiErr) {
+func (s *Server) list(acct, name string, q url.Values) ([]byte, int, *apiErr) {
 	lq, e := parseListQuery(name, q)
 	if e != nil {
 		return nil, 0, e
 	}
 	s.rlockSorted()
-	page, more, e := s.lists[name].page(lq, singular(name))
+	page, more, e := s.books[acct].lists[name].page(lq, singular(name))
 	var b bytes.Buffer
 	if e == nil {
 		size := 64

@@ -59,14 +59,15 @@ func (sh Shape) forPages() bool {
 	return false
 }
 
-// malform returns the body to serve in f's malformed shape instead of
+// malform returns the body to serve in st's malformed shape instead of
 // body (a list page when isPage, else an object by id), when this request
-// to list name is one f.Malformed applies to and the shape changes it.
-func (s *Server) malform(f Faults, name string, isPage bool, body []byte) ([]byte, bool) {
+// to list name is one st's Malformed applies to and the shape changes it.
+func (st *faultState) malform(name string, isPage bool, body []byte) ([]byte, bool) {
+	f := st.f
 	if f.Malformed == "" || f.MalformedList != "" && f.MalformedList != name || !isPage && f.Malformed.forPages() {
 		return nil, false
 	}
-	if n := s.malformedSeq.Add(1); f.MalformedEvery > 1 && n%uint64(f.MalformedEvery) != 0 {
+	if n := st.malformedSeq.Add(1); f.MalformedEvery > 1 && n%uint64(f.MalformedEvery) != 0 {
 		return nil, false
 	}
 	switch f.Malformed {

@@ -15,6 +15,21 @@
 // them as Stripe JSON and generates the events Stripe emits when they are
 // created, each carrying the idempotency key of the creating request.
 //
+// It speaks Connect. Every object, event and idempotency key belongs to
+// an account: the platform's own (Add, AddEvent, Update, Object) or a
+// connected account added with AddAccount (As(id).Add and the rest). A
+// request without a Stripe-Account header sees the platform's data only;
+// one with Stripe-Account: acct_X sees acct_X's only, and one naming an
+// account never added is refused as Stripe refuses it (403
+// account_invalid). Object ids are unique per account, so that the same id
+// in two accounts tells whether a reader keys by (account, id).
+// /v1/accounts lists the connected accounts (newest first, with Stripe's
+// paging) and /v1/accounts/{id} retrieves one. Faults are the key's
+// (SetFaults: every request, one rate limit for all accounts, as Stripe's
+// limits are per key) and an account's (SetAccountFaults: that account's
+// requests only); Stats counts the totals and, in Stats.Accounts, each
+// account's.
+//
 // The package must not import "testing": the demo binary uses it.
 package stripesim
 
@@ -32,8 +47,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"reconcile"
 )
 
@@ -43,7 +56,11 @@ const (
 	ListRefunds        = "refunds"
 	ListPaymentIntents = "payment_intents"
 	ListEvents         = "events"
+	ListAccounts       = "accounts"
 )
+
+// listNames are the lists every account's book holds.
+var listNames = []string{ListCharges, ListRefunds, ListPaymentIntents, ListEvents, ListAccounts}
 
 // Server is the Stripe-compatible read API. It is an http.Handler; Start
 // serves it on a loopback port. It is safe for concurrent use, and data may
@@ -51,19 +68,14 @@ const (
 type Server struct {
 	apiKey string
 
-	mu      sync.RWMutex
-	lists   map[string]*list  // by list name
-	objects map[string]*entry // charges, refunds and intents by id
-	events  int               // events emitted, for their ids
-	reqs    int               // requests that created objects, for their ids
+	mu     sync.RWMutex
+	books  map[string]*book // by account id, "" the platform's own
+	events int              // events emitted, for their ids
+	reqs   int              // requests that created objects, for their ids
 
-	faultMu  sync.Mutex
-	faults   Faults
-	limiter  *rate.Limiter
-	faultSeq atomic.Uint64 // authenticated GETs since the faults were set
-	failSeq  atomic.Int64  // requests to FailList since the faults were set
-	// requests Faults.Malformed applies to since the faults were set
-	malformedSeq atomic.Uint64
+	faultMu    sync.Mutex
+	keyFaults  *faultState            // SetFaults: every request
+	acctFaults map[string]*faultState // SetAccountFaults: one account's requests
 
 	seq atomic.Uint64 // requests received, for request ids
 
@@ -73,16 +85,25 @@ type Server struct {
 
 // New returns an empty server that accepts requests bearing apiKey.
 func New(apiKey string) *Server {
-	s := &Server{
-		apiKey:  apiKey,
-		lists:   map[string]*list{},
-		objects: map[string]*entry{},
-	}
-	for _, name := range []string{ListCharges, ListRefunds, ListPaymentIntents, ListEvents} {
-		s.lists[name] = &list{pos: map[string]int{}}
-	}
+	s := &Server{apiKey: apiKey, books: map[string]*book{"": newBook()},
+		keyFaults: newFaultState(Faults{}), acctFaults: map[string]*faultState{}}
 	s.stats = newStats()
 	return s
+}
+
+// book is one account's data: its lists and its objects by id. Every
+// book has every list; only the platform's list of accounts has entries.
+type book struct {
+	lists   map[string]*list  // by list name
+	objects map[string]*entry // charges, refunds and intents by id
+}
+
+func newBook() *book {
+	b := &book{lists: map[string]*list{}, objects: map[string]*entry{}}
+	for _, name := range listNames {
+		b.lists[name] = &list{pos: map[string]int{}}
+	}
+	return b
 }
 
 // Start serves s on 127.0.0.1 at a free port and returns its base URL (to
@@ -188,15 +209,52 @@ func errUnknownKind(k reconcile.ObjectKind) error {
 //     charge (when the server holds it: add charges before their refunds)
 //     with the refund's request and key.
 //
-// The events are created at the object's creation time.
+// The events are created at the object's creation time. The object and
+// its events are the platform's own; As(account).Add adds them to a
+// connected account.
 func (s *Server) Add(o reconcile.ProviderObject, idempotencyKey string) error {
-	if err := s.add(o, idempotencyKey); err != nil {
-		return fmt.Errorf("add %s %q: %w", o.Kind, o.ID, err)
+	return s.As("").Add(o, idempotencyKey)
+}
+
+// Acting is the data of one account, the platform's own ("") or a
+// connected account's (As): what requests bearing its Stripe-Account
+// header see. Its methods are the Server's, for that account.
+type Acting struct {
+	s       *Server
+	account string
+}
+
+// As is the data of account: "" for the platform's own, else a connected
+// account added with AddAccount (every method fails for one not added).
+func (s *Server) As(account string) Acting { return Acting{s: s, account: account} }
+
+// book is a's book; s.mu must be held.
+func (a Acting) book() (*book, error) {
+	b, ok := a.s.books[a.account]
+	if !ok {
+		return nil, fmt.Errorf("no account %q (add it with AddAccount)", a.account)
+	}
+	return b, nil
+}
+
+// in names a's account in errors: "" for the platform.
+func (a Acting) in() string {
+	if a.account == "" {
+		return ""
+	}
+	return " in " + a.account
+}
+
+// Add is Server.Add for a's account. Object ids are unique per account.
+func (a Acting) Add(o reconcile.ProviderObject, idempotencyKey string) error {
+	if err := a.add(o, idempotencyKey); err != nil {
+		return fmt.Errorf("add %s %q%s: %w", o.Kind, o.ID, a.in(), err)
 	}
 	return nil
 }
 
-func (s *Server) add(o reconcile.ProviderObject, key string) error {
+func (a Acting) add(o reconcile.ProviderObject, key string) error {
+	s := a.s
 	name, ok := listOf(o.Kind)
 	if !ok {
 		return errUnknownKind(o.Kind)
@@ -211,13 +269,17 @@ func (s *Server) add(o reconcile.ProviderObject, key string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.objects[o.ID]; dup {
+	b, err := a.book()
+	if err != nil {
+		return err
+	}
+	if _, dup := b.objects[o.ID]; dup {
 		return errors.New("duplicate id")
 	}
 	e := &entry{id: o.ID, created: o.Created.Unix(), body: body}
 	e.setObject(o, body)
-	s.lists[name].add(e)
-	s.objects[o.ID] = e
+	b.lists[name].add(e)
+	b.objects[o.ID] = e
 
 	s.reqs++
 	req := &Request{ID: fmt.Sprintf("req_create%08d", s.reqs), IdempotencyKey: key}
@@ -232,17 +294,17 @@ func (s *Server) add(o reconcile.ProviderObject, key string) error {
 		case "succeeded", "pending", "failed":
 			typ = "charge." + raw
 		}
-		s.emit(typ, e.created, body, req)
+		s.emit(b, typ, e.created, body, req)
 	case reconcile.PaymentIntent:
-		s.emit("payment_intent.created", e.created, body, req)
+		s.emit(b, "payment_intent.created", e.created, body, req)
 		switch raw {
 		case "succeeded", "processing":
-			s.emit("payment_intent."+raw, e.created, body, req)
+			s.emit(b, "payment_intent."+raw, e.created, body, req)
 		}
 	case reconcile.Refund:
-		s.emit("refund.created", e.created, body, req)
-		if ch := s.refundedCharge(o); ch != nil && raw != "failed" && raw != "canceled" {
-			s.emit("charge.refunded", e.created, ch.body, req)
+		s.emit(b, "refund.created", e.created, body, req)
+		if ch := b.refundedCharge(o); ch != nil && raw != "failed" && raw != "canceled" {
+			s.emit(b, "charge.refunded", e.created, ch.body, req)
 		}
 	}
 	return nil
@@ -260,16 +322,16 @@ func (e *entry) setObject(o reconcile.ProviderObject, body []byte) {
 }
 
 // refundedCharge is the charge a refund refunds, directly or through its
-// payment intent's latest charge, if the server holds it.
-func (s *Server) refundedCharge(o reconcile.ProviderObject) *entry {
+// payment intent's latest charge, if the book holds it.
+func (b *book) refundedCharge(o reconcile.ProviderObject) *entry {
 	if id := refundCharge(o); id != "" {
-		if e, ok := s.objects[id]; ok && e.obj.Kind == reconcile.Charge {
+		if e, ok := b.objects[id]; ok && e.obj.Kind == reconcile.Charge {
 			return e
 		}
 		return nil
 	}
-	if pi, ok := s.objects[refundIntent(o)]; ok && pi.obj.Kind == reconcile.PaymentIntent {
-		if e, ok := s.objects[pi.obj.Charge]; ok && e.obj.Kind == reconcile.Charge {
+	if pi, ok := b.objects[refundIntent(o)]; ok && pi.obj.Kind == reconcile.PaymentIntent {
+		if e, ok := b.objects[pi.obj.Charge]; ok && e.obj.Kind == reconcile.Charge {
 			return e
 		}
 	}
@@ -299,8 +361,8 @@ type Request struct {
 	IdempotencyKey string
 }
 
-// emit appends an event; s.mu must be held.
-func (s *Server) emit(typ string, created int64, object []byte, req *Request) string {
+// emit appends an event to b; s.mu must be held.
+func (s *Server) emit(b *book, typ string, created int64, object []byte, req *Request) string {
 	s.events++
 	id := fmt.Sprintf("evt_%010d", s.events)
 	ev := eventJSON{
@@ -316,7 +378,7 @@ func (s *Server) emit(typ string, created int64, object []byte, req *Request) st
 		// checked, so this cannot happen.
 		panic(fmt.Sprintf("stripesim: render event: %v", err))
 	}
-	s.lists[ListEvents].add(&entry{id: id, created: created, body: body, typ: typ})
+	b.lists[ListEvents].add(&entry{id: id, created: created, body: body, typ: typ})
 	return id
 }
 
@@ -336,27 +398,36 @@ type Event struct {
 	Request *Request
 }
 
-// AddEvent adds a raw event and returns its id.
-func (s *Server) AddEvent(ev Event) (string, error) {
+// AddEvent adds a raw event to the platform's events and returns its id.
+func (s *Server) AddEvent(ev Event) (string, error) { return s.As("").AddEvent(ev) }
+
+// AddEvent is Server.AddEvent for a's account: ObjectID names an object of
+// that account, and event ids are unique per account.
+func (a Acting) AddEvent(ev Event) (string, error) {
 	if ev.Type == "" {
 		return "", errors.New("add event: empty type")
 	}
+	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	b, err := a.book()
+	if err != nil {
+		return "", fmt.Errorf("add event %s: %w", ev.Type, err)
+	}
 	data := ev.Data
 	if data == nil {
-		o, ok := s.objects[ev.ObjectID]
+		o, ok := b.objects[ev.ObjectID]
 		if !ok {
-			return "", fmt.Errorf("add event %s: no object %q", ev.Type, ev.ObjectID)
+			return "", fmt.Errorf("add event %s: no object %q%s", ev.Type, ev.ObjectID, a.in())
 		}
 		data = o.body
 	} else if !json.Valid(data) {
 		return "", fmt.Errorf("add event %s: data is not JSON", ev.Type)
 	}
 	if ev.ID == "" {
-		return s.emit(ev.Type, ev.Created.Unix(), data, ev.Request), nil
+		return s.emit(b, ev.Type, ev.Created.Unix(), data, ev.Request), nil
 	}
-	if _, dup := s.lists[ListEvents].posOf(ev.ID); dup {
+	if _, dup := b.lists[ListEvents].posOf(ev.ID); dup {
 		return "", fmt.Errorf("add event %s: duplicate id %q", ev.Type, ev.ID)
 	}
 	rendered := eventJSON{ID: ev.ID, Object: "event", APIVersion: apiVersion, Created: ev.Created.Unix(),
@@ -368,7 +439,7 @@ func (s *Server) AddEvent(ev Event) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("add event %s: %w", ev.Type, err)
 	}
-	s.lists[ListEvents].add(&entry{id: ev.ID, created: ev.Created.Unix(), body: body, typ: ev.Type})
+	b.lists[ListEvents].add(&entry{id: ev.ID, created: ev.Created.Unix(), body: body, typ: ev.Type})
 	return ev.ID, nil
 }
 
@@ -390,13 +461,24 @@ func (l *list) posOf(id string) (int, bool) {
 // charge) for a refund; charge.succeeded, charge.failed, charge.captured,
 // charge.refunded or charge.updated for a charge; payment_intent.succeeded,
 // .processing, .canceled, .payment_failed or .requires_action for an intent
-// whose status changed. The id and kind cannot change.
+// whose status changed. The id and kind cannot change. The object is the
+// platform's; As(account).Update changes a connected account's.
 func (s *Server) Update(id string, at time.Time, change func(*reconcile.ProviderObject)) error {
+	return s.As("").Update(id, at, change)
+}
+
+// Update is Server.Update for a's account.
+func (a Acting) Update(id string, at time.Time, change func(*reconcile.ProviderObject)) error {
+	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.objects[id]
+	b, err := a.book()
+	if err != nil {
+		return fmt.Errorf("update %q: %w", id, err)
+	}
+	e, ok := b.objects[id]
 	if !ok {
-		return fmt.Errorf("update %q: no such object", id)
+		return fmt.Errorf("update %q%s: no such object", id, a.in())
 	}
 	old := e.obj
 	o := old
@@ -414,10 +496,10 @@ func (s *Server) Update(id string, at time.Time, change func(*reconcile.Provider
 	if c := o.Created.Unix(); c != e.created {
 		e.created = c
 		name, _ := listOf(o.Kind)
-		s.lists[name].dirty = true
+		b.lists[name].dirty = true
 	}
 	for _, typ := range updateEvents(old, o, e.charge != "") {
-		s.emit(typ, at.Unix(), body, nil)
+		s.emit(b, typ, at.Unix(), body, nil)
 	}
 	return nil
 }
@@ -460,11 +542,18 @@ func updateEvents(old, o reconcile.ProviderObject, refundHasCharge bool) []strin
 	return nil
 }
 
-// Object returns the stored object with id as it stands now.
-func (s *Server) Object(id string) (reconcile.ProviderObject, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	e, ok := s.objects[id]
+// Object returns the platform's stored object with id as it stands now.
+func (s *Server) Object(id string) (reconcile.ProviderObject, bool) { return s.As("").Object(id) }
+
+// Object is Server.Object for a's account.
+func (a Acting) Object(id string) (reconcile.ProviderObject, bool) {
+	a.s.mu.RLock()
+	defer a.s.mu.RUnlock()
+	b, err := a.book()
+	if err != nil {
+		return reconcile.ProviderObject{}, false
+	}
+	e, ok := b.objects[id]
 	if !ok {
 		return reconcile.ProviderObject{}, false
 	}

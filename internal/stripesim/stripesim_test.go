@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	stripe "github.com/stripe/stripe-go/v79"
-	"github.com/stripe/stripe-go/v79/client"
 
 	"reconcile"
 )
@@ -88,11 +87,7 @@ func ids(tb testing.TB, r response) []string {
 
 func mustAdd(tb testing.TB, s *Server, key string, objs ...reconcile.ProviderObject) {
 	tb.Helper()
-	for _, o := range objs {
-		if err := s.Add(o, key); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	mustAddAs(tb, s, "", key, objs...)
 }
 
 func charge(id string, created time.Time) reconcile.ProviderObject {
@@ -364,10 +359,7 @@ func TestStripeGoDecodes(t *testing.T) {
 		Status: reconcile.Canceled, Target: "pi_1", Created: t0})
 	base := start(t, s)
 
-	sc := client.New(testKey, stripe.NewBackendsWithConfig(&stripe.BackendConfig{
-		URL: stripe.String(base), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
-		MaxNetworkRetries: stripe.Int64(0),
-	}))
+	sc := stripeClient(base)
 	ch, err := sc.Charges.Get("ch_auth", nil)
 	if err != nil {
 		t.Fatal(err)
