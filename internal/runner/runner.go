@@ -201,6 +201,11 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		if counted {
 			sent := counter.RequestCounts().Sub(sentBefore)
 			out.Stats.Requests, out.Stats.Retries, out.Stats.RateLimited = sent.Requests, sent.Retries, sent.RateLimited
+			if runErr != nil {
+				// The failed run's row keeps them too, however far it got:
+				// this runs before the failure is recorded.
+				run.Stripe = &reconcile.StripeStats{Retries: sent.Retries, RateLimited: sent.RateLimited}
+			}
 		}
 		out.Sync, out.Phases = st.plan.report, st.phases.phases
 		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
@@ -213,10 +218,15 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if err != nil {
 		return nil, err
 	}
-	// The run row keeps how reading Stripe went, completed or failed from
-	// here on; a pass that failed while reading has no figures to keep
-	// (docs/design.md, "The schema `reconcile`").
+	// The run row keeps how reading Stripe went (docs/design.md, "The
+	// schema `reconcile`"): every attempt so far where the provider counts
+	// them, else the listing's; a pass that fails later, or while reading,
+	// keeps its counts as they stand then (above).
 	run.Stripe = &reconcile.StripeStats{Retries: out.Stats.Retries, RateLimited: out.Stats.RateLimited}
+	if counted {
+		sent := counter.RequestCounts().Sub(sentBefore)
+		run.Stripe = &reconcile.StripeStats{Retries: sent.Retries, RateLimited: sent.RateLimited}
+	}
 
 	// Matcher: the clock is read once for the decisions of the whole pass.
 	now := started
