@@ -69,6 +69,14 @@ func TestBrowserFinanceAcknowledgesTheDoubleRefund(t *testing.T) {
 	base := "http://" + addr
 
 	downloads := t.TempDir()
+	// Chromium's own scratch directories (its singleton socket among them)
+	// go to a TMPDIR of the test's, removed with it, rather than pile up in
+	// the system's; a short path, as a socket's may not be long.
+	scratch, err := os.MkdirTemp("", "chr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(scratch) })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
 		chromedp.UserDataDir(t.TempDir()),
@@ -82,6 +90,7 @@ func TestBrowserFinanceAcknowledgesTheDoubleRefund(t *testing.T) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-quic", true),
 		chromedp.WindowSize(1400, 1000),
+		chromedp.Env("TMPDIR=" + scratch),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
 	defer cancelAlloc()

@@ -35,8 +35,8 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	if listen != "" {
-		cfg.Serve.Listen = listen
+	if err := listenOn(&cfg, listen); err != nil {
+		return err
 	}
 	if serve && format.value == "json" {
 		return usageError("demo --serve: the page follows the text report; drop --format json")

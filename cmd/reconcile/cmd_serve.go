@@ -31,8 +31,8 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	if listen != "" {
-		cfg.Serve.Listen = listen
+	if err := listenOn(&cfg, listen); err != nil {
+		return err
 	}
 	if cfg.Serve.Auth == web.AuthNone && !loopback(cfg.Serve.Listen) {
 		return usageError("serve: %s is not a loopback address, and serve.auth is none: anyone who reaches it could act as finance (set serve.auth: proxy or basic, or listen on 127.0.0.1)",
@@ -138,4 +138,17 @@ func loopback(addr string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.Unmap().IsLoopback()
+}
+
+// listenOn puts --listen, when given, in place of serve.listen, refused
+// as the configuration's address would be (docs/design.md, "Errors").
+func listenOn(cfg *config.Config, listen string) error {
+	if listen == "" {
+		return nil
+	}
+	if err := config.CheckListen(listen); err != nil {
+		return usageError("--listen: %v", err)
+	}
+	cfg.Serve.Listen = listen
+	return nil
 }

@@ -30,6 +30,15 @@ func TestServeRefusesNonLoopbackWithAuthNone(t *testing.T) {
 			t.Errorf("serve --listen %s = %v, want a usage error naming serve.auth", addr, err)
 		}
 	}
+	// An address no listener could take is refused as serve.listen's
+	// would be, by serve and demo --serve alike.
+	for _, args := range [][]string{{"serve", "--listen", "127.0.0.1:99999"}, {"demo", "--serve", "--listen", "127.0.0.1"}} {
+		err := run(t.Context(), args, func(string) string { return "" }, io.Discard, io.Discard)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), "--listen:") {
+			t.Errorf("%v = %v, want a usage error naming --listen", args, err)
+		}
+	}
 	for _, addr := range []string{"127.0.0.1:8080", "[::1]:8080", "localhost:8080"} {
 		if !loopback(addr) {
 			t.Errorf("loopback(%s) = false", addr)
