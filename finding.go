@@ -83,8 +83,9 @@ type Finding struct {
 	// empty when there is none. Alerts group findings of one kind and one
 	// target (docs/design.md, "Alert lifecycle").
 	Target string
-	// PaidOut is set on an orphan that paid money out (a refund) rather
-	// than collected it; Meaning reads it.
+	// PaidOut is set on a finding whose money moved out (a refund) rather
+	// than in: an orphan, a duplicate or a suspected one; Meaning reads
+	// it.
 	PaidOut bool
 }
 

@@ -30,11 +30,11 @@ func (m Meaning) Label() string {
 }
 
 // Meaning is what f's money at risk is: its kind's, except that money
-// moved outside the workflow was collected, not paid out, unless it paid
-// out (a refund).
+// moved twice or outside the workflow was collected, not paid out, unless
+// it paid out (a refund: Finding.PaidOut).
 func (f Finding) Meaning() Meaning {
 	m := f.Kind.Info().Meaning
-	if f.Kind == Orphan && !f.PaidOut {
+	if m == PaidOutTooMuch && !f.PaidOut {
 		return CollectedWrong
 	}
 	if m == "" {

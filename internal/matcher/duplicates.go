@@ -255,6 +255,8 @@ func (m *matcher) duplicateFinding(o *reconcile.Obligation, succ []int32) {
 	}
 	m.add(reconcile.Duplicate, o.ID, "", ids, o.Money, reconcile.Money{Amount: atRisk.v, Currency: currency},
 		reconcile.DetailDuplicate(o, m.mentions(succ), tooMuch))
+	// A refund paid twice paid out too much; a charge collected too much.
+	m.res.Findings[len(m.res.Findings)-1].PaidOut = o.Kind == reconcile.Refund
 }
 
 func (m *matcher) suspectFinding(s, twin int32, target string) {
@@ -264,5 +266,6 @@ func (m *matcher) suspectFinding(s, twin int32, target string) {
 	m.add(reconcile.SuspectedDuplicate, o.ID, m.movID(s), ids, o.Money, m.money(s),
 		reconcile.DetailSuspect(m.mention(s), m.mention(twin), o, m.movs[s].class == clsRefund, m.targetNoun(target), target,
 			absDur(m.created(s).Sub(m.created(twin))), m.keyless(s)))
-	m.res.Findings[len(m.res.Findings)-1].Target = target
+	f := &m.res.Findings[len(m.res.Findings)-1]
+	f.Target, f.PaidOut = target, m.movs[s].class == clsRefund
 }

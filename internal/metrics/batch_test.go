@@ -26,8 +26,8 @@ var (
 	queued  = readAt.Add(-90 * time.Second)
 	big53   = int64(1) << 53
 	usdOpen = []store.FindingRecord{
-		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, Severity: reconcile.Critical, AtRisk: reconcile.Money{Amount: 8900, Currency: "usd"}}},
-		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, Severity: reconcile.Critical, AtRisk: reconcile.Money{Amount: 100, Currency: "usd"}},
+		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, Severity: reconcile.Critical, PaidOut: true, AtRisk: reconcile.Money{Amount: 8900, Currency: "usd"}}},
+		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, Severity: reconcile.Critical, PaidOut: true, AtRisk: reconcile.Money{Amount: 100, Currency: "usd"}},
 			AcknowledgedAt: readAt},
 		{Finding: reconcile.Finding{Kind: reconcile.UnresolvedUnknown, Severity: reconcile.Warning, AtRisk: reconcile.Money{Amount: big53, Currency: "eur"}}},
 	}
@@ -144,8 +144,8 @@ func TestWriteTextfileFailedRun(t *testing.T) {
 // wrapped or lost.
 func TestMoneyBeyondExact(t *testing.T) {
 	fs := []store.FindingRecord{
-		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, AtRisk: reconcile.Money{Amount: math.MaxInt64, Currency: "usd"}}},
-		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, AtRisk: reconcile.Money{Amount: math.MaxInt64, Currency: "usd"}}},
+		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, PaidOut: true, AtRisk: reconcile.Money{Amount: math.MaxInt64, Currency: "usd"}}},
+		{Finding: reconcile.Finding{Kind: reconcile.Duplicate, PaidOut: true, AtRisk: reconcile.Money{Amount: math.MaxInt64, Currency: "usd"}}},
 	}
 	reg := BatchRun{Status: StatusCompleted, Store: &StoreFigures{Open: fs}}.Registry()
 	fams, err := reg.Gather()

@@ -305,6 +305,8 @@ func newFinding(kind reconcile.FindingKind, obligationID, objectID string, atRis
 		Detail:      fmt.Sprintf("%s about %s%s", kind, obligationID, objectID),
 	}
 	f.ContentHash = reconcile.ContentHash(f.AtRisk, f.ProviderIDs)
+	// As the matcher sets it: money that moved out, for a refund's.
+	f.PaidOut = strings.HasPrefix(obligationID, "refund:")
 	return f
 }
 

@@ -65,7 +65,7 @@ func seed(t *testing.T) seeded {
 		orphanCharge: finding(reconcile.Orphan, "", "ch_orph", usd(3000), "ch_orph"),
 		mismatch:     finding(reconcile.AmountMismatch, "ob_3", "", reconcile.Money{Amount: 1250, Currency: "eur"}, "ch_3"),
 	}
-	sd.orphan.PaidOut = true
+	sd.dup.PaidOut, sd.orphan.PaidOut = true, true // refunds: money paid out
 	fs := []reconcile.Finding{sd.dup, sd.orphan, sd.orphanCharge, sd.mismatch}
 	res := reconcile.Conclusions{Findings: fs, ObligationIDs: []string{hostile, "ob_3"},
 		ObjectIDs: []string{"ch_3", "ch_orph", "re_dup1", "re_dup2", "re_orph"}}
