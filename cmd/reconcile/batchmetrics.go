@@ -77,17 +77,12 @@ func (b *batchMetrics) leave(ctx context.Context, d *deps, out *runner.Outcome, 
 func (b *batchMetrics) readStore(ctx context.Context, d *deps) *metrics.StoreFigures {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	v, err := d.store.Vitals(ctx)
-	var st *metrics.StoreFigures
-	if err == nil {
-		st = &metrics.StoreFigures{Vitals: v, Now: time.Now()}
-		st.Open, err = d.store.Findings(ctx, true)
-	}
+	st, err := metrics.ReadStoreFigures(ctx, d.store, time.Now())
 	if err != nil {
 		b.log.Warn("metrics: the store could not be read; its figures keep their last values", "error", redact.Line(err.Error()))
 		return nil
 	}
-	return st
+	return &st
 }
 
 // pushInstance is the push's instance label: metrics.instance, or the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"reconcile/internal/redact"
+
 	"github.com/slack-go/slack"
 )
 
@@ -35,6 +37,8 @@ func (d *Deliverer) Check(ctx context.Context) (string, error) {
 		}
 		return "", fmt.Errorf("auth.test: %s", d.errText(err))
 	}
-	return fmt.Sprintf("auth.test accepted SLACK_BOT_TOKEN (%s) as %s in team %s; alerts go to channel %s",
-		d.where(), resp.User, resp.Team, d.opts.Channel), nil
+	// auth.test reads the token only: whether SLACK_CHANNEL exists and
+	// the bot may post there is not checked, and the line says so.
+	return fmt.Sprintf("auth.test accepted SLACK_BOT_TOKEN (%s) as %s in team %s; SLACK_CHANNEL %s not checked (auth.test reads only the token)",
+		d.where(), redact.Text(resp.User), redact.Text(resp.Team), redact.Text(d.opts.Channel)), nil
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"math/big"
 	"strconv"
 	"time"
@@ -46,6 +47,27 @@ type StoreFigures struct {
 	Open []store.FindingRecord
 	// Now is when the store was read (the outbox's oldest age).
 	Now time.Time
+}
+
+// FigureStore is what the store figures are read from; *store.Store is
+// one.
+type FigureStore interface {
+	Vitals(ctx context.Context) (store.Vitals, error)
+	Findings(ctx context.Context, open bool) ([]store.FindingRecord, error)
+}
+
+// ReadStoreFigures reads the store's figures at now, for a batch run's
+// metrics and serve's /metrics alike.
+func ReadStoreFigures(ctx context.Context, s FigureStore, now time.Time) (StoreFigures, error) {
+	v, err := s.Vitals(ctx)
+	if err != nil {
+		return StoreFigures{}, err
+	}
+	open, err := s.Findings(ctx, true)
+	if err != nil {
+		return StoreFigures{}, err
+	}
+	return StoreFigures{Vitals: v, Open: open, Now: now}, nil
 }
 
 // LastRun is the most recently started run as the metrics tell it.

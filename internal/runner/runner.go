@@ -194,19 +194,26 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if counted {
 		sentBefore = counter.RequestCounts()
 	}
-	defer func() {
-		// How the pass read the provider and what its steps took, however
-		// it ends. The provider's own counts are of every attempt: lists,
-		// retrievals and those of a failed pass, whose listing is lost.
+	// stripeSoFar is how the pass has read the provider so far: the
+	// provider's own counts of every attempt (lists, retrievals, those of
+	// a listing that failed and was lost) where it keeps them, else the
+	// listing's. The run row keeps it as it stands when the run is
+	// recorded, completed or failed (docs/design.md, "The schema
+	// `reconcile`").
+	listed := false // the listing, with its own counts, was read
+	stripeSoFar := func() {
 		if counted {
 			sent := counter.RequestCounts().Sub(sentBefore)
 			out.Stats.Requests, out.Stats.Retries, out.Stats.RateLimited = sent.Requests, sent.Retries, sent.RateLimited
-			if runErr != nil {
-				// The failed run's row keeps them too, however far it got:
-				// this runs before the failure is recorded.
-				run.Stripe = &reconcile.StripeStats{Retries: sent.Retries, RateLimited: sent.RateLimited}
-			}
+		} else if !listed {
+			return // no counts: none is kept rather than a zero
 		}
+		run.Stripe = &reconcile.StripeStats{Retries: out.Stats.Retries, RateLimited: out.Stats.RateLimited}
+	}
+	defer func() {
+		// How the pass read the provider and what its steps took, however
+		// it ends; this runs before a failure is recorded.
+		stripeSoFar()
 		out.Sync, out.Phases = st.plan.report, st.phases.phases
 		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
@@ -218,15 +225,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if err != nil {
 		return nil, err
 	}
-	// The run row keeps how reading Stripe went (docs/design.md, "The
-	// schema `reconcile`"): every attempt so far where the provider counts
-	// them, else the listing's; a pass that fails later, or while reading,
-	// keeps its counts as they stand then (above).
-	run.Stripe = &reconcile.StripeStats{Retries: out.Stats.Retries, RateLimited: out.Stats.RateLimited}
-	if counted {
-		sent := counter.RequestCounts().Sub(sentBefore)
-		run.Stripe = &reconcile.StripeStats{Retries: sent.Retries, RateLimited: sent.RateLimited}
-	}
+	listed = true
 
 	// Matcher: the clock is read once for the decisions of the whole pass.
 	now := started
@@ -252,6 +251,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	// Store: the conclusions in one transaction; then, the pass standing,
 	// what it read into the mirror.
 	run.Status = reconcile.RunCompleted
+	stripeSoFar() // the re-checks of the match read Stripe too
 	applied, err := r.apply(ctx, lock, run, res, now, st)
 	if err != nil {
 		return nil, err

@@ -57,11 +57,7 @@ func (s *server) metricsHandler() http.Handler {
 func (s *server) figures(ctx context.Context, reg *prometheus.Registry) error {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
-	v, err := s.store.Vitals(ctx)
-	if err != nil {
-		return err
-	}
-	fs, err := s.store.Findings(ctx, true)
+	figures, err := metrics.ReadStoreFigures(ctx, s.store, s.now())
 	if err != nil {
 		return err
 	}
@@ -69,7 +65,7 @@ func (s *server) figures(ctx context.Context, reg *prometheus.Registry) error {
 	if err != nil {
 		return err
 	}
-	metrics.StoreFigures{Vitals: v, Open: fs, Now: s.now()}.Register(reg)
+	figures.Register(reg)
 	if len(runs) == 0 {
 		return nil
 	}
