@@ -230,7 +230,7 @@ func Assemble(ctx context.Context, d Deps, id string) (Trace, error) {
 				RunID: a.RunID, At: stamp(a.At)})
 		}
 		for _, a := range h.Alerts {
-			t.Alerts = append(t.Alerts, alert(a))
+			t.Alerts = append(t.Alerts, AlertOf(a))
 		}
 	} else if !errors.Is(err, store.ErrSchemaOutdated) {
 		return Trace{}, err
@@ -315,7 +315,8 @@ func obligation(o reconcile.Obligation) Obligation {
 		UpdatedAt: stampOrEmpty(o.UpdatedAt), PaidAt: stampOrEmpty(o.PaidAt)}
 }
 
-func alert(a store.AlertRecord) Alert {
+// AlertOf is a stored alert in a trace's shape.
+func AlertOf(a store.AlertRecord) Alert {
 	return Alert{ID: a.ID, Event: string(a.Event), Fingerprint: a.Fingerprint, RunID: a.RunID,
 		CreatedAt: stamp(a.CreatedAt), Attempts: a.Attempts, SentAt: stampOrEmpty(a.SentAt), SlackTS: a.SlackTS, SlackChannel: a.SlackChannel,
 		Unknown: a.OutcomeUnknown, LastError: redact.Text(a.LastError)}

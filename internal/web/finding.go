@@ -86,6 +86,7 @@ func (s *server) finding(w http.ResponseWriter, r *http.Request) {
 	if rec.Target != "" {
 		p.Target = link{ID: rec.Target, URL: alerts.DashboardURL(rec.Target, s.live)}
 	}
+	traced := false
 	if rec.ObligationID != "" && s.trace != nil {
 		t, err := s.trace(r.Context(), rec.ObligationID)
 		switch {
@@ -96,9 +97,10 @@ func (s *server) finding(w http.ResponseWriter, r *http.Request) {
 			p.TraceError = "The obligation's trace could not be read; see the server's log."
 		default:
 			s.fromTrace(&p, t)
+			traced = true
 		}
 	}
-	if rec.ObligationID == "" || s.trace == nil {
+	if !traced {
 		if err := s.fromStore(r.Context(), &p, rec); err != nil {
 			s.fail(w, r, err)
 			return
@@ -213,9 +215,7 @@ func (s *server) fromStore(ctx context.Context, p *findingPage, rec store.Findin
 		return err
 	}
 	for _, a := range as {
-		s.alertEvent(p, trace.Alert{Event: string(a.Event), CreatedAt: stamp(a.CreatedAt), SentAt: stamp(a.SentAt),
-			Attempts: a.Attempts, SlackTS: a.SlackTS, SlackChannel: a.SlackChannel, Unknown: a.OutcomeUnknown,
-			LastError: redact.Text(a.LastError), RunID: a.RunID})
+		s.alertEvent(p, trace.AlertOf(a))
 	}
 	if s.mirror == nil {
 		return nil
@@ -234,8 +234,13 @@ func (s *server) fromStore(ctx context.Context, p *findingPage, rec store.Findin
 		p.Objects = append(p.Objects, s.object(trace.Object{ID: o.ID, Kind: string(o.Kind), Status: string(o.Status),
 			Amount: o.Money.Amount, Currency: o.Money.Currency, Refunded: o.AmountRefunded, Target: o.Target,
 			Intent: o.PaymentIntent, Created: stamp(o.Created)}))
+		how := "no obligation links to it"
+		if rec.ObligationID != "" {
+			// Without the obligation's trace, how it links was not read.
+			how = "as the mirror last read it"
+		}
 		s.add(p, stamp(o.Created), "Stripe "+strings.ReplaceAll(string(o.Kind), "_", " ")+" created",
-			string(o.Status)+", "+o.Money.String()+"; no obligation links to it", o.ID)
+			string(o.Status)+", "+o.Money.String()+"; "+how, o.ID)
 	}
 	for _, id := range ids {
 		if !slices.ContainsFunc(mos, func(mo store.MirrorObject) bool { return mo.Object.ID == id }) {

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"errors"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -182,5 +183,38 @@ func TestAgeFilter(t *testing.T) {
 	}
 	if w := do(at(50*time.Hour), http.MethodGet, "/findings.csv?age=lt1d", nil, nil); strings.Count(w.Body.String(), "\n") != 1 {
 		t.Errorf("CSV of an empty age view has rows:\n%s", w.Body)
+	}
+}
+
+// When the obligation's trace cannot be assembled the page says so and
+// still shows what the store holds: the finding's history and alerts, and
+// its objects as the mirror last read them, without claiming how they
+// link.
+func TestFindingPageWhenTheTraceFails(t *testing.T) {
+	t.Parallel()
+	sd := seed(t)
+	m := store.NewMirror(sd.pool)
+	seen := reconcile.ProviderObject{ID: "re_dup1", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: now.Add(-5 * time.Hour)}
+	if err := m.Save(t.Context(), store.MirrorUpdate{RunID: "run-1", Now: now, Seen: []store.SeenObjects{{At: now, Objects: []reconcile.ProviderObject{seen}}}}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := web.New(web.Options{Store: sd.s, Mirror: m, Auth: web.Auth{Mode: web.AuthProxy, TrustedProxies: []string{"10.0.0.0/24"}},
+		Trace: func(context.Context, string) (trace.Trace, error) {
+			return trace.Trace{}, errors.New("obligations table unreadable")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := get(t, h, "/findings/"+sd.dup.Fingerprint)
+	for _, want := range []string{"The obligation&#39;s trace could not be read; see the server&#39;s log.",
+		"Found: Paid twice (critical)", "not known: the obligation was not traced", "as the mirror last read it",
+		"<code>re_dup2</code> is not in the mirror"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "No Stripe object of it was read") || strings.Contains(body, "no obligation links to it") {
+		t.Errorf("a page whose trace failed claims what was not read:\n%s", body)
 	}
 }
