@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"reconcile/internal/redact"
+
 	"github.com/slack-go/slack"
 
 	"reconcile"
@@ -99,12 +101,11 @@ func Acknowledged(blocks []slack.Block, text string, acks []Ack, open bool) ([]s
 		}
 		return false
 	})
-	var lines, plain []string
+	var lines []string
 	for _, a := range acks {
-		line := "Acknowledged by " + clean(a.By, 120, true) + " at " + formatTime(a.At) + " UTC: " + clean(a.Reason, maxAckReason, true)
+		line := "Acknowledged by " + clean(a.By, maxAckBy, true) + " at " + formatTime(a.At) + " UTC: " + clean(a.Reason, maxAckReason, true)
 		if !slices.Contains(lines, line) {
 			lines = append(lines, line)
-			plain = append(plain, line)
 		}
 	}
 	if len(lines) > 0 {
@@ -116,8 +117,9 @@ func Acknowledged(blocks []slack.Block, text string, acks []Ack, open bool) ([]s
 		out = append(out, ackActions())
 	}
 	m := Message{Blocks: out, Text: text}
-	if len(plain) > 0 {
-		m.Text = truncateEscaped(text, maxText-len(strings.Join(plain, "\n"))-2) + "\n" + strings.Join(plain, "\n")
+	if len(lines) > 0 {
+		acked := strings.Join(lines, "\n")
+		m.Text = truncateEscaped(text, maxText-len(acked)-2) + "\n" + acked
 	}
 	fit(&m)
 	return m.Blocks, m.Text
@@ -136,3 +138,17 @@ func record(m Message, channel, ts string, blocks []slack.Block, text string, at
 	}
 	return rec, nil
 }
+
+// maxAckBy bounds who acknowledged, as shown.
+const maxAckBy = 120
+
+// AckPlain says one acknowledgement as the edited message does, for
+// plain text (a modal's): masked, on one line, cut as there, unescaped.
+func AckPlain(a Ack) string {
+	return "Acknowledged by " + truncate(redact.Text(a.By), maxAckBy) + " at " + formatTime(a.At) + " UTC: " +
+		truncate(redact.Text(a.Reason), maxAckReason)
+}
+
+// Escape escapes what Slack gives meaning to in mrkdwn (&, < and >), for
+// the reconciler's own words around an outside value.
+func Escape(s string) string { return escape(s) }

@@ -186,7 +186,7 @@ func (b *slackButtons) press(w http.ResponseWriter, r *http.Request, ic slack.In
 	if errors.Is(err, store.ErrNotFound) {
 		text := "The findings of this message are not on record here, so they cannot be acknowledged from Slack."
 		if b.publicURL != "" {
-			text += " Acknowledge them on the findings page: <" + slackEscape(strings.TrimRight(b.publicURL, "/")+"/") + "|the findings page>."
+			text += " Acknowledge them on the findings page: <" + alerts.Escape(strings.TrimRight(b.publicURL, "/")+"/") + "|the findings page>."
 		} else {
 			text += " Acknowledge them with `reconcile ack`."
 		}
@@ -215,7 +215,7 @@ func (b *slackButtons) press(w http.ResponseWriter, r *http.Request, ic slack.In
 		blocks = append(blocks, plainSection("The findings of this message are no longer open: a later run resolved them."))
 	}
 	for _, a := range acksOf(fs) {
-		blocks = append(blocks, plainSection(ackLine(a)))
+		blocks = append(blocks, plainSection(alerts.AckPlain(a)))
 	}
 	b.openView(w, r, ic.TriggerID, infoView("Already acknowledged", blocks))
 	b.refreshLater(msg)
@@ -398,18 +398,6 @@ func acksOf(fs []store.FindingRecord) []alerts.Ack {
 	return acks
 }
 
-// ackLine says one acknowledgement in plain text, masked and on one line.
-func ackLine(a alerts.Ack) string {
-	return truncate("Acknowledged by "+redact.Text(a.By)+" at "+a.At.UTC().Format("2006-01-02 15:04")+" UTC: "+redact.Text(a.Reason), 2900)
-}
-
-func truncate(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
 func plainText(s string) *slack.TextBlockObject {
 	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
 }
@@ -423,11 +411,6 @@ func plainSection(s string) *slack.SectionBlock {
 // mrkdwnSection is the reconciler's own words, with its own links.
 func mrkdwnSection(s string) *slack.SectionBlock {
 	return slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, s, false, true), nil, nil)
-}
-
-// slackEscape escapes what Slack gives meaning to in mrkdwn.
-func slackEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
 // ackView asks why n findings are acknowledged.
