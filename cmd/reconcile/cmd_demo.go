@@ -111,7 +111,9 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintf(stdout, "\nA second run over the same data: %d findings still open, %d new alerts, %d transitions.\n",
 		len(again.Result.Findings), again.Applied.Alerts, len(again.Transitions))
-	fmt.Fprintln(stdout, "Trace one obligation end to end with: reconcile trace refund:4821:approved-request-7 (against your own database).")
+	if !serve && !keep {
+		fmt.Fprintln(stdout, "Trace one obligation end to end with: reconcile trace refund:4821:approved-request-7 (against your own database, or the demo's with demo --keep).")
+	}
 	if !serve {
 		return nil
 	}
@@ -132,7 +134,8 @@ func printKept(w io.Writer, dbURL string) {
 		fmt.Fprintln(w, "  (with your DATABASE_URL's password in place of the redacted one)")
 	}
 	fmt.Fprintln(w, "  reconcile findings --open")
-	fmt.Fprintln(w, "  reconcile trace refund:4821:approved-request-7   # Stripe's side is not shown: the demo's Stripe stopped")
+	fmt.Fprintln(w, "  unset STRIPE_API_KEY   # the demo's Stripe stopped with it; with a key, trace would read that key's account")
+	fmt.Fprintln(w, "  reconcile trace refund:4821:approved-request-7")
 	fmt.Fprintln(w, "  reconcile serve")
 	if u, err := url.Parse(dbURL); err == nil {
 		fmt.Fprintf(w, "Drop it when done: dropdb %s (on the same server)\n", strings.TrimPrefix(u.Path, "/"))
