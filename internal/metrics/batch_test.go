@@ -121,6 +121,12 @@ func TestWriteTextfileFailedRun(t *testing.T) {
 		metricstest.W("reconcile_open_findings", 1, "kind", "duplicate", "severity", "critical", "acknowledged", "false"),
 		metricstest.W("reconcile_outbox_backlog", 4),
 	})
+	// The completed run's Stripe figures are not this run's: gone.
+	for _, gone := range []string{"reconcile_last_run_stripe_requests", "reconcile_last_run_stripe_retries", "reconcile_last_run_stripe_rate_limited"} {
+		if _, ok := fams[gone]; ok {
+			t.Errorf("after a failed run without the store, the last run's %s is still there: %v", gone, fams[gone])
+		}
+	}
 
 	failed := completedRun()
 	failed.Status, failed.Stripe, failed.Store.Open = StatusFailed, nil, nil

@@ -123,13 +123,17 @@ func writeAtomic(path string, b []byte) error {
 }
 
 // keepOthers adds to fams the families of the file at path that fams does
-// not have, sorted by name as a registry gathers them.
+// not have, sorted by name as a registry gathers them; never an earlier
+// run's reconcile_last_run_* figures, which would pass for this run's.
 func keepOthers(path string, fams []*dto.MetricFamily) []*dto.MetricFamily {
 	old, err := ParseText(path)
 	if err != nil {
 		return fams
 	}
 	for name, mf := range old {
+		if strings.HasPrefix(name, "reconcile_last_run_") {
+			continue
+		}
 		if !slices.ContainsFunc(fams, func(f *dto.MetricFamily) bool { return f.GetName() == name }) {
 			fams = append(fams, mf)
 		}
