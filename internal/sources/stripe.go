@@ -266,6 +266,7 @@ type RequestError struct {
 
 	retry     bool
 	malformed bool
+	answered  bool  // an earlier attempt of the same call got an answer
 	cause     error // a context error, kept for errors.Is
 }
 
@@ -303,9 +304,10 @@ func (e *RequestError) Error() string {
 
 // Unanswered reports whether no answer came from Stripe at all: the
 // connection failed or timed out on every attempt (not a context that
-// ended, nor an answer the reader could not believe).
+// ended, nor an answer the reader could not believe, nor a last attempt
+// unanswered after earlier ones were answered).
 func (e *RequestError) Unanswered() bool {
-	return e.Status == 0 && e.Host != "" && e.Attempts > 0 && !e.malformed && e.cause == nil
+	return e.Status == 0 && e.Host != "" && e.Attempts > 0 && !e.malformed && !e.answered && e.cause == nil
 }
 
 func attempts(n int) string {
@@ -442,6 +444,7 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 // callRetrying is call with retries retries at most.
 func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do func(ctx context.Context) error) error {
 	var first time.Time
+	answered := false // some attempt got an answer, of any status
 	for attempt := 1; ; attempt++ {
 		if err := s.pace.lim.Wait(ctx); err != nil {
 			return &RequestError{Message: "waiting for the rate limiter: " + err.Error(), Attempts: attempt - 1, cause: ctxErr(ctx, err)}
@@ -463,7 +466,8 @@ func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do 
 			return &RequestError{Message: "canceled: " + ctx.Err().Error(), Attempts: attempt, cause: ctx.Err()}
 		}
 		re := s.translate(err)
-		re.Attempts, re.Host, re.Elapsed = attempt, s.host, time.Since(first)
+		re.Attempts, re.Host, re.Elapsed, re.answered = attempt, s.host, time.Since(first), answered
+		answered = answered || re.Status != 0 || re.malformed
 		if re.Status == http.StatusTooManyRequests {
 			c.limited.Add(1)
 			s.total.limited.Add(1)

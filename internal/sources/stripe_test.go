@@ -13,6 +13,8 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -966,4 +968,46 @@ func TestRequestCountsEveryAttempt(t *testing.T) {
 		}
 	}
 	e.srv.SetFaults(stripesim.Faults{})
+}
+
+// A call whose last attempt had no answer, after earlier ones were
+// answered (here a 503, then a dropped connection), does not say Stripe
+// gave no answer: it did.
+func TestAnsweredThenUnansweredIsNotNoAnswer(t *testing.T) {
+	var (
+		calls atomic.Int64
+		mu    sync.Mutex
+		seen  = map[string]bool{} // each list's first request is answered
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		mu.Lock()
+		first := !seen[r.URL.Path]
+		seen[r.URL.Path] = true
+		mu.Unlock()
+		if first {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"type":"api_error","message":"try again"}}`)
+			return
+		}
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	e := &env{base: srv.URL}
+	// One slice: each list's calls are one after another, so each list's
+	// first call is the one the server answers.
+	r := e.reader(t, func(o *StripeOptions) { o.MaxRetries, o.Concurrency = 2, 1 })
+	_, err := r.List(t.Context(), window)
+	if err == nil {
+		t.Fatal("List over a failing server succeeded")
+	}
+	if calls.Load() < 2 {
+		t.Fatalf("the server saw %d requests, want the 503 and a dropped one", calls.Load())
+	}
+	if strings.Contains(err.Error(), "no answer from Stripe") {
+		t.Errorf("error %q says Stripe gave no answer, though it answered 503 first", err)
+	}
 }
