@@ -46,16 +46,17 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	log := newLogger(stderr, slog.LevelWarn) // the demo's story is on stdout; only trouble goes to stderr
 
+	if keep && cfg.Env.DatabaseURL == "" && !embeddedpg.Answers(ctx, embeddedpg.LocalAddr(getenv)) {
+		// Said before an embedded server is started only to be dropped.
+		return usageError("demo --keep: DATABASE_URL is unset and nothing answers on %s, so the demo would run on an embedded PostgreSQL, which stops with it: there is no database to keep; set DATABASE_URL to a server you may create databases on, or look at the data with demo --serve",
+			embeddedpg.LocalAddr(getenv))
+	}
 	now := time.Now().UTC().Truncate(time.Second)
 	env, err := demo.Start(ctx, cfg.Env.DatabaseURL.Reveal(), demo.Sample(now))
 	if err != nil {
 		return failed(err)
 	}
 	defer env.Close()
-	if keep && env.Embedded != "" {
-		return usageError("demo --keep: the demo runs on an embedded PostgreSQL (%s), which stops with it: there is no database to keep; set DATABASE_URL to a server you may create databases on, or look at the data with demo --serve",
-			env.Embedded)
-	}
 	if keep {
 		env.Keep()
 		// Said once the demo is over, whichever way it ends.

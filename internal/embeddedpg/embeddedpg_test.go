@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,14 @@ func TestLocalAddr(t *testing.T) {
 	}
 	if embeddedpg.Answers(t.Context(), pgtest.ClosedPort(t)) {
 		t.Error("a closed port answers")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if !embeddedpg.Answers(t.Context(), ln.Addr().String()) {
+		t.Errorf("a listening port %s does not answer", ln.Addr())
 	}
 }
 

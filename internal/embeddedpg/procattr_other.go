@@ -5,5 +5,5 @@ package embeddedpg
 import "syscall"
 
 // ownProcessGroup: elsewhere the watchdog (a /bin/sh script) does not run
-// anyway, and Start says so.
+// anyway: Start then fails on starting it.
 func ownProcessGroup() *syscall.SysProcAttr { return nil }

@@ -42,7 +42,8 @@ import (
 const DefaultAdminURL = "postgres://root@127.0.0.1:5432/postgres?sslmode=disable"
 
 // AdminURL is the connection string tests create their databases through:
-// TEST_DATABASE_URL, else DefaultAdminURL when the local server answers,
+// TEST_DATABASE_URL, else DefaultAdminURL (on the address
+// RECONCILE_LOCAL_PG_ADDR names, if set) when the local server answers,
 // else the embedded server's, started on first use. When that cannot
 // start, AdminURL says why on stderr once, returns DefaultAdminURL and
 // the connection's failure names the reason too.
