@@ -60,10 +60,14 @@ const (
 
 // Finding is one disagreement between the obligations and the provider.
 type Finding struct {
-	Kind         FindingKind
-	Severity     Severity
-	ObligationID string   // empty when no obligation is involved (an orphan)
-	ProviderIDs  []string // sorted
+	// Account is the Stripe account of the finding's obligation and
+	// objects: empty for the platform's own (see ProviderObject.Account);
+	// AccountName is its display name when Stripe gives one, for people.
+	Account, AccountName string
+	Kind                 FindingKind
+	Severity             Severity
+	ObligationID         string   // empty when no obligation is involved (an orphan)
+	ProviderIDs          []string // sorted
 	// Money is the obligation's money, or the provider object's when there
 	// is no obligation.
 	Money Money
@@ -95,6 +99,18 @@ type Finding struct {
 // conflict). Pass objectID empty for the others.
 func Fingerprint(kind FindingKind, obligationID, objectID string) string {
 	return hashParts(string(kind), obligationID, objectID)
+}
+
+// AccountFingerprint is Fingerprint within one Stripe account: the same
+// as Fingerprint on the platform's own (account empty), so that the
+// findings of a reconciler that read only the platform keep their
+// identity, and apart for each connected account, whose obligations and
+// objects are its own (docs/design.md, "Accounts").
+func AccountFingerprint(account string, kind FindingKind, obligationID, objectID string) string {
+	if account == "" {
+		return Fingerprint(kind, obligationID, objectID)
+	}
+	return hashParts(string(kind), obligationID, objectID, "account", account)
 }
 
 // ContentHash hashes what a finding says, to tell when it changed.

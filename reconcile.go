@@ -39,7 +39,11 @@ const (
 // charge, a refund or a payment intent. Stripe types never leave the
 // sources package; this is what they become.
 type ProviderObject struct {
-	ID        string
+	ID string
+	// Account is the Stripe account the object belongs to: empty for the
+	// platform's own (the key's), else a connected account's id (acct_…).
+	// Ids are unique within an account (docs/design.md, "Accounts").
+	Account   string
 	Kind      ObjectKind
 	Money     Money
 	Status    Status
@@ -64,6 +68,9 @@ type ProviderObject struct {
 // idempotency key Key. Stripe tells this only in events
 // (event.request.idempotency_key), and keeps events for 30 days.
 type KeyEvidence struct {
+	// Account is the account of the event and of the object (see
+	// ProviderObject.Account).
+	Account    string
 	ObjectID   string
 	ObjectKind ObjectKind
 	Key        string
@@ -117,7 +124,12 @@ var States = []State{PendingApproval, Approved, Executing, ConfirmationUnknown, 
 // Obligation is one approved business action that must move money exactly
 // once: an invoice payment (Kind Charge) or an approved refund (Kind Refund).
 type Obligation struct {
-	ID             string
+	ID string
+	// Account is the Stripe account the obligation moves money on, from
+	// the table's mapped account column: empty (NULL, or no such column)
+	// for the platform's own. Provider objects link only to obligations
+	// of their own account (docs/design.md, "Accounts").
+	Account        string
 	Kind           ObjectKind
 	IdempotencyKey string
 	Provider       string
@@ -138,6 +150,44 @@ type Obligation struct {
 // LeaseLive reports whether a worker still owns the obligation at now.
 func (o Obligation) LeaseLive(now time.Time) bool {
 	return !o.LeaseExpiresAt.IsZero() && o.LeaseExpiresAt.After(now)
+}
+
+// Account is one Stripe account a pass reads: the platform's own, whose
+// key the reconciler holds (ID empty), or one of its connected accounts
+// (ID acct_…), read with the Stripe-Account header (docs/design.md,
+// "Accounts").
+type Account struct {
+	ID string
+	// Name is the account's display name as Stripe gives it (the
+	// dashboard's display name, else the business profile's name); empty
+	// when it gives none.
+	Name string
+}
+
+// Platform reports whether a is the platform's own account.
+func (a Account) Platform() bool { return a.ID == "" }
+
+// Label names the account for people: its display name and id, its id
+// alone when Stripe gives no name, "platform" for the platform's own.
+func (a Account) Label() string {
+	switch {
+	case a.ID == "":
+		return "platform"
+	case a.Name == "":
+		return a.ID
+	}
+	return a.Name + " (" + a.ID + ")"
+}
+
+// AccountObject is the identity of provider object id of account across
+// accounts: the id itself on the platform's account, so that what a
+// platform-only reconciler stored keeps its identity, else account/id
+// (Stripe ids hold no slash).
+func AccountObject(account, id string) string {
+	if account == "" {
+		return id
+	}
+	return account + "/" + id
 }
 
 // Window is a half-open interval of creation times [From, To).

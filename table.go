@@ -33,6 +33,11 @@ type ObligationColumns struct {
 	CreatedAt      string `yaml:"created_at" json:"created_at"`
 	UpdatedAt      string `yaml:"updated_at" json:"updated_at"`
 	PaidAt         string `yaml:"paid_at" json:"paid_at"`
+	// Account, optional, is the column naming the Stripe connected
+	// account (acct_…) an obligation moves money on; empty: the table has
+	// none, and every obligation is the platform's. A NULL or empty value
+	// is the platform's too (docs/design.md, "Accounts").
+	Account string `yaml:"account,omitempty" json:"account,omitempty"`
 }
 
 // DefaultObligationTable is the reference schema (docs/design.md, "Obligations").
@@ -77,7 +82,11 @@ func (t ObligationTable) Validate(prefix string) error {
 		{"provider_id", c.ProviderID}, {"target_id", c.TargetID}, {"amount", c.Amount}, {"currency", c.Currency},
 		{"state", c.State}, {"lease_owner", c.LeaseOwner}, {"lease_expires_at", c.LeaseExpiresAt},
 		{"created_at", c.CreatedAt}, {"updated_at", c.UpdatedAt}, {"paid_at", c.PaidAt},
+		{"account", c.Account},
 	} {
+		if col.field == "account" && col.name == "" {
+			continue // optional
+		}
 		if !ValidIdentifier(col.name) {
 			return fmt.Errorf("%s.columns.%s: %q is not a valid SQL identifier", prefix, col.field, col.name)
 		}
