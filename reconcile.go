@@ -8,6 +8,7 @@
 package reconcile
 
 import (
+	"regexp"
 	"time"
 )
 
@@ -178,6 +179,14 @@ func (a Account) Label() string {
 	}
 	return a.Name + " (" + a.ID + ")"
 }
+
+var accountIDRE = regexp.MustCompile(`^acct_[A-Za-z0-9]{1,64}$`)
+
+// ValidAccountID reports whether id has the shape of a Stripe connected
+// account's id (acct_ and letters or digits): the configuration's
+// stripe.accounts and the obligations' account column are checked with
+// it before an id reaches a Stripe-Account header or a dashboard link.
+func ValidAccountID(id string) bool { return accountIDRE.MatchString(id) }
 
 // AccountObject is the identity of provider object id of account across
 // accounts: the id itself on the platform's account, so that what a

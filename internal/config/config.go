@@ -52,6 +52,38 @@ type StripeConfig struct {
 	Concurrency    int           `yaml:"concurrency"`     // time slices read at once
 	MaxRetries     int           `yaml:"max_retries"`     // per request, for 429, 5xx and network errors
 	RequestTimeout time.Duration `yaml:"request_timeout"` // per HTTP request
+	// Accounts are the Stripe connected accounts read besides the
+	// platform's own (the key's), by id, or the single word all: every
+	// account /v1/accounts lists, listed again each run. Empty: the
+	// platform's own only (docs/design.md, "Accounts").
+	Accounts AccountList `yaml:"accounts"`
+}
+
+// AccountList is stripe.accounts: connected account ids, or AllAccounts
+// alone.
+type AccountList []string
+
+// AllAccounts is the stripe.accounts word for every connected account.
+const AllAccounts = "all"
+
+// All reports whether the list is the word all.
+func (l AccountList) All() bool { return len(l) == 1 && l[0] == AllAccounts }
+
+func (l AccountList) validate() error {
+	seen := map[string]bool{}
+	for i, id := range l {
+		switch {
+		case id == AllAccounts && len(l) > 1:
+			return fmt.Errorf("stripe.accounts: %q stands alone, for every connected account; list ids or say all", AllAccounts)
+		case id == AllAccounts:
+		case !reconcile.ValidAccountID(id):
+			return fmt.Errorf("stripe.accounts[%d]: %q is not a connected account id (acct_ and letters or digits)", i, id)
+		case seen[id]:
+			return fmt.Errorf("stripe.accounts[%d]: %q is listed twice", i, id)
+		}
+		seen[id] = true
+	}
+	return nil
 }
 
 // MatcherConfig tunes linking and classification.
@@ -249,7 +281,10 @@ func Decode(b []byte, c *Config) error {
 	return decodeNode(doc.Content[0], reflect.ValueOf(c).Elem(), "")
 }
 
-var durationType = reflect.TypeOf(time.Duration(0))
+var (
+	durationType    = reflect.TypeOf(time.Duration(0))
+	accountListType = reflect.TypeOf(AccountList(nil))
+)
 
 // decodeNode walks structs key by key so that every error carries the path
 // of the field it is about; leaves are decoded by yaml itself.
@@ -302,6 +337,14 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string) error {
 			return fmt.Errorf("%s: %q is not a duration such as 72h or 30m (line %d)", name, s, n.Line)
 		}
 		v.SetInt(int64(d))
+		return nil
+	}
+	// stripe.accounts takes the word all as well as a list.
+	if v.Type() == accountListType && n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+		if n.Value != AllAccounts {
+			return fmt.Errorf("%s: want a list of connected account ids or the word %s, got %q (line %d)", name, AllAccounts, n.Value, n.Line)
+		}
+		v.Set(reflect.ValueOf(AccountList{AllAccounts}))
 		return nil
 	}
 	// A map replaces the default wholesale only for the keys given: merge.
@@ -427,6 +470,15 @@ func (c Config) Validate() error {
 		if i.v < i.lo || i.v > i.hi {
 			return fmt.Errorf("%s: must be between %d and %d (got %d)", i.name, i.lo, i.hi, i.v)
 		}
+	}
+	if err := c.Stripe.Accounts.validate(); err != nil {
+		return err
+	}
+	if len(c.Stripe.Accounts) > 0 && c.Obligations.Columns.Account == "" {
+		// Every object of a connected account would be an orphan: no
+		// obligation could be of its account.
+		return errors.New("stripe.accounts: connected accounts are read, but obligations.columns.account is not set: " +
+			"name the column that holds each obligation's account (NULL for the platform's own)")
 	}
 	if err := ValidateSchedule(c.Schedule); err != nil {
 		return fmt.Errorf("schedule: %w", err)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,6 +102,14 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		{"serve port range", "serve:\n  listen: 127.0.0.1:65536\n", "serve.listen: \"127.0.0.1:65536\": port"},
 		{"serve named port", "serve:\n  listen: 127.0.0.1:http\n", "serve.listen: \"127.0.0.1:http\": port"},
 		{"serve bad host", "serve:\n  listen: \"[::1:8080\"\n", "serve.listen:"},
+		// docs/design.md, "Accounts".
+		{"accounts bad id", "stripe:\n  accounts: [acct_1, ca_2]\nobligations:\n  columns:\n    account: account\n", `stripe.accounts[1]: "ca_2" is not a connected account id`},
+		{"accounts twice", "stripe:\n  accounts: [acct_1, acct_1]\nobligations:\n  columns:\n    account: account\n", `stripe.accounts[1]: "acct_1" is listed twice`},
+		{"accounts all and ids", "stripe:\n  accounts: [all, acct_1]\nobligations:\n  columns:\n    account: account\n", `stripe.accounts: "all" stands alone`},
+		{"accounts other word", "stripe:\n  accounts: every\n", `stripe.accounts: want a list of connected account ids or the word all, got "every"`},
+		{"accounts without column", "stripe:\n  accounts: all\n", "stripe.accounts: connected accounts are read, but obligations.columns.account is not set"},
+		{"account column bad", "obligations:\n  columns:\n    account: \"acct; x\"\n", "obligations.columns.account"},
+		{"account column twice", "obligations:\n  columns:\n    account: state\n", `obligations.columns.account: "state" is already the column of state`},
 	}
 	for _, tt := range tests {
 		_, err := Load(writeFile(t, tt.yaml), noEnv)
@@ -143,10 +152,29 @@ func TestLoadAcceptsGoodValues(t *testing.T) {
 		"metrics:\n  listen: metrics.internal:9090\n",
 		"serve:\n  listen: 127.0.0.1:0\n",
 		"---\nlookback: 3h\n",
+		"stripe:\n  accounts: all\nobligations:\n  columns:\n    account: account\n",
+		"stripe:\n  accounts: [acct_1Nv0FGQ9RKHgCVdK, acct_2]\nobligations:\n  columns:\n    account: account\n",
+		"stripe:\n  accounts: []\n",
+		"obligations:\n  columns:\n    account: account\n",
 	} {
 		if _, err := Load(writeFile(t, body), noEnv); err != nil {
 			t.Errorf("Load(%q) = %v, want it accepted", body, err)
 		}
+	}
+}
+
+// stripe.accounts decodes as the word all or a list of ids.
+func TestLoadAccounts(t *testing.T) {
+	all, err := Load(writeFile(t, "stripe:\n  accounts: all\nobligations:\n  columns:\n    account: acct\n"), noEnv)
+	if err != nil || !all.Stripe.Accounts.All() || all.Obligations.Columns.Account != "acct" {
+		t.Errorf("accounts: all = %v, %v; want All and the column acct", all.Stripe.Accounts, err)
+	}
+	ids, err := Load(writeFile(t, "stripe:\n  accounts: [acct_b, acct_a]\nobligations:\n  columns:\n    account: acct\n"), noEnv)
+	if err != nil || ids.Stripe.Accounts.All() || !slices.Equal(ids.Stripe.Accounts, AccountList{"acct_b", "acct_a"}) {
+		t.Errorf("accounts: [acct_b, acct_a] = %v, %v", ids.Stripe.Accounts, err)
+	}
+	if d := Default(); len(d.Stripe.Accounts) != 0 || d.Obligations.Columns.Account != "" {
+		t.Errorf("default accounts %v, column %q; want none: the platform's own only", d.Stripe.Accounts, d.Obligations.Columns.Account)
 	}
 }
 
