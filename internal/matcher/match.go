@@ -179,13 +179,15 @@ func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	m.res.Findings = append(m.res.Findings, reconcile.Finding{
+		Account:      m.in.Account.ID,
+		AccountName:  m.in.Account.Name,
 		Kind:         kind,
 		Severity:     kind.Severity(),
 		ObligationID: oblID,
 		ProviderIDs:  ids,
 		Money:        money,
 		AtRisk:       atRisk,
-		Fingerprint:  reconcile.Fingerprint(kind, oblID, objectID),
+		Fingerprint:  reconcile.AccountFingerprint(m.in.Account.ID, kind, oblID, objectID),
 		ContentHash:  reconcile.ContentHash(atRisk, ids),
 		Detail:       detail,
 	})

@@ -56,8 +56,14 @@ import (
 	"reconcile"
 )
 
-// Input is everything one run read.
+// Input is everything one run read, of one Stripe account: a pass over
+// several matches each account's apart, since an object links only to
+// obligations of its own account (docs/design.md, "Accounts").
 type Input struct {
+	// Account is the account whose records and obligations these are:
+	// the zero Account for the platform's own. Its findings carry it, and
+	// their fingerprints include it.
+	Account reconcile.Account
 	// Obligations in scope (docs/design.md, "Coverage"): every EXECUTING and
 	// CONFIRMATION_UNKNOWN one, those created or updated in the window, and
 	// those that a listed object names.
