@@ -98,7 +98,7 @@ func (m *matcher) emit() {
 	m.res.Counts.ProviderObjects = len(ids)
 
 	// Transitions were decided in obligation id order: already sorted.
-	slices.SortFunc(m.res.Findings, compareFindings)
+	slices.SortFunc(m.res.Findings, CompareFindings)
 	if m.res.Findings == nil {
 		m.res.Findings = []reconcile.Finding{}
 	}
@@ -161,9 +161,9 @@ func (m *matcher) settle() {
 	}
 }
 
-// compareFindings orders findings most severe first, then by kind,
+// CompareFindings orders findings most severe first, then by kind,
 // obligation id and fingerprint (unique within a result: a total order).
-func compareFindings(a, b reconcile.Finding) int {
+func CompareFindings(a, b reconcile.Finding) int {
 	return cmp.Or(
 		cmp.Compare(b.Severity.Rank(), a.Severity.Rank()),
 		strings.Compare(string(a.Kind), string(b.Kind)),

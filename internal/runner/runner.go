@@ -73,6 +73,14 @@ type Runner struct {
 	// and an overlap (incremental sync; see plan.go). Nil: every pass
 	// reads the whole window.
 	Mirror Mirror
+	// Accounts, when set, lists the connected accounts a pass reads
+	// besides the platform's own, and Scope gives the readers of one
+	// account ("" the platform's); the pass reads and matches each
+	// account's share apart and applies them together (docs/design.md,
+	// "Accounts"). Nil: the platform's own only, read by Provider,
+	// Obligations and Mirror themselves. Scope is required with Accounts.
+	Accounts func(ctx context.Context) ([]reconcile.Account, error)
+	Scope    func(account string) Readers
 	// MaxLookback bounds how far before now a pass reads the provider's
 	// records for the obligations it decides on (config's max_lookback;
 	// zero: no bound); an obligation older than that is never marked PAID
@@ -187,8 +195,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	}()
 	log.Info("run started", "trigger", string(req.Trigger), "from", req.Window.From, "to", req.Window.To, "dry_run", req.DryRun)
 	out := &Outcome{Run: run}
-	st := &readState{}
-	st.phases.start(r.Now)
+	clock := &phaseClock{}
+	clock.start(r.Now)
 	counter, counted := r.Provider.(Counter)
 	var sentBefore sources.RequestCounts
 	if counted {
@@ -199,7 +207,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	// a listing that failed and was lost) where it keeps them, else the
 	// listing's. The run row keeps it as it stands when the run is
 	// recorded, completed or failed (docs/design.md, "The schema
-	// `reconcile`").
+	// `reconcile`"). One key's counts: every account's requests.
 	listed := false // the listing, with its own counts, was read
 	stripeSoFar := func() {
 		if counted {
@@ -210,36 +218,35 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		}
 		run.Stripe = &reconcile.StripeStats{Retries: out.Stats.Retries, RateLimited: out.Stats.RateLimited}
 	}
+	var parts []*part
 	defer func() {
 		// How the pass read the provider and what its steps took, however
 		// it ends; this runs before a failure is recorded.
 		stripeSoFar()
-		out.Sync, out.Phases = st.plan.report, st.phases.phases
-		log.Info("pass phases", append(st.phases.attrs(), "stripe_requests", out.Stats.Requests,
+		out.Sync, out.Phases = mergeSync(parts), clock.phases
+		log.Info("pass phases", append(clock.attrs(), "stripe_requests", out.Stats.Requests,
 			"stripe_retries", out.Stats.Retries, "stripe_rate_limited", out.Stats.RateLimited)...)
 	}()
 
-	// Sources: the provider's records every decision rests on, and the
-	// obligations (docs/design.md, "Reading the provider", "Coverage").
-	in, err := r.read(ctx, log, req, started, out, st)
+	// Sources and matcher, one account at a time: the provider's records
+	// every decision rests on, the obligations, and what they conclude
+	// (docs/design.md, "Reading the provider", "Coverage", "Accounts").
+	// The clock is read once for the decisions of the whole pass.
+	now := started
+	accounts, err := r.accounts(ctx)
 	if err != nil {
 		return nil, err
+	}
+	for _, a := range accounts {
+		p := r.part(a, run, clock)
+		parts = append(parts, p)
+		if err := p.r.readAndMatch(ctx, log, req, now, p); err != nil {
+			return nil, p.failed(err)
+		}
 	}
 	listed = true
-
-	// Matcher: the clock is read once for the decisions of the whole pass.
-	now := started
-	res, err := r.match(ctx, &in, now, st)
-	if err != nil {
-		return nil, err
-	}
-	out.Input, out.Result = in, res
-	out.Unmapped = unmappedStates(log, in.Obligations)
-	out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
-	if out.Partial > 0 {
-		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
-			"count", out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.MaxLookback.String())
-	}
+	mergeParts(out, parts)
+	res := out.Result
 	run.Counts, run.Finished = res.Counts, r.Now().UTC()
 	if req.DryRun {
 		run.Status = reconcile.RunDry
@@ -248,23 +255,53 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		return out, nil
 	}
 
-	// Store: the conclusions in one transaction; then, the pass standing,
-	// what it read into the mirror.
+	// Store: the conclusions of every account in one transaction; then,
+	// the pass standing, what each read into its mirror.
 	run.Status = reconcile.RunCompleted
 	stripeSoFar() // the re-checks of the match read Stripe too
-	applied, err := r.apply(ctx, lock, run, res, now, st)
+	applied, err := r.apply(ctx, lock, run, res, now, clock)
 	if err != nil {
 		return nil, err
 	}
 	out.Run, out.Applied, out.Transitions = run, applied, applied.Transitions
-	if err = r.saveMirror(ctx, log, lock, run.ID, now, st); err != nil {
+	for _, p := range parts {
+		if err = p.r.saveMirror(ctx, log, lock, run.ID, now, p.st); err != nil {
+			return out, err
+		}
+	}
+	if err := r.saveAccounts(ctx, log, lock, run.ID, accounts, now); err != nil {
 		return out, err
 	}
 	logApplied(log, res, applied)
 
 	// Alerts: the outbox drained to people (docs/design.md, "Alert
 	// lifecycle").
-	return out, r.alert(ctx, log, lock, out, st)
+	return out, r.alert(ctx, log, lock, out, clock)
+}
+
+// readAndMatch reads one account's share of a pass and concludes from it
+// (p.r is the runner with that account's readers).
+func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request, now time.Time, p *part) error {
+	if !p.acct.Platform() {
+		log = log.With("account", p.acct.ID)
+	}
+	in, err := r.read(ctx, log, req, now, p.out, p.st)
+	if err != nil {
+		return err
+	}
+	in.Account = p.acct
+	res, err := r.match(ctx, &in, now, p.st)
+	if err != nil {
+		return err
+	}
+	p.out.Input, p.out.Result = in, res
+	p.out.Unmapped = unmappedStates(log, in.Obligations)
+	p.out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
+	if p.out.Partial > 0 {
+		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
+			"count", p.out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.MaxLookback.String())
+	}
+	return nil
 }
 
 // lock takes the database's run lock, waiting for another run's if wait
@@ -641,12 +678,12 @@ func (r *Runner) match(ctx context.Context, in *matcher.Input, now time.Time, st
 
 // apply stores the pass's conclusions in one transaction (store.Apply),
 // unless the pass lost its run lock (docs/design.md, "Runs and the lock").
-func (r *Runner) apply(ctx context.Context, lock *store.Lock, run reconcile.Run, res matcher.Result, now time.Time, st *readState) (store.Applied, error) {
+func (r *Runner) apply(ctx context.Context, lock *store.Lock, run reconcile.Run, res matcher.Result, now time.Time, clock *phaseClock) (store.Applied, error) {
 	if err := lostLock(ctx, lock); err != nil {
 		return store.Applied{}, stopped(err, "before applying")
 	}
 	applied, err := r.Store.Apply(ctx, run, res.Conclusions, now)
-	st.phases.mark("apply")
+	clock.mark("apply")
 	if errors.Is(err, store.ErrLockLost) {
 		return store.Applied{}, stopped(err, "before applying")
 	}
@@ -716,7 +753,7 @@ func logApplied(log *slog.Logger, res matcher.Result, applied store.Applied) {
 // Alerts that could not be delivered leave the pass completed, with
 // out.AlertErr saying why: nothing is lost, and the next run sends the
 // rest. Its error is only that of a lost run lock.
-func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, out *Outcome, st *readState) error {
+func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, out *Outcome, clock *phaseClock) error {
 	if r.Alerts == nil {
 		log.Warn("alerts are not being delivered: set SLACK_BOT_TOKEN and SLACK_CHANNEL, or SLACK_WEBHOOK_URL; findings stay in the outbox")
 		return nil
@@ -725,7 +762,7 @@ func (r *Runner) alert(ctx context.Context, log *slog.Logger, lock *store.Lock, 
 		return stopped(err, "after applying, before sending alerts")
 	}
 	stats, err := r.Alerts.Drain(ctx, r.Store, r.Now)
-	st.phases.mark("alerts")
+	clock.mark("alerts")
 	out.Drained = stats
 	if errors.Is(err, store.ErrLockLost) {
 		return stopped(err, "while sending alerts (the rest stay in the outbox)")

@@ -87,8 +87,9 @@ type readState struct {
 	// keysRead are the stretches over which listOlder read the key
 	// evidence whole, for the mirror's keys cursor (cursorsAfter).
 	keysRead []reconcile.Window
-	// phases time the pass's steps.
-	phases phaseClock
+	// phases time the pass's steps: the whole pass's clock, shared by
+	// every account's share.
+	phases *phaseClock
 }
 
 // Phase is one step of a pass and how long it took.
@@ -108,14 +109,23 @@ func (c *phaseClock) start(now func() time.Time) {
 	c.now, c.last = now, now()
 }
 
-// mark ends the step called name, which began at the previous mark.
+// mark ends the step called name, which began at the previous mark. A
+// step every account of a pass takes (plan, provider, …) is one phase,
+// the sum of its times, where it first came.
 func (c *phaseClock) mark(name string) {
 	if c.now == nil {
 		return
 	}
 	t := c.now()
-	c.phases = append(c.phases, Phase{Name: name, Took: t.Sub(c.last)})
+	took := t.Sub(c.last)
 	c.last = t
+	for i := range c.phases {
+		if c.phases[i].Name == name {
+			c.phases[i].Took += took
+			return
+		}
+	}
+	c.phases = append(c.phases, Phase{Name: name, Took: took})
 }
 
 // attrs are the phases as log attributes, in seconds.
