@@ -422,15 +422,16 @@ func fitItems(items []item) int {
 
 // causeOf is what a finding is about beyond its kind: the charge or
 // payment intent its money concerns, else its obligation, else its first
-// provider object.
+// provider object. A connected account's objects are its own: the same
+// id on two accounts is two causes.
 func causeOf(f reconcile.Finding) string {
 	switch {
 	case f.Target != "":
-		return "target " + f.Target
+		return "target " + reconcile.AccountObject(f.Account, f.Target)
 	case f.ObligationID != "":
 		return "obligation " + f.ObligationID
 	case len(f.ProviderIDs) > 0:
-		return "object " + f.ProviderIDs[0]
+		return "object " + reconcile.AccountObject(f.Account, f.ProviderIDs[0])
 	}
 	return ""
 }

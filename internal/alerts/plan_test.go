@@ -305,6 +305,44 @@ func TestPlanGoldenLiveLinks(t *testing.T) {
 	}
 }
 
+// A connected account's finding names its account, by display name and
+// linked to its page, and links its objects in that account's dashboard;
+// the same target on another account is another cause (docs/design.md,
+// "Accounts"). A name is untrusted text, escaped as any.
+func TestPlanConnectedAccount(t *testing.T) {
+	f := sampleFindings()[reconcile.Duplicate]
+	f.Account, f.AccountName = "acct_1Shop", "Shop <&> Co"
+	f.Fingerprint = reconcile.AccountFingerprint(f.Account, f.Kind, f.ObligationID, "")
+	msgs := Plan([]reconcile.Alert{firing(1, f)}, testNow, PlanOptions{})
+	b, _ := json.Marshal(msgs[0].Blocks)
+	for _, want := range []string{
+		`*Account* \u003chttps://dashboard.stripe.com/test/connect/accounts/acct_1Shop|Shop \u0026lt;\u0026amp;\u0026gt; Co (acct_1Shop)\u003e`,
+		"https://dashboard.stripe.com/acct_1Shop/test/refunds/" + f.ProviderIDs[0],
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("blocks lack %s:\n%s", want, b)
+		}
+	}
+	if !strings.Contains(msgs[0].Text, "Account Shop <&> Co (acct_1Shop).") {
+		t.Errorf("text lacks the account: %s", msgs[0].Text)
+	}
+	platform := sampleFindings()[reconcile.Duplicate]
+	pb, _ := json.Marshal(Plan([]reconcile.Alert{firing(1, platform)}, testNow, PlanOptions{})[0].Blocks)
+	if strings.Contains(string(pb), "Account") || strings.Contains(string(pb), "acct_") {
+		t.Errorf("a platform finding names an account: %s", pb)
+	}
+
+	// Two suspected duplicates of one target id, one on the platform and
+	// one on a connected account, are two causes, not one group.
+	s1 := sampleFindings()[reconcile.SuspectedDuplicate]
+	s1.Target = "ch_t"
+	s2 := s1
+	s2.Account, s2.Fingerprint = "acct_2", reconcile.AccountFingerprint("acct_2", s1.Kind, s1.ObligationID, "re_x")
+	if causeOf(s1) == causeOf(s2) {
+		t.Errorf("causes %q and %q: one target on two accounts is two causes", causeOf(s1), causeOf(s2))
+	}
+}
+
 // flood is a drain's worth of rows: a summary and n findings of every kind
 // in turn, with long details.
 func flood(n int) []reconcile.Alert {

@@ -92,10 +92,22 @@ func moneyPhrase(f reconcile.Finding, fam family) string {
 
 var stripeID = regexp.MustCompile(`^(ch|py|pi|re|pyr|cus|dp|du|in)_[0-9A-Za-z]+$`)
 
-// DashboardURL links a Stripe object in the dashboard of the key's mode;
-// empty for ids that are not Stripe's or that redaction would change.
-func DashboardURL(id string, live bool) string {
+// DashboardURL links a Stripe object of the platform's own account in the
+// dashboard of the key's mode; empty for ids that are not Stripe's or
+// that redaction would change.
+func DashboardURL(id string, live bool) string { return AccountDashboardURL("", id, live) }
+
+// AccountDashboardURL links a Stripe object of account (empty: the
+// platform's own) in the dashboard of the key's mode: a connected
+// account's object opens in that account's dashboard, which the
+// platform's users may view (docs/design.md, "Accounts"). Empty for ids
+// that are not Stripe's or that redaction would change, and for an
+// account id that is not one.
+func AccountDashboardURL(account, id string, live bool) string {
 	if len(id) > 255 || !stripeID.MatchString(id) || redact.String(id) != id {
+		return ""
+	}
+	if account != "" && !reconcile.ValidAccountID(account) {
 		return ""
 	}
 	var section string
@@ -112,15 +124,47 @@ func DashboardURL(id string, live bool) string {
 		section = "invoices"
 	}
 	base := "https://dashboard.stripe.com/"
+	if account != "" {
+		base += account + "/"
+	}
 	if !live {
 		base += "test/"
 	}
 	return base + section + "/" + url.PathEscape(id)
 }
 
+// ConnectedAccountURL links a connected account's page in the platform's
+// dashboard; empty for the platform's own account and for an id that is
+// not an account's.
+func ConnectedAccountURL(account string, live bool) string {
+	if !reconcile.ValidAccountID(account) {
+		return ""
+	}
+	base := "https://dashboard.stripe.com/"
+	if !live {
+		base += "test/"
+	}
+	return base + "connect/accounts/" + account
+}
+
+// accountRef names a finding's connected account, by its display name
+// where Stripe gives one, linked to its page; empty on the platform's own
+// account, where messages read as they always did.
+func accountRef(f reconcile.Finding, live bool) (mrkdwn, plain string) {
+	if f.Account == "" {
+		return "", ""
+	}
+	label := reconcile.Account{ID: f.Account, Name: f.AccountName}.Label()
+	m := escape(prepare(label, 200, true))
+	if u := ConnectedAccountURL(f.Account, live); u != "" {
+		m = "<" + u + "|" + m + ">"
+	}
+	return m, prepare(label, 200, true)
+}
+
 // providerRefs lists provider ids in code spans with dashboard links, and
 // the same plainly for the text fallback.
-func providerRefs(ids []string, limit int, live bool) (mrkdwn, plain string) {
+func providerRefs(account string, ids []string, limit int, live bool) (mrkdwn, plain string) {
 	var ms, ps []string
 	for i, id := range ids {
 		if i == limit {
@@ -129,7 +173,7 @@ func providerRefs(ids []string, limit int, live bool) (mrkdwn, plain string) {
 			break
 		}
 		m := code(id)
-		if u := DashboardURL(id, live); u != "" {
+		if u := AccountDashboardURL(account, id, live); u != "" {
 			m += " (<" + u + "|dashboard>)"
 		}
 		ms, ps = append(ms, m), append(ps, plainID(id))
@@ -377,7 +421,11 @@ func renderFinding(r reconcile.Alert, opts PlanOptions) Message {
 		facts += " · *At risk* " + money(f.AtRisk)
 	}
 	facts += " · *Severity* " + string(sev)
-	idsM, idsP := providerRefs(f.ProviderIDs, 10, opts.Live)
+	acctM, acctP := accountRef(f, opts.Live)
+	if acctM != "" {
+		facts += "\n*Account* " + acctM
+	}
+	idsM, idsP := providerRefs(f.Account, f.ProviderIDs, 10, opts.Live)
 	detail := clean(f.Detail, 1500, false)
 	action := kindAction(f.Kind)
 
@@ -415,6 +463,9 @@ func renderFinding(r reconcile.Alert, opts PlanOptions) Message {
 		t.WriteString("Changed: ")
 	}
 	fmt.Fprintf(&t, "%s (%s): %s. Obligation %s, amount %s.", label, sev, moneyPhrase(f, famFiring), oblP, money(f.Money))
+	if acctP != "" {
+		t.WriteString(" Account " + acctP + ".")
+	}
 	if idsP != "" {
 		t.WriteString(" Stripe: " + idsP + ".")
 	}
@@ -434,7 +485,8 @@ func itemLine(r reconcile.Alert, fam family, now time.Time, opts PlanOptions) (l
 	label := kindLabel(f.Kind)
 	sev := string(severityOf(f))
 	oblM, oblP := obligationRef(f.ObligationID)
-	idsM, idsP := providerRefs(f.ProviderIDs, 5, opts.Live)
+	idsM, idsP := providerRefs(f.Account, f.ProviderIDs, 5, opts.Live)
+	acctM, acctP := accountRef(f, opts.Live)
 	var m, p strings.Builder
 	m.WriteString("• ")
 	p.WriteString("- ")
@@ -460,6 +512,10 @@ func itemLine(r reconcile.Alert, fam family, now time.Time, opts PlanOptions) (l
 	if idsM != "" {
 		m.WriteString(" · " + idsM)
 		p.WriteString("; Stripe " + idsP)
+	}
+	if acctM != "" {
+		m.WriteString(" · account " + acctM)
+		p.WriteString("; account " + acctP)
 	}
 	switch fam {
 	case famFiring:
