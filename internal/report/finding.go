@@ -45,6 +45,12 @@ type Finding struct {
 	// Target is the charge or payment intent the finding's money concerns
 	// beyond its obligation; omitted when none.
 	Target string `json:"target,omitempty"`
+	// Account is the Stripe connected account (acct_…) of the finding's
+	// obligation and objects, and AccountName its display name (outside
+	// text: redact.Text); both omitted for the platform's own account
+	// (docs/design.md, "Accounts").
+	Account     string `json:"account,omitempty"`
+	AccountName string `json:"account_name,omitempty"`
 	// The history of a stored finding, in RFC 3339 UTC.
 	FirstSeenRun   string `json:"first_seen_run,omitempty"`
 	FirstSeenAt    string `json:"first_seen_at,omitempty"`
@@ -71,6 +77,7 @@ func FromFinding(f reconcile.Finding) Finding {
 		Kind: string(f.Kind), Severity: string(f.Severity), ObligationID: f.ObligationID,
 		ProviderIDs: nonNil(f.ProviderIDs), Amount: f.Money.Amount, Currency: f.Money.Currency,
 		Fingerprint: f.Fingerprint, Detail: redact.Text(f.Detail), Target: f.Target,
+		Account: f.Account, AccountName: redact.Text(f.AccountName),
 	}
 }
 

@@ -17,19 +17,21 @@ import (
 // would run as a formula defused. Its header is a contract, like the JSON.
 // The id columns (fingerprint, obligation_id, provider_ids) hold the ids
 // exact, for joining; the free text (acknowledged_by, ack_reason, detail)
-// is redact.Text (docs/design.md, "Untrusted text").
+// is redact.Text (docs/design.md, "Untrusted text"). Columns are only ever
+// added at the end: account, the connected account's id (empty for the
+// platform's own), came last.
 func WriteFindingsCSV(w io.Writer, fs []store.FindingRecord) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"fingerprint", "severity", "kind", "status", "obligation_id", "provider_ids", "currency",
 		"amount", "at_risk_currency", "at_risk", "first_seen_at", "last_seen_at", "resolved_at",
-		"acknowledged_at", "acknowledged_by", "ack_reason", "detail"})
+		"acknowledged_at", "acknowledged_by", "ack_reason", "detail", "account"})
 	for _, f := range fs {
 		cw.Write([]string{cell(f.Fingerprint), cell(string(f.Severity)), cell(string(f.Kind)), cell(string(f.Status)),
 			cell(f.ObligationID), cell(strings.Join(f.ProviderIDs, " ")), cell(strings.ToUpper(f.Money.Currency)),
 			f.Money.Decimal(), cell(strings.ToUpper(f.AtRisk.Currency)), f.AtRisk.Decimal(),
 			stampOrEmpty(f.FirstSeenAt), stampOrEmpty(f.LastSeenAt), stampOrEmpty(f.ResolvedAt),
 			stampOrEmpty(f.AcknowledgedAt), cell(redact.Text(f.AcknowledgedBy)), cell(redact.Text(f.AckReason)),
-			cell(redact.Text(f.Detail))})
+			cell(redact.Text(f.Detail)), cell(f.Account)})
 	}
 	cw.Flush()
 	return cw.Error()

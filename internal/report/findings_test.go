@@ -20,7 +20,7 @@ func TestWriteFindingsCSV(t *testing.T) {
 		record(duplicate, func(r *store.FindingRecord) {
 			r.AcknowledgedAt, r.AcknowledgedBy, r.AckReason = t0, "@finance", "=HYPERLINK(\"https://evil\")"
 		}),
-		record(orphan, nil),
+		record(orphan, func(r *store.FindingRecord) { r.Account = "acct_1Shop" }),
 	}
 	fs[1].Detail = "+1 refund by hand"
 	var b bytes.Buffer
@@ -33,7 +33,7 @@ func TestWriteFindingsCSV(t *testing.T) {
 	}
 	wantHeader := []string{"fingerprint", "severity", "kind", "status", "obligation_id", "provider_ids", "currency",
 		"amount", "at_risk_currency", "at_risk", "first_seen_at", "last_seen_at", "resolved_at",
-		"acknowledged_at", "acknowledged_by", "ack_reason", "detail"}
+		"acknowledged_at", "acknowledged_by", "ack_reason", "detail", "account"}
 	if diff := cmp.Diff(wantHeader, rows[0]); diff != "" {
 		t.Errorf("CSV header (-want +got):\n%s", diff)
 	}
@@ -52,6 +52,9 @@ func TestWriteFindingsCSV(t *testing.T) {
 		if got := col(rows[1], name); got != want {
 			t.Errorf("CSV %s of the duplicate = %q, want %q", name, got, want)
 		}
+	}
+	if a1, a2 := col(rows[1], "account"), col(rows[2], "account"); a1 != "" || a2 != "acct_1Shop" {
+		t.Errorf("CSV accounts = %q, %q; want none for the platform's and acct_1Shop", a1, a2)
 	}
 	if got := col(rows[2], "detail"); got != "'+1 refund by hand" {
 		t.Errorf("CSV detail of the orphan = %q, want the formula defused", got)
