@@ -40,8 +40,22 @@ type part struct {
 }
 
 // accounts are the accounts a pass reads: the platform's own first, then
-// the connected accounts Runner.Accounts lists, by id.
-func (r *Runner) accounts(ctx context.Context) ([]reconcile.Account, error) {
+// the connected accounts Runner.Accounts lists, by id; or only those
+// given (Request.Accounts), as they are given.
+func (r *Runner) accounts(ctx context.Context, only []string) ([]reconcile.Account, error) {
+	if only != nil {
+		if len(only) == 0 {
+			return nil, errors.New("a pass of no account reads nothing")
+		}
+		var as []reconcile.Account
+		for _, id := range only {
+			if id != "" && (r.Scope == nil || !reconcile.ValidAccountID(id)) {
+				return nil, fmt.Errorf("account %q: not a connected account this reconciler reads", id)
+			}
+			as = append(as, reconcile.Account{ID: id})
+		}
+		return as, nil
+	}
 	all := []reconcile.Account{{}}
 	if r.Accounts == nil {
 		return all, nil

@@ -102,6 +102,10 @@ type Request struct {
 	// Full reads the whole window from the provider even where the mirror
 	// could vouch for it, and refreshes the mirror with it.
 	Full bool
+	// Accounts, when not nil, are the only accounts the pass reads, by id
+	// ("" the platform's own), without listing the connected ones: a
+	// trace reads its obligation's account alone.
+	Accounts []string
 }
 
 // Outcome is what one pass did.
@@ -233,7 +237,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	// (docs/design.md, "Reading the provider", "Coverage", "Accounts").
 	// The clock is read once for the decisions of the whole pass.
 	now := started
-	accounts, err := r.accounts(ctx)
+	accounts, err := r.accounts(ctx, req.Accounts)
 	if err != nil {
 		return nil, err
 	}

@@ -255,7 +255,9 @@ func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWin
 		From: ob.CreatedAt.Add(-time.Hour).Truncate(time.Second),
 		To:   earliest(now, last.Add(duplicateWindow)).Add(time.Second).Truncate(time.Second),
 	}
-	out, err := p.Run(ctx, runner.Request{Window: w, DryRun: true, Trigger: reconcile.TriggerManual})
+	// The obligation's own account alone: objects link only to
+	// obligations of their account (docs/design.md, "Accounts").
+	out, err := p.Run(ctx, runner.Request{Window: w, DryRun: true, Trigger: reconcile.TriggerManual, Accounts: []string{ob.Account}})
 	if err != nil {
 		return err
 	}

@@ -186,9 +186,10 @@ func TestAssemble(t *testing.T) {
 	}
 	// One dry pass, from an hour before the obligation's creation to a
 	// duplicate window after its last change, or now (to the second)
-	// when that is earlier, and a second more.
+	// when that is earlier, and a second more; of the obligation's own
+	// account (the platform's) alone.
 	wantReq := []runner.Request{{Window: reconcile.Window{From: created.Add(-time.Hour), To: now.Add(time.Second)},
-		DryRun: true, Trigger: reconcile.TriggerManual}}
+		DryRun: true, Trigger: reconcile.TriggerManual, Accounts: []string{""}}}
 	if diff := cmp.Diff(wantReq, p.reqs); diff != "" {
 		t.Errorf("passes asked for (-want +got):\n%s", diff)
 	}
