@@ -72,6 +72,11 @@ func cmdDemo(ctx context.Context, args []string, getenv func(string) string, std
 	cfg.Env.StripeAPIKey = config.Secret(demo.Key)
 	cfg.Env.StripeAPIBase = env.StripeURL
 	cfg.Env.SlackBotToken, cfg.Env.SlackWebhookURL, cfg.Env.SlackChannel = "", "", ""
+	// A platform: its own account and every connected shop, listed from
+	// Stripe as a platform's nightly run lists them (docs/design.md,
+	// "Accounts").
+	cfg.Stripe.Accounts = config.AccountList{config.AllAccounts}
+	cfg.Obligations.Columns.Account = demo.AccountColumn
 	d, err := openDB(ctx, cfg, log)
 	if err != nil {
 		return err

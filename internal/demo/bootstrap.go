@@ -93,8 +93,13 @@ func (e *Env) start(ctx context.Context, adminURL string, data Dataset) error {
 	}
 
 	stripe := stripesim.New(Key)
+	for _, a := range data.Accounts {
+		if err := stripe.AddAccount(stripesim.Account{ID: a.ID, DisplayName: a.Name}); err != nil {
+			return fmt.Errorf("demo data: %w", err)
+		}
+	}
 	for _, o := range data.Objects {
-		if err := stripe.Add(o.ProviderObject, o.Key); err != nil {
+		if err := stripe.As(o.Account).Add(o.ProviderObject, o.Key); err != nil {
 			return fmt.Errorf("demo data: %w", err)
 		}
 	}
@@ -125,7 +130,8 @@ func Printer(w io.Writer) *alerts.Sink {
 }
 
 // loadObligations creates the reference obligations table in the database
-// at dbURL and inserts obs.
+// at dbURL, with the column naming each obligation's connected account
+// (AccountColumn: NULL for the platform's own), and inserts obs.
 func loadObligations(ctx context.Context, dbURL string, obs []reconcile.Obligation) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -135,13 +141,16 @@ func loadObligations(ctx context.Context, dbURL string, obs []reconcile.Obligati
 	if _, err := conn.Exec(ctx, reconcile.ReferenceSchema); err != nil {
 		return fmt.Errorf("demo obligations table: %w", err)
 	}
+	if _, err := conn.Exec(ctx, `ALTER TABLE obligations ADD COLUMN `+AccountColumn+` text`); err != nil {
+		return fmt.Errorf("demo obligations table: %w", err)
+	}
 	batch := &pgx.Batch{}
 	for _, o := range obs {
 		batch.Queue(`INSERT INTO obligations (id, kind, idempotency_key, provider, provider_id, target_id, amount, currency,
-			state, lease_owner, lease_expires_at, created_at, updated_at, paid_at)
-			VALUES ($1,$2,$3,$4,NULLIF($5,''),NULLIF($6,''),$7,$8,$9,NULLIF($10,''),$11,$12,$13,$14)`,
+			state, lease_owner, lease_expires_at, created_at, updated_at, paid_at, `+AccountColumn+`)
+			VALUES ($1,$2,$3,$4,NULLIF($5,''),NULLIF($6,''),$7,$8,$9,NULLIF($10,''),$11,$12,$13,$14,NULLIF($15,''))`,
 			o.ID, string(o.Kind), o.IdempotencyKey, o.Provider, o.ProviderID, o.TargetID, o.Money.Amount, o.Money.Currency,
-			o.RawState, o.LeaseOwner, nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt))
+			o.RawState, o.LeaseOwner, nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt), o.Account)
 	}
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("demo obligations: %w", err)
