@@ -154,6 +154,12 @@ type Conclusions struct {
 // records were not all read, and an object read only as evidence outside
 // the subject, could hide what an earlier run found; their findings are
 // left as they stand.
+//
+// Objects holds each object's identity across accounts,
+// AccountObject(account, id): its id alone on the platform's account, as
+// a platform-only reconciler wrote it, else account/id, since Stripe's ids
+// are unique only within an account. Obligations holds plain ids: an
+// obligation's id is unique across accounts.
 type Settled struct {
 	Obligations []string
 	Objects     []string

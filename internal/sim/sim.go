@@ -283,6 +283,7 @@ func (w *world) setUp() error {
 	if _, err := w.env.Pool.Exec(w.ctx, `DELETE FROM reconcile.outbox; DELETE FROM reconcile.findings;
 		DELETE FROM reconcile.transitions; DELETE FROM reconcile.runs; DELETE FROM obligations;
 		DELETE FROM reconcile.provider_objects; DELETE FROM reconcile.provider_keys; DELETE FROM reconcile.sync_cursors;
+		DELETE FROM reconcile.accounts;
 		ALTER SEQUENCE reconcile.outbox_id_seq RESTART; ALTER SEQUENCE reconcile.transitions_id_seq RESTART`); err != nil {
 		return fmt.Errorf("empty the database: %w", err)
 	}

@@ -67,9 +67,9 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	b.Queue(`SELECT id, obligation_id, from_state, to_state, coalesce(provider_id, ''), at
 		FROM reconcile.transitions ORDER BY id`)
 	b.Queue(`SELECT id, status FROM reconcile.runs`)
-	b.Queue(`SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t.id)), '') || '/' ||
-		coalesce((SELECT md5(string_agg(c::text, ',' ORDER BY c.name)) FROM reconcile.sync_cursors c), '') ||
-		coalesce((SELECT md5(string_agg(k::text, ',' ORDER BY k.object_id, k.key)) FROM reconcile.provider_keys k), '')
+	b.Queue(`SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t.account, t.id)), '') || '/' ||
+		coalesce((SELECT md5(string_agg(c::text, ',' ORDER BY c.account, c.name)) FROM reconcile.sync_cursors c), '') ||
+		coalesce((SELECT md5(string_agg(k::text, ',' ORDER BY k.account, k.object_id, k.key)) FROM reconcile.provider_keys k), '')
 		FROM reconcile.provider_objects t`)
 	br := w.env.Pool.SendBatch(ctx, b)
 	defer br.Close()

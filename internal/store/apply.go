@@ -420,7 +420,8 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 		f.amount, f.currency, f.at_risk_amount, f.at_risk_currency, f.content_hash, f.detail, f.status,
 		f.acknowledged_at, f.acknowledged_by, f.ack_reason, f.last_alerted_at,
 		EXISTS (SELECT 1 FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint AND o.sent_at IS NULL),
-		(SELECT max(o.sent_at) FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint)
+		(SELECT max(o.sent_at) FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint),
+		f.account, coalesce((SELECT a.name FROM reconcile.accounts a WHERE a.id = f.account), '')
 	FROM reconcile.findings f
 	WHERE f.fingerprint = ANY($1::text[]) OR f.status = 'open'`, fps)
 	if err != nil {
@@ -433,7 +434,8 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 	)
 	_, err = pgx.ForEachRow(rows, []any{&sf.f.Fingerprint, &sf.f.Kind, &sf.f.Severity, &obligationID, &sf.f.ProviderIDs,
 		&sf.f.Money.Amount, &sf.f.Money.Currency, &sf.f.AtRisk.Amount, &sf.f.AtRisk.Currency, &sf.f.ContentHash,
-		&sf.f.Detail, &sf.status, &sf.ackAt, &sf.ackBy, &sf.ackReason, &sf.lastAlerted, &sf.unsent, &sf.lastSent}, func() error {
+		&sf.f.Detail, &sf.status, &sf.ackAt, &sf.ackBy, &sf.ackReason, &sf.lastAlerted, &sf.unsent, &sf.lastSent,
+		&sf.f.Account, &sf.f.AccountName}, func() error {
 		sf.f.ObligationID = stringOf(obligationID)
 		stored[sf.f.Fingerprint] = sf
 		sf = storedFinding{}
@@ -558,13 +560,18 @@ func (sf storedFinding) lifecycle() *alerts.Stored {
 	}
 }
 
-// covers reports whether the run examined what the finding is about.
+// covers reports whether the run examined what the finding is about
+// (docs/design.md, "Coverage"). Obligation ids are unique across
+// accounts; a provider id is not, so the finding's objects are looked
+// up in its own account (reconcile.AccountObject, as Settled.Objects
+// holds them): settling ch_1 on the platform settles nothing of a
+// connected account's ch_1.
 func (in applyInput) covers(f reconcile.Finding) bool {
 	if _, ok := slices.BinarySearch(in.obligations, f.ObligationID); ok && f.ObligationID != "" {
 		return true
 	}
 	return slices.ContainsFunc(f.ProviderIDs, func(id string) bool {
-		_, ok := slices.BinarySearch(in.objects, id)
+		_, ok := slices.BinarySearch(in.objects, reconcile.AccountObject(f.Account, id))
 		return ok
 	})
 }
@@ -577,6 +584,7 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	var (
 		fps, kinds, severities   = make([]string, n), make([]string, n), make([]string, n)
 		obligationIDs, targets   = make([]*string, n), make([]*string, n)
+		accounts                 = make([]string, n)
 		paidOut                  = make([]bool, n)
 		providerIDs, currencies  = make([]string, n), make([]string, n)
 		amounts, atRiskAmounts   = make([]int64, n), make([]int64, n)
@@ -589,6 +597,7 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 		f := r.f
 		fps[i], kinds[i], severities[i] = f.Fingerprint, string(f.Kind), string(f.Severity)
 		obligationIDs[i], targets[i], paidOut[i] = nullString(f.ObligationID), nullString(f.Target), f.PaidOut
+		accounts[i] = f.Account
 		// unnest would flatten a two-dimensional array, so each row's ids
 		// travel as one JSON array.
 		ids, err := json.Marshal(orEmpty(f.ProviderIDs))
@@ -607,15 +616,16 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.findings (fingerprint, kind, severity, obligation_id, provider_ids,
 		amount, currency, at_risk_amount, at_risk_currency, content_hash, detail, status,
 		first_seen_run, first_seen_at, last_seen_run, last_seen_at, resolved_run, resolved_at,
-		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at, target, paid_out)
+		acknowledged_at, acknowledged_by, ack_reason, last_alerted_at, target, paid_out, account)
 	SELECT u.fingerprint, u.kind, u.severity, u.obligation_id,
 		ARRAY(SELECT e FROM jsonb_array_elements_text(u.provider_ids::jsonb) WITH ORDINALITY AS x(e, n) ORDER BY x.n),
 		u.amount, u.currency, u.at_risk_amount, u.at_risk_currency, u.content_hash, u.detail, 'open',
-		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted, u.target, u.paid_out
+		$16, $17, $16, $17, NULL, NULL, u.ack_at, u.ack_by, u.ack_reason, u.last_alerted, u.target, u.paid_out, u.account
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[],
-		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[], $18::text[], $19::bool[])
+		$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::timestamptz[], $18::text[], $19::bool[],
+		$20::text[])
 		AS u(fingerprint, kind, severity, obligation_id, provider_ids, amount, currency, at_risk_amount,
-		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted, target, paid_out)
+		at_risk_currency, content_hash, detail, ack_at, ack_by, ack_reason, last_alerted, target, paid_out, account)
 	ON CONFLICT (fingerprint) DO UPDATE SET
 		kind = EXCLUDED.kind, severity = EXCLUDED.severity, obligation_id = EXCLUDED.obligation_id,
 		provider_ids = EXCLUDED.provider_ids, amount = EXCLUDED.amount, currency = EXCLUDED.currency,
@@ -625,9 +635,10 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 		resolved_run = NULL, resolved_at = NULL,
 		acknowledged_at = EXCLUDED.acknowledged_at, acknowledged_by = EXCLUDED.acknowledged_by,
 		ack_reason = EXCLUDED.ack_reason, last_alerted_at = EXCLUDED.last_alerted_at, target = EXCLUDED.target,
-		paid_out = EXCLUDED.paid_out`,
+		paid_out = EXCLUDED.paid_out, account = EXCLUDED.account`,
 		fps, kinds, severities, obligationIDs, providerIDs, amounts, currencies, atRiskAmounts,
-		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now, targets, paidOut)
+		atRiskCurrencies, hashes, details, ackAts, ackBys, ackReasons, lastAlerted, runID, now, targets, paidOut,
+		accounts)
 	if err != nil {
 		return fmt.Errorf("write findings: %w", err)
 	}
@@ -792,8 +803,11 @@ func (s *Store) RecordFailedRun(ctx context.Context, run reconcile.Run, cause st
 	return nil
 }
 
-// findingJSON is a finding as the outbox payload stores it.
+// findingJSON is a finding as the outbox payload stores it. A platform
+// finding's payload names no account, as before accounts were read.
 type findingJSON struct {
+	Account      string                `json:"account,omitempty"`
+	AccountName  string                `json:"account_name,omitempty"`
 	Kind         reconcile.FindingKind `json:"kind"`
 	Severity     reconcile.Severity    `json:"severity"`
 	ObligationID string                `json:"obligation_id,omitempty"`
@@ -809,7 +823,7 @@ type findingJSON struct {
 
 func findingPayload(f reconcile.Finding) (string, error) {
 	b, err := json.Marshal(findingJSON{
-		Kind: f.Kind, Severity: f.Severity, ObligationID: f.ObligationID,
+		Account: f.Account, AccountName: f.AccountName, Kind: f.Kind, Severity: f.Severity, ObligationID: f.ObligationID,
 		ProviderIDs: orEmpty(f.ProviderIDs), Money: f.Money, AtRisk: f.AtRisk,
 		Fingerprint: f.Fingerprint, ContentHash: f.ContentHash, Detail: f.Detail, Target: f.Target,
 		PaidOut: f.PaidOut,
@@ -830,7 +844,7 @@ func orEmpty(ids []string) []string {
 
 func (j findingJSON) finding() reconcile.Finding {
 	return reconcile.Finding{
-		Kind: j.Kind, Severity: j.Severity, ObligationID: j.ObligationID, ProviderIDs: j.ProviderIDs,
+		Account: j.Account, AccountName: j.AccountName, Kind: j.Kind, Severity: j.Severity, ObligationID: j.ObligationID, ProviderIDs: j.ProviderIDs,
 		Money: j.Money, AtRisk: j.AtRisk, Fingerprint: j.Fingerprint, ContentHash: j.ContentHash, Detail: j.Detail,
 		Target: j.Target, PaidOut: j.PaidOut,
 	}

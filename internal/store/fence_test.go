@@ -88,6 +88,15 @@ func TestFenceRefusesStaleHolder(t *testing.T) {
 				Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{
 					reconcile.Charge: {From: now.Add(-time.Hour), To: now}}}})
 		}},
+		{"Mirror.ForAccount.Save", func(ctx context.Context, e *env) error {
+			return NewMirror(e.pool).ForAccount("acct_1").Save(ctx, MirrorUpdate{RunID: "run-stale", Now: now,
+				Seen: []SeenObjects{{At: now, Objects: []reconcile.ProviderObject{mirrorCharge("ch_1", now.Add(-time.Hour), nil)}}},
+				Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{
+					reconcile.Charge: {From: now.Add(-time.Hour), To: now}}}})
+		}},
+		{"SaveAccounts", func(ctx context.Context, e *env) error {
+			return e.s.SaveAccounts(ctx, "run-stale", []reconcile.Account{{ID: "acct_1", Name: "Shop"}}, now)
+		}},
 		{"RecordFailedRun", func(ctx context.Context, e *env) error {
 			return e.s.RecordFailedRun(ctx, testRun("run-stale", now), "the provider could not be read")
 		}},

@@ -161,3 +161,63 @@ func allMigrations(t *testing.T) []string {
 	}
 	return names
 }
+
+// Migration 00009 makes the mirror's rows of old the platform's, keys
+// the mirror by account, and its Down forgets the connected accounts'
+// mirror and keeps the platform's.
+func TestMigrateAccounts(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	ctx := t.Context()
+	p, db, err := newProvider(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := createSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 8); err != nil {
+		t.Fatalf("UpTo 8: %v", err)
+	}
+	e := &env{tb: t, pool: pool}
+	e.exec(`INSERT INTO reconcile.provider_objects (id, kind, amount, currency, status, raw_status, created, seen_at)
+		VALUES ('ch_1', 'charge', 100, 'usd', 'succeeded', 'succeeded', now(), now())`)
+	e.exec(`INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created)
+		VALUES ('ch_1', 'k', 'charge', 'evt_1', 'charge.succeeded', now())`)
+	e.exec(`INSERT INTO reconcile.sync_cursors (name, complete_from, complete_to, run_id, updated_at)
+		VALUES ('charge', now(), now(), 'run_1', now())`)
+	if _, err := p.UpTo(ctx, 9); err != nil {
+		t.Fatalf("UpTo 9: %v", err)
+	}
+	for _, table := range []string{"provider_objects", "provider_keys", "sync_cursors"} {
+		if n := e.count(`SELECT count(*) FROM reconcile.` + table + ` WHERE account = ''`); n != 1 {
+			t.Errorf("%s: %d rows of the platform after the migration, want the 1 of old", table, n)
+		}
+	}
+	// The same ids in a connected account are rows of their own.
+	e.exec(`INSERT INTO reconcile.provider_objects (account, id, kind, amount, currency, status, raw_status, created, seen_at)
+		VALUES ('acct_1', 'ch_1', 'charge', 200, 'usd', 'succeeded', 'succeeded', now(), now())`)
+	e.exec(`INSERT INTO reconcile.provider_keys (account, object_id, key, object_kind, event_id, event_type, created)
+		VALUES ('acct_1', 'ch_1', 'k', 'charge', 'evt_1', 'charge.succeeded', now())`)
+	e.exec(`INSERT INTO reconcile.sync_cursors (account, name, complete_from, complete_to, run_id, updated_at)
+		VALUES ('acct_1', 'charge', now(), now(), 'run_1', now())`)
+	e.exec(`INSERT INTO reconcile.accounts (id, name, run_id, seen_at) VALUES ('acct_1', 'Shop', 'run_1', now())`)
+	if _, err := pool.Exec(ctx, `INSERT INTO reconcile.accounts (id, run_id, seen_at) VALUES ('', 'run_1', now())`); err == nil {
+		t.Errorf("reconcile.accounts took a row for the platform")
+	}
+	if _, err := p.DownTo(ctx, 8); err != nil {
+		t.Fatalf("DownTo 8: %v", err)
+	}
+	for _, table := range []string{"provider_objects", "provider_keys", "sync_cursors"} {
+		if n := e.count(`SELECT count(*) FROM reconcile.` + table); n != 1 {
+			t.Errorf("%s: %d rows after the Down, want the platform's 1", table, n)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.provider_objects WHERE amount = 100`); n != 1 {
+		t.Errorf("the Down kept a connected account's object rather than the platform's")
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("Up after the Down: %v", err)
+	}
+}

@@ -22,14 +22,37 @@ import (
 // (migration 00002). It is never the source of truth, only a record of
 // what the provider showed and when; a pass decides what it may take from
 // it and what it must read again.
+//
+// A Mirror is one Stripe account's view of it: Stripe's ids are unique
+// only within an account, and each account's copy is complete over its
+// own times (migration 00009), so every read and save is of the view's
+// account alone.
 type Mirror struct {
 	pool *pgxpool.Pool
+	// account is the view's Stripe account: empty for the platform's own
+	// (see reconcile.ProviderObject.Account).
+	account string
 }
 
-// NewMirror returns the mirror kept in pool's database (schema reconcile).
+// NewMirror returns the platform's view of the mirror kept in pool's
+// database (schema reconcile): what a reconciler reading only the
+// platform's account always kept.
 func NewMirror(pool *pgxpool.Pool) *Mirror {
 	return &Mirror{pool: pool}
 }
+
+// ForAccount returns the view of the same mirror for one Stripe account:
+// empty for the platform's own, else a connected account's id (acct_…).
+// Its reads return that account's objects and keys only, each carrying
+// the account, and its Save writes to that account only, so that two
+// accounts' objects of one id are kept apart (docs/design.md, "Reading
+// the provider").
+func (m *Mirror) ForAccount(account string) *Mirror {
+	return &Mirror{pool: m.pool, account: account}
+}
+
+// Account is the Stripe account of the view: empty for the platform's.
+func (m *Mirror) Account() string { return m.account }
 
 // The cursor names of the sync_cursors table besides the object kinds.
 const (
@@ -90,9 +113,10 @@ type MirrorUpdate struct {
 	LinkKeys []string
 }
 
-// Cursors reads what the mirror is complete for.
+// Cursors reads what the view's account's mirror is complete for.
 func (m *Mirror) Cursors(ctx context.Context) (SyncCursors, error) {
-	rows, err := m.pool.Query(ctx, `SELECT name, complete_from, complete_to, run_id FROM reconcile.sync_cursors ORDER BY updated_at, name`)
+	rows, err := m.pool.Query(ctx, `SELECT name, complete_from, complete_to, run_id FROM reconcile.sync_cursors
+		WHERE account = $1 ORDER BY updated_at, name`, m.account)
 	if err != nil {
 		return SyncCursors{}, fmt.Errorf("read sync cursors: %w", err)
 	}
@@ -145,13 +169,13 @@ func (m *Mirror) Objects(ctx context.Context, w reconcile.Window, since time.Tim
 		return nil, nil
 	}
 	rows, err := m.pool.Query(ctx, `SELECT `+mirrorObjectColumns+` FROM reconcile.provider_objects
-		WHERE created >= $1 AND created < $2 AND seen_at >= $3`,
-		ceilSecond(w.From), ceilSecond(w.To), since)
+		WHERE account = $4 AND created >= $1 AND created < $2 AND seen_at >= $3`,
+		ceilSecond(w.From), ceilSecond(w.To), since, m.account)
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored objects: %w", err)
 	}
 	var c chunks[reconcile.ProviderObject]
-	err = scanMirrorObjects(rows, func(o reconcile.ProviderObject, _ time.Time) { c.add(o) })
+	err = scanMirrorObjects(rows, m.account, func(o reconcile.ProviderObject, _ time.Time) { c.add(o) })
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored objects: %w", err)
 	}
@@ -197,12 +221,12 @@ func (m *Mirror) Get(ctx context.Context, ids []string, since time.Time) ([]Mirr
 		return nil, nil
 	}
 	rows, err := m.pool.Query(ctx, `SELECT `+mirrorObjectColumns+` FROM reconcile.provider_objects
-		WHERE id = ANY($1::text[]) AND seen_at >= $2`, ids, since)
+		WHERE account = $3 AND id = ANY($1::text[]) AND seen_at >= $2`, ids, since, m.account)
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored objects by id: %w", err)
 	}
 	var out []MirrorObject
-	err = scanMirrorObjects(rows, func(o reconcile.ProviderObject, seen time.Time) {
+	err = scanMirrorObjects(rows, m.account, func(o reconcile.ProviderObject, seen time.Time) {
 		out = append(out, MirrorObject{Object: o, SeenAt: seen})
 	})
 	if err != nil {
@@ -212,7 +236,8 @@ func (m *Mirror) Get(ctx context.Context, ids []string, since time.Time) ([]Mirr
 	return out, nil
 }
 
-func scanMirrorObjects(rows pgx.Rows, each func(reconcile.ProviderObject, time.Time)) error {
+// scanMirrorObjects reads the objects of one account's rows.
+func scanMirrorObjects(rows pgx.Rows, account string, each func(reconcile.ProviderObject, time.Time)) error {
 	defer rows.Close()
 	// Kinds, currencies and statuses take a handful of values: one string
 	// each rather than one per row.
@@ -230,7 +255,7 @@ func scanMirrorObjects(rows pgx.Rows, each func(reconcile.ProviderObject, time.T
 			return fmt.Errorf("object %q: %w", id.s, err)
 		}
 		o := reconcile.ProviderObject{
-			ID: id.s, Kind: reconcile.ObjectKind(kind.s), Money: reconcile.Money{Amount: amount, Currency: currency.s},
+			ID: id.s, Account: account, Kind: reconcile.ObjectKind(kind.s), Money: reconcile.Money{Amount: amount, Currency: currency.s},
 			Status: reconcile.Status(status.s), RawStatus: raw.s, AmountRefunded: refunded,
 			Target: target.s, PaymentIntent: pi.s, Charge: charge.s, Customer: customer.s, Created: created.UTC(),
 		}
@@ -244,14 +269,16 @@ func scanMirrorObjects(rows pgx.Rows, each func(reconcile.ProviderObject, time.T
 	return rows.Err()
 }
 
-// Keys returns the key evidence told by the events created in w (whole
-// seconds), in no particular order, with room for a few percent more.
+// Keys returns the key evidence of the view's account told by the events
+// created in w (whole seconds), in no particular order, with room for a
+// few percent more.
 func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyEvidence, error) {
 	if !w.Valid() {
 		return nil, nil
 	}
 	rows, err := m.pool.Query(ctx, `SELECT object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')
-		FROM reconcile.provider_keys WHERE created >= $1 AND created < $2`, ceilSecond(w.From), ceilSecond(w.To))
+		FROM reconcile.provider_keys WHERE account = $3 AND created >= $1 AND created < $2`,
+		ceilSecond(w.From), ceilSecond(w.To), m.account)
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored keys: %w", err)
 	}
@@ -266,7 +293,7 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 		if err := rows.Scan(&objectID, &key, &kind, &eventID, &eventType, &created, &requestID); err != nil {
 			return nil, fmt.Errorf("read mirrored keys: %w", err)
 		}
-		keys.add(reconcile.KeyEvidence{ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
+		keys.add(reconcile.KeyEvidence{Account: m.account, ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
 			Key: key.s, EventID: eventID.s, EventType: eventType.s, RequestID: requestID.s, Created: created.UTC()})
 	}
 	if err := rows.Err(); err != nil {
@@ -275,8 +302,11 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 	return keys.slice(), nil
 }
 
-// Save writes one completed pass's reads and moves the cursors, in one
-// transaction: either all of it is saved or none. Metadata is saved
+// Save writes one completed pass's reads of the view's account and moves
+// that account's cursors, in one transaction: either all of it is saved
+// or none. Objects and keys carry the view's account or none (then they
+// are the view's); one of another account is refused, rather than filed
+// under the wrong one. Metadata is saved
 // masked but for the values of u.LinkKeys. Given a run lock with
 // WithFence, the transaction proves the lock is still the run's, and
 // fails with an error wrapping ErrLockLost otherwise: the saves of two
@@ -285,18 +315,21 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 	if u.RunID == "" {
 		return errors.New("save mirror: no run id")
 	}
+	if err := m.ownsAll(u); err != nil {
+		return fmt.Errorf("save mirror: %w", err)
+	}
 	err := inFence(ctx, m.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// A first pass joins a million rows: in memory, not on disk.
 		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
 			return err
 		}
-		if err := saveObjects(ctx, tx, u.Seen, u.LinkKeys); err != nil {
+		if err := saveObjects(ctx, tx, m.account, u.Seen, u.LinkKeys); err != nil {
 			return err
 		}
-		if err := saveKeys(ctx, tx, u.Keys); err != nil {
+		if err := saveKeys(ctx, tx, m.account, u.Keys); err != nil {
 			return err
 		}
-		return saveCursors(ctx, tx, u)
+		return saveCursors(ctx, tx, m.account, u)
 	})
 	if err != nil {
 		return fmt.Errorf("save mirror: %w", err)
@@ -304,16 +337,34 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 	return nil
 }
 
-func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects, linkKeys []string) error {
+// ownsAll refuses an update holding an object or a key of an account
+// other than the view's.
+func (m *Mirror) ownsAll(u MirrorUpdate) error {
+	for _, g := range u.Seen {
+		for _, o := range g.Objects {
+			if o.Account != "" && o.Account != m.account {
+				return fmt.Errorf("object %s of account %s in a save of %s", o.ID, o.Account, reconcile.Account{ID: m.account}.Label())
+			}
+		}
+	}
+	for _, k := range u.Keys {
+		if k.Account != "" && k.Account != m.account {
+			return fmt.Errorf("key evidence of object %s of account %s in a save of %s", k.ObjectID, k.Account, reconcile.Account{ID: m.account}.Label())
+		}
+	}
+	return nil
+}
+
+func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObjects, linkKeys []string) error {
 	src := newSeenSource(seen)
-	src.linkKeys = linkKeys
+	src.linkKeys, src.account = linkKeys, account
 	if src.n == 0 {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mirror_objects_in (LIKE reconcile.provider_objects) ON COMMIT DROP`); err != nil {
 		return fmt.Errorf("objects: %w", err)
 	}
-	cols := []string{"id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
+	cols := []string{"account", "id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
 		"payment_intent", "charge", "customer", "metadata", "created", "seen_at"}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_objects_in"}, cols, src); err != nil {
 		return fmt.Errorf("objects: copy: %w", err)
@@ -330,20 +381,20 @@ func saveObjects(ctx context.Context, tx pgx.Tx, seen []SeenObjects, linkKeys []
 			status = i.status, raw_status = i.raw_status, amount_refunded = i.amount_refunded, target = i.target,
 			payment_intent = i.payment_intent, charge = i.charge, customer = i.customer, metadata = i.metadata,
 			created = i.created, seen_at = i.seen_at
-		FROM mirror_objects_in i WHERE p.id = i.id AND i.seen_at >= p.seen_at`)
+		FROM mirror_objects_in i WHERE p.account = i.account AND p.id = i.id AND i.seen_at >= p.seen_at`)
 	if err != nil {
 		return fmt.Errorf("objects: update: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (`+mirrorObjectColumns+`)
-		SELECT `+mirrorObjectColumns+` FROM mirror_objects_in i
-		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_objects p WHERE p.id = i.id)`)
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (account, `+mirrorObjectColumns+`)
+		SELECT account, `+mirrorObjectColumns+` FROM mirror_objects_in i
+		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_objects p WHERE p.account = i.account AND p.id = i.id)`)
 	if err != nil {
 		return fmt.Errorf("objects: insert: %w", err)
 	}
 	return nil
 }
 
-func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) error {
+func saveKeys(ctx context.Context, tx pgx.Tx, account string, keys []reconcile.KeyEvidence) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -351,14 +402,14 @@ func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) erro
 		return fmt.Errorf("keys: %w", err)
 	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_keys_in"},
-		[]string{"object_id", "key", "object_kind", "event_id", "event_type", "created", "request_id"},
+		[]string{"account", "object_id", "key", "object_kind", "event_id", "event_type", "created", "request_id"},
 		pgx.CopyFromSlice(len(keys), func(i int) ([]any, error) {
 			k := &keys[i]
 			var req *string
 			if k.RequestID != "" {
 				req = &k.RequestID
 			}
-			return []any{k.ObjectID, k.Key, string(k.ObjectKind), k.EventID, k.EventType, k.Created, req}, nil
+			return []any{account, k.ObjectID, k.Key, string(k.ObjectKind), k.EventID, k.EventType, k.Created, req}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("keys: copy: %w", err)
@@ -368,26 +419,28 @@ func saveKeys(ctx context.Context, tx pgx.Tx, keys []reconcile.KeyEvidence) erro
 	// keeps the earliest of all.
 	_, err = tx.Exec(ctx, `UPDATE reconcile.provider_keys p SET object_kind = i.object_kind, event_id = i.event_id,
 			event_type = i.event_type, created = i.created, request_id = i.request_id
-		FROM mirror_keys_in i WHERE p.object_id = i.object_id AND p.key = i.key AND (i.created, i.event_id) < (p.created, p.event_id)`)
+		FROM mirror_keys_in i WHERE p.account = i.account AND p.object_id = i.object_id AND p.key = i.key
+			AND (i.created, i.event_id) < (p.created, p.event_id)`)
 	if err != nil {
 		return fmt.Errorf("keys: update: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (object_id, key, object_kind, event_id, event_type, created, request_id)
-		SELECT object_id, key, object_kind, event_id, event_type, created, request_id FROM mirror_keys_in i
-		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_keys p WHERE p.object_id = i.object_id AND p.key = i.key)`)
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_keys (account, object_id, key, object_kind, event_id, event_type, created, request_id)
+		SELECT account, object_id, key, object_kind, event_id, event_type, created, request_id FROM mirror_keys_in i
+		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_keys p
+			WHERE p.account = i.account AND p.object_id = i.object_id AND p.key = i.key)`)
 	if err != nil {
 		return fmt.Errorf("keys: insert: %w", err)
 	}
 	return nil
 }
 
-func saveCursors(ctx context.Context, tx pgx.Tx, u MirrorUpdate) error {
+func saveCursors(ctx context.Context, tx pgx.Tx, account string, u MirrorUpdate) error {
 	set := func(name string, w reconcile.Window) error {
-		_, err := tx.Exec(ctx, `INSERT INTO reconcile.sync_cursors (name, complete_from, complete_to, run_id, updated_at)
-			VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (name) DO UPDATE SET complete_from = EXCLUDED.complete_from, complete_to = EXCLUDED.complete_to,
+		_, err := tx.Exec(ctx, `INSERT INTO reconcile.sync_cursors (account, name, complete_from, complete_to, run_id, updated_at)
+			VALUES ($6, $1, $2, $3, $4, $5)
+			ON CONFLICT (account, name) DO UPDATE SET complete_from = EXCLUDED.complete_from, complete_to = EXCLUDED.complete_to,
 				run_id = EXCLUDED.run_id, updated_at = EXCLUDED.updated_at`,
-			name, w.From, w.To, u.RunID, u.Now)
+			name, w.From, w.To, u.RunID, u.Now, account)
 		if err != nil {
 			return fmt.Errorf("cursor %s: %w", name, err)
 		}
@@ -435,8 +488,10 @@ type seenSource struct {
 	skip [][]bool
 	// linkKeys are the metadata keys stored exact (MirrorUpdate.LinkKeys).
 	linkKeys []string
-	row      [14]any
-	err      error
+	// account is the account every row is saved under (the Mirror's).
+	account string
+	row     [15]any
+	err     error
 }
 
 func newSeenSource(seen []SeenObjects) *seenSource {
@@ -510,7 +565,7 @@ func (s *seenSource) Values() ([]any, error) {
 		}
 		meta = string(b)
 	}
-	s.row = [14]any{o.ID, string(o.Kind), o.Money.Amount, o.Money.Currency, string(o.Status), o.RawStatus,
+	s.row = [15]any{s.account, o.ID, string(o.Kind), o.Money.Amount, o.Money.Currency, string(o.Status), o.RawStatus,
 		o.AmountRefunded, nullString(o.Target), nullString(o.PaymentIntent), nullString(o.Charge),
 		nullString(o.Customer), meta, o.Created, g.At}
 	return s.row[:], nil

@@ -230,3 +230,108 @@ func TestMirrorMasksMetadataAtRest(t *testing.T) {
 		}
 	}
 }
+
+// Each account's view of the mirror sees and saves its own objects, keys
+// and cursors only: the platform and two connected accounts holding
+// objects and keys of the same ids keep them apart, each read back
+// carrying its account, and a cursor moved for one account moves no
+// other's.
+func TestMirrorAccountsApart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	platform := NewMirror(e.pool)
+	views := map[string]*Mirror{"": platform, "acct_1": platform.ForAccount("acct_1"), "acct_2": platform.ForAccount("acct_2")}
+	cov := map[string]reconcile.Window{
+		"":       {From: at.Add(-3 * time.Hour), To: at},
+		"acct_1": {From: at.Add(-2 * time.Hour), To: at},
+		"acct_2": {From: at.Add(-time.Hour), To: at},
+	}
+	// The same ids in every account, told apart by their amounts and keys.
+	objects := func(account string, amount int64) []reconcile.ProviderObject {
+		a, b := mirrorCharge("ch_same", at.Add(-30*time.Minute), nil), mirrorCharge("ch_b", at.Add(-20*time.Minute), nil)
+		a.Money.Amount, a.Account, b.Account = amount, account, account
+		return []reconcile.ProviderObject{b, a}
+	}
+	key := func(account string) reconcile.KeyEvidence {
+		return reconcile.KeyEvidence{Account: account, ObjectID: "ch_same", ObjectKind: reconcile.Charge,
+			Key: "k-" + account, EventID: "evt_same", EventType: "charge.succeeded", Created: at.Add(-30 * time.Minute)}
+	}
+	amounts := map[string]int64{"": 100, "acct_1": 200, "acct_2": 300}
+	for _, account := range []string{"", "acct_1", "acct_2"} {
+		objs := objects(account, amounts[account])
+		k := key(account)
+		if account == "acct_2" {
+			// Objects and keys that name no account are the view's.
+			for i := range objs {
+				objs[i].Account = ""
+			}
+			k.Account = ""
+		}
+		err := views[account].Save(ctx, MirrorUpdate{RunID: "run_" + account, Now: at,
+			Seen: []SeenObjects{{At: at, Objects: objs}}, Keys: []reconcile.KeyEvidence{k},
+			Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{reconcile.Charge: cov[account]},
+				Keys: cov[account]}})
+		if err != nil {
+			t.Fatalf("save of %q: %v", account, err)
+		}
+	}
+	// A second save of one account changes only its own.
+	bumped := objects("acct_1", 250)
+	if err := views["acct_1"].Save(ctx, MirrorUpdate{RunID: "run_acct_1b", Now: at.Add(time.Minute),
+		Seen: []SeenObjects{{At: at.Add(time.Minute), Objects: bumped[1:]}}}); err != nil {
+		t.Fatal(err)
+	}
+	amounts["acct_1"] = 250
+	if n := e.count(`SELECT count(*) FROM reconcile.provider_objects`); n != 6 {
+		t.Errorf("provider_objects holds %d rows, want 6: two ids in each of three accounts", n)
+	}
+	for account, m := range views {
+		want := objects(account, amounts[account])
+		byID(want)
+		got, err := m.Objects(ctx, reconcile.Window{From: at.Add(-4 * time.Hour), To: at}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%q: Objects (-want +got):\n%s", account, diff)
+		}
+		held, err := m.Get(ctx, []string{"ch_same"}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) != 1 || held[0].Object.Account != account || held[0].Object.Money.Amount != amounts[account] {
+			t.Errorf("%q: Get = %+v, want its own ch_same of %d", account, held, amounts[account])
+		}
+		keys, err := m.Keys(ctx, reconcile.Window{From: at.Add(-4 * time.Hour), To: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]reconcile.KeyEvidence{key(account)}, keys); diff != "" {
+			t.Errorf("%q: Keys (-want +got):\n%s", account, diff)
+		}
+		cur, err := m.Cursors(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Objects[reconcile.Charge] != cov[account] || cur.Keys != cov[account] || len(cur.Objects) != 1 {
+			t.Errorf("%q: Cursors = %+v, want its own charge and keys cursors of %v", account, cur, cov[account])
+		}
+	}
+	// A view refuses what belongs to another account, and saves nothing.
+	before := e.count(`SELECT count(*) FROM reconcile.provider_objects`)
+	for _, u := range []MirrorUpdate{
+		{Seen: []SeenObjects{{At: at, Objects: objects("acct_1", 1)}}},
+		{Keys: []reconcile.KeyEvidence{key("acct_1")}},
+	} {
+		u.RunID, u.Now = "run_wrong", at
+		if err := views["acct_2"].Save(ctx, u); err == nil {
+			t.Errorf("acct_2's view saved another account's reads")
+		}
+	}
+	if after := e.count(`SELECT count(*) FROM reconcile.provider_objects`); after != before {
+		t.Errorf("a refused save wrote: %d objects, were %d", after, before)
+	}
+}

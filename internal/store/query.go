@@ -41,10 +41,17 @@ type FindingRecord struct {
 	LastAlertedAt time.Time
 }
 
+// findingColumns are a row of reconcile.findings as scanFinding reads
+// them, in a statement whose only table is reconcile.findings (a SELECT
+// or the RETURNING of an UPDATE). The account's name is the one the last
+// pass read (SaveAccounts), empty for the platform's: the unqualified
+// account in the subquery is the finding's, reconcile.accounts having no
+// column of that name.
 const findingColumns = `fingerprint, kind, severity, obligation_id, provider_ids, amount, currency,
 	at_risk_amount, at_risk_currency, content_hash, detail, status, first_seen_run, first_seen_at,
 	last_seen_run, last_seen_at, resolved_run, resolved_at, acknowledged_at, acknowledged_by, ack_reason,
-	last_alerted_at, target, paid_out`
+	last_alerted_at, target, paid_out, account,
+	coalesce((SELECT a.name FROM reconcile.accounts a WHERE a.id = account), '')`
 
 func scanFinding(row pgx.CollectableRow) (FindingRecord, error) {
 	var (
@@ -56,7 +63,7 @@ func scanFinding(row pgx.CollectableRow) (FindingRecord, error) {
 	err := row.Scan(&r.Fingerprint, &r.Kind, &r.Severity, &obligationID, &r.ProviderIDs, &r.Money.Amount,
 		&r.Money.Currency, &r.AtRisk.Amount, &r.AtRisk.Currency, &r.ContentHash, &r.Detail, &r.Status,
 		&r.FirstSeenRun, &r.FirstSeenAt, &r.LastSeenRun, &r.LastSeenAt, &resolvedRun, &resolvedAt,
-		&ackAt, &by, &reason, &alertedAt, &target, &r.PaidOut)
+		&ackAt, &by, &reason, &alertedAt, &target, &r.PaidOut, &r.Account, &r.AccountName)
 	r.Target = stringOf(target)
 	r.ObligationID, r.ResolvedRun, r.AcknowledgedBy, r.AckReason =
 		stringOf(obligationID), stringOf(resolvedRun), stringOf(by), stringOf(reason)
