@@ -29,6 +29,12 @@ type Mirror interface {
 	Get(ctx context.Context, ids []string, since time.Time) ([]store.MirrorObject, error)
 }
 
+// accountMirror is a Mirror kept per Stripe account (store.Mirror): a
+// connected account's finding shows that account's objects.
+type accountMirror interface {
+	ForAccount(account string) *store.Mirror
+}
+
 // The finding page's data.
 type (
 	event struct {
@@ -60,6 +66,9 @@ type (
 		ObligationRow  []string
 		HasObligation  bool
 		ObjectsMissing []string
+		// account is the finding's Stripe account, whose dashboard its
+		// objects open in.
+		account string
 	}
 )
 
@@ -81,10 +90,10 @@ func (s *server) finding(w http.ResponseWriter, r *http.Request) {
 	p := findingPage{
 		User: redact.Text(u.name), CanAct: u.name != "", Finding: s.row(rec), Severity: string(rec.Severity),
 		Status: string(rec.Status), Open: rec.Status == store.FindingOpen, Acked: !rec.AcknowledgedAt.IsZero(),
-		LastSeen: stamp(rec.LastSeenAt), HasObligation: rec.ObligationID != "",
+		LastSeen: stamp(rec.LastSeenAt), HasObligation: rec.ObligationID != "", account: rec.Account,
 	}
 	if rec.Target != "" {
-		p.Target = link{ID: rec.Target, URL: alerts.DashboardURL(rec.Target, s.live)}
+		p.Target = link{ID: rec.Target, URL: alerts.AccountDashboardURL(rec.Account, rec.Target, s.live)}
 	}
 	traced := false
 	if rec.ObligationID != "" && s.trace != nil {
@@ -146,7 +155,7 @@ func (s *server) fromTrace(p *findingPage, t trace.Trace) {
 	}
 	p.ProviderError = t.ProviderError
 	for _, ob := range t.Objects {
-		p.Objects = append(p.Objects, s.object(ob))
+		p.Objects = append(p.Objects, s.object(p, ob))
 		var how string
 		switch {
 		case ob.Route != "":
@@ -224,14 +233,18 @@ func (s *server) fromStore(ctx context.Context, p *findingPage, rec store.Findin
 	if rec.Target != "" && !slices.Contains(ids, rec.Target) {
 		ids = append(slices.Clone(ids), rec.Target)
 	}
-	mos, err := s.mirror.Get(ctx, ids, time.Time{})
+	mirror := s.mirror
+	if am, ok := mirror.(accountMirror); ok && rec.Account != "" {
+		mirror = am.ForAccount(rec.Account)
+	}
+	mos, err := mirror.Get(ctx, ids, time.Time{})
 	if err != nil {
 		return err
 	}
 	p.ObjectsFrom = "Stripe's records as the last pass read them (the mirror)."
 	for _, mo := range mos {
 		o := mo.Object
-		p.Objects = append(p.Objects, s.object(trace.Object{ID: o.ID, Kind: string(o.Kind), Status: string(o.Status),
+		p.Objects = append(p.Objects, s.object(p, trace.Object{ID: o.ID, Kind: string(o.Kind), Status: string(o.Status),
 			Amount: o.Money.Amount, Currency: o.Money.Currency, Refunded: o.AmountRefunded, Target: o.Target,
 			Intent: o.PaymentIntent, Created: stamp(o.Created)}))
 		how := "no obligation links to it"
@@ -250,8 +263,8 @@ func (s *server) fromStore(ctx context.Context, p *findingPage, rec store.Findin
 	return nil
 }
 
-func (s *server) object(o trace.Object) object {
-	ob := object{ID: o.ID, URL: alerts.DashboardURL(o.ID, s.live), Kind: strings.ReplaceAll(o.Kind, "_", " "),
+func (s *server) object(p *findingPage, o trace.Object) object {
+	ob := object{ID: o.ID, URL: alerts.AccountDashboardURL(p.account, o.ID, s.live), Kind: strings.ReplaceAll(o.Kind, "_", " "),
 		Status: redact.Text(o.Status), Money: reconcile.Money{Amount: o.Amount, Currency: o.Currency}.String(),
 		Target: o.Target, Intent: o.Intent, Created: o.Created, Route: strings.ReplaceAll(o.Route, "_", " ")}
 	if o.Refunded != 0 {
@@ -296,7 +309,7 @@ func (s *server) add(p *findingPage, at, what, detail string, ids ...string) {
 	e := event{At: at, What: redact.Text(what), Detail: redact.Text(detail)}
 	for _, id := range ids {
 		if id != "" {
-			e.Links = append(e.Links, link{ID: id, URL: alerts.DashboardURL(id, s.live)})
+			e.Links = append(e.Links, link{ID: id, URL: alerts.AccountDashboardURL(p.account, id, s.live)})
 		}
 	}
 	p.Timeline = append(p.Timeline, e)

@@ -512,7 +512,11 @@ type (
 	link struct{ ID, URL string }
 	row  struct {
 		Label, Kind, ObligationID, Fingerprint string
-		Providers                              []link
+		// Account is a connected account's label (its display name and
+		// id) and page; empty on the platform's own (docs/design.md,
+		// "Accounts").
+		Account   link
+		Providers []link
 		Money, AtRisk, Detail, FirstSeen       string
 		AckBy, AckReason, AckAt                string
 	}
@@ -621,8 +625,12 @@ func (s *server) row(rec store.FindingRecord) row {
 	if !rec.AcknowledgedAt.IsZero() {
 		rw.AckAt = rec.AcknowledgedAt.UTC().Format(time.RFC3339)
 	}
+	if rec.Account != "" {
+		rw.Account = link{ID: redact.Text(reconcile.Account{ID: rec.Account, Name: rec.AccountName}.Label()),
+			URL: alerts.ConnectedAccountURL(rec.Account, s.live)}
+	}
 	for _, id := range rec.ProviderIDs {
-		rw.Providers = append(rw.Providers, link{ID: id, URL: alerts.DashboardURL(id, s.live)})
+		rw.Providers = append(rw.Providers, link{ID: id, URL: alerts.AccountDashboardURL(rec.Account, id, s.live)})
 	}
 	return rw
 }

@@ -151,6 +151,39 @@ func TestFindingsPage(t *testing.T) {
 	}
 }
 
+// A connected account's finding names its account, by display name and
+// linked to its page, on the list and on its own page, and its objects
+// open in that account's dashboard (docs/design.md, "Accounts").
+func TestConnectedAccountShown(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
+	s, err := store.New(pool, store.OptionsFrom(config.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := finding(reconcile.Duplicate, "refund:1", "", reconcile.Money{Amount: 8900, Currency: "usd"}, "re_a", "re_b")
+	f.Account, f.Fingerprint = "acct_1Bakery", reconcile.AccountFingerprint("acct_1Bakery", f.Kind, "refund:1", "")
+	run := reconcile.Run{ID: "run-1", Trigger: reconcile.TriggerManual, Window: reconcile.Window{From: now.Add(-72 * time.Hour), To: now},
+		Started: now, Finished: now, Status: reconcile.RunCompleted}
+	if err := s.SaveAccounts(t.Context(), run.ID, []reconcile.Account{{ID: "acct_1Bakery", Name: "Corner <Bakery>"}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(t.Context(), run, reconcile.Conclusions{Findings: []reconcile.Finding{f}}, now); err != nil {
+		t.Fatal(err)
+	}
+	h := proxyHandler(t, s)
+	for _, body := range []string{get(t, h, "/"), get(t, h, "/findings/"+f.Fingerprint)} {
+		for _, want := range []string{
+			`<a href="https://dashboard.stripe.com/test/connect/accounts/acct_1Bakery" rel="noreferrer">Corner &lt;Bakery&gt; (acct_1Bakery)</a>`,
+			`href="https://dashboard.stripe.com/acct_1Bakery/test/refunds/re_a"`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("page lacks %q:\n%s", want, body)
+			}
+		}
+	}
+}
+
 func TestLiveDashboardLinks(t *testing.T) {
 	t.Parallel()
 	if got := alerts.DashboardURL("re_1", true); got != "https://dashboard.stripe.com/refunds/re_1" {
