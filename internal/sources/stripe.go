@@ -38,6 +38,7 @@ const (
 	ListRefunds        = "refunds"
 	ListPaymentIntents = "payment_intents"
 	ListEvents         = "events"
+	ListAccounts       = "accounts"
 )
 
 // StripeOptions configure a Stripe reader. StripeOptionsFrom takes the

@@ -2,6 +2,7 @@ package sources
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -242,5 +243,117 @@ func TestValidAccountID(t *testing.T) {
 		if got := ValidAccountID(id); got != want {
 			t.Errorf("ValidAccountID(%q) = %t, want %t", id, got, want)
 		}
+	}
+}
+
+// addAccounts connects n accounts to e's platform, acct_000 to acct_<n-1>,
+// one a minute (/v1/accounts lists the newest first): every third with a display name and a business name, the
+// next with a business name alone, the next with neither. It returns what
+// Accounts must list.
+func addAccounts(tb testing.TB, e *env, n int) []reconcile.Account {
+	tb.Helper()
+	var want []reconcile.Account
+	for i := range n {
+		a := stripesim.Account{ID: fmt.Sprintf("acct_%03d", i), Created: t0.Add(time.Duration(i) * time.Minute)}
+		name := ""
+		switch i % 3 {
+		case 0:
+			a.DisplayName, a.Name, name = fmt.Sprintf("Shop %d", i), fmt.Sprintf("Shop %d LLC", i), fmt.Sprintf("Shop %d", i)
+		case 1:
+			a.Name, name = fmt.Sprintf("Shop %d LLC", i), fmt.Sprintf("Shop %d LLC", i)
+		}
+		if err := e.srv.AddAccount(a); err != nil {
+			tb.Fatal(err)
+		}
+		want = append(want, reconcile.Account{ID: a.ID, Name: name})
+	}
+	return want
+}
+
+// Accounts pages through every connected account, names each as Stripe
+// names it for people, and sorts them by id, whichever view asks.
+func TestAccountsListsEveryAccount(t *testing.T) {
+	e := newEnv(t)
+	want := addAccounts(t, e, 250)
+	r := e.reader(t, nil)
+	got, err := r.Accounts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("accounts (-want +got):\n%s", diff)
+	}
+	st := e.srv.Stats()
+	if st.Pages[ListAccounts] != 3 || st.Objects[ListAccounts] != 250 {
+		t.Errorf("read in %d pages of %d accounts in all, want 3 pages of 100, 100 and 50", st.Pages[ListAccounts], st.Objects[ListAccounts])
+	}
+	if got, err := r.ForAccount("acct_007").Accounts(t.Context()); err != nil || len(got) != 250 {
+		t.Errorf("accounts asked by acct_007's view: %d, %v; want the platform's 250", len(got), err)
+	}
+	if st := e.srv.Stats(); st.Accounts["acct_007"].Requests != 0 {
+		t.Errorf("acct_007's view listed accounts as acct_007 (%d requests), want as the platform", st.Accounts["acct_007"].Requests)
+	}
+
+	empty := newEnv(t)
+	if got, err := empty.reader(t, nil).Accounts(t.Context()); err != nil || len(got) != 0 {
+		t.Errorf("a platform with no connected account: %v, %v; want none", got, err)
+	}
+}
+
+// A 500 or a malformed page mid-listing is retried from the same cursor;
+// one that persists fails the call, which then returns no accounts.
+func TestAccountsRetriesThenFails(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		faults stripesim.Faults
+		fails  string // "" when the retries mend it
+	}{
+		{"a 500 on every other request", stripesim.Faults{ServerErrorEvery: 2}, ""},
+		{"every other page without has_more", stripesim.Faults{Malformed: stripesim.ShapeNoHasMore, MalformedList: ListAccounts, MalformedEvery: 2}, ""},
+		{"500s from the second page on", stripesim.Faults{FailList: ListAccounts, FailListAfter: 1},
+			"list stripe accounts: stopped at the page starting after acct_150: stripe answered 500"},
+		{"every page null", stripesim.Faults{Malformed: stripesim.ShapeNullData, MalformedList: ListAccounts},
+			"list stripe accounts: stopped at its first page: stripe answered 200: malformed list page: no data"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			want := addAccounts(t, e, 250)
+			e.srv.SetFaults(tt.faults)
+			r := e.reader(t, func(o *StripeOptions) { o.MaxRetries = 3 })
+			got, err := r.Accounts(t.Context())
+			if tt.fails == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := gocmp.Diff(want, got); diff != "" {
+					t.Errorf("accounts (-want +got):\n%s", diff)
+				}
+				if c := r.RequestCounts(); c.Retries == 0 {
+					t.Errorf("counts %+v, want retries", c)
+				}
+				return
+			}
+			var le *ListError
+			if got != nil || !errors.As(err, &le) || !strings.HasPrefix(err.Error(), tt.fails) {
+				t.Errorf("Accounts = %d accounts, %v; want none and an error beginning %q", len(got), err, tt.fails)
+			}
+			if c := r.RequestCounts(); c.Retries != 3 {
+				t.Errorf("counts %+v, want the 3 retries", c)
+			}
+		})
+	}
+}
+
+// An entry whose id is not an account id is not taken: it would go into
+// request headers and messages.
+func TestAccountsRefusesForeignIDs(t *testing.T) {
+	e := newEnv(t)
+	addAccounts(t, e, 3)
+	if err := e.srv.AddAccount(stripesim.Account{ID: "acct_x-y", Created: t0}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.reader(t, func(o *StripeOptions) { o.MaxRetries = 1 }).Accounts(t.Context())
+	if got != nil || err == nil || !strings.Contains(err.Error(), "its id is not an account id") || strings.Contains(err.Error(), "acct_x-y") {
+		t.Errorf("Accounts = %v, %v; want none, and an error that does not quote the id", got, err)
 	}
 }
