@@ -99,7 +99,8 @@ type StripeOptions struct {
 	// discarded.
 	Logger *slog.Logger
 	// Progress, when set, is called after every page read (never
-	// concurrently), for a progress line on a terminal.
+	// concurrently, whichever views of the key read at once), for a
+	// progress line on a terminal.
 	Progress func(ProgressEvent)
 }
 
@@ -158,6 +159,8 @@ type keyed struct {
 	// total counts every attempt the key's readers ever sent, whatever
 	// account and operation sent it and however it ended (RequestCounts).
 	total counters
+	// progressMu serialises the Progress calls of all the views.
+	progressMu sync.Mutex
 }
 
 // NewStripe validates opts, applies the defaults and returns a reader of

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -355,5 +357,46 @@ func TestAccountsRefusesForeignIDs(t *testing.T) {
 	got, err := e.reader(t, func(o *StripeOptions) { o.MaxRetries = 1 }).Accounts(t.Context())
 	if got != nil || err == nil || !strings.Contains(err.Error(), "its id is not an account id") || strings.Contains(err.Error(), "acct_x-y") {
 		t.Errorf("Accounts = %v, %v; want none, and an error that does not quote the id", got, err)
+	}
+}
+
+// Progress is called one page at a time across the views of a key, as it
+// is within one listing: two accounts read at once report to one
+// terminal line.
+func TestForAccountProgressNeverConcurrent(t *testing.T) {
+	e := connectEnv(t)
+	for _, acct := range []string{"acct_A", "acct_B"} {
+		for i := range 400 {
+			o := reconcile.ProviderObject{ID: fmt.Sprintf("ch_%s_%03d", acct, i), Kind: reconcile.Charge,
+				Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: t0.Add(time.Duration(i) * time.Minute)}
+			if err := e.srv.As(acct).Add(o, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var inside, overlaps, calls atomic.Int32
+	r := e.reader(t, func(o *StripeOptions) {
+		o.Concurrency = 4
+		o.Progress = func(ProgressEvent) {
+			calls.Add(1)
+			if inside.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			// Long enough for another view's page to arrive meanwhile.
+			time.Sleep(time.Millisecond)
+			inside.Add(-1)
+		}
+	})
+	var wg sync.WaitGroup
+	for _, acct := range []string{"acct_A", "acct_B"} {
+		wg.Go(func() {
+			if _, err := r.ForAccount(acct).List(t.Context(), window); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if calls.Load() < 20 || overlaps.Load() != 0 {
+		t.Errorf("%d Progress calls, %d while another ran; want many, none at once", calls.Load(), overlaps.Load())
 	}
 }

@@ -32,7 +32,7 @@ var accountShape = shape{"account", mID}
 func (s *Stripe) Accounts(ctx context.Context) ([]reconcile.Account, error) {
 	p := s.platform
 	var c counters
-	prog := &progress{fn: p.opts.Progress}
+	prog := p.progress()
 	var out []reconcile.Account
 	after := ""
 	fail := func(err error) ([]reconcile.Account, error) {

@@ -303,7 +303,7 @@ func (s *Stripe) list(ctx context.Context, p listPlan) (*Listing, []Change, []st
 	}
 
 	var c counters
-	prog := &progress{fn: s.opts.Progress}
+	prog := s.progress()
 	results := make([]page, len(units))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.opts.Concurrency)
@@ -390,10 +390,15 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 	}
 }
 
-// progress serialises Progress calls.
+// progress serialises Progress calls, those of every view of the key.
 type progress struct {
-	mu sync.Mutex
+	mu *sync.Mutex
 	fn func(ProgressEvent)
+}
+
+// progress is the Progress of one read.
+func (s *Stripe) progress() *progress {
+	return &progress{mu: &s.keyed.progressMu, fn: s.opts.Progress}
 }
 
 // page counts one page read and reports it. The count and the report go
