@@ -28,9 +28,21 @@ var ErrNotFound = errors.New("obligation not found")
 // reconcile.ObligationTable and are quoted with pgx.Identifier; every value
 // travels as a query parameter, cast to the type of the column it is
 // compared with, as the catalogue names it (see Check).
+//
+// With an account column mapped, ForAccount gives a view that reads one
+// Stripe account's obligations only (docs/design.md, "Obligations").
 type Obligations struct {
 	pool  *pgxpool.Pool
 	table reconcile.ObligationTable
+
+	// root is the reader the view was made from (itself, for the whole
+	// table): its mu and q are the views' too, so that the catalogue is
+	// read once for all of them.
+	root *Obligations
+	// scoped says that this is a view of one account's obligations:
+	// account's (acct_…), or the platform's for "".
+	scoped  bool
+	account string
 
 	name  string // the quoted, possibly schema-qualified table name
 	list  string // the select list, in collect's order
@@ -64,6 +76,17 @@ type obligationQueries struct {
 	// targetParam is the parameter the target_id column is compared with:
 	// provider_id's ($8) when both keep the same names, else its own.
 	targetParam int
+	// With an account column mapped: platform holds read's, named's and
+	// oldest's statements for the platform's own obligations (a NULL or
+	// empty account), account those for one connected account's, which
+	// take its id as one more parameter, after the others.
+	platform, account accountQueries
+}
+
+// accountQueries are read, named and oldest restricted to one account's
+// obligations.
+type accountQueries struct {
+	read, named, oldest string
 }
 
 // nameFilter keeps the names that can be values of one column's type.
@@ -105,26 +128,68 @@ func NewObligations(pool *pgxpool.Pool, table reconcile.ObligationTable) (*Oblig
 		q(c.Amount), txt(c.Currency), txt(c.State), txt(c.LeaseOwner), q(c.LeaseExpiresAt),
 		q(c.CreatedAt), q(c.UpdatedAt), q(c.PaidAt),
 	}, ", ")
+	if c.Account != "" {
+		list += ", " + txt(c.Account)
+	}
 	canon := make(map[string]reconcile.State, len(table.States))
 	for s, v := range table.States {
 		canon[v] = s
 	}
-	return &Obligations{
+	r := &Obligations{
 		pool:  pool,
 		table: table,
 		name:  name,
 		list:  list,
 		probe: "SELECT " + list + " FROM " + name + " LIMIT 0",
 		canon: canon,
-	}, nil
+	}
+	r.root = r
+	return r, nil
+}
+
+// ForAccount returns a view of r that reads, in Read, ReadNamed and
+// Oldest, only the obligations of Stripe account acct: a connected
+// account's (acct_…) where the account column holds its id, the
+// platform's own for "" where it is NULL or empty. With no account column
+// mapped every obligation is the platform's: ForAccount("") reads the
+// whole table, and a connected account's view reads nothing, sending no
+// query. Get stays global. The view shares r's reading of the catalogue
+// (Check runs once for all views), and passes the account as a query
+// parameter (docs/design.md, "Obligations").
+func (r *Obligations) ForAccount(acct string) *Obligations {
+	root := r.root
+	return &Obligations{
+		pool: root.pool, table: root.table, name: root.name, list: root.list, probe: root.probe, canon: root.canon,
+		root: root, scoped: true, account: acct,
+	}
+}
+
+// readsNothing reports whether r is a view of a connected account on a
+// table without an account column: none of its obligations can be that
+// account's.
+func (r *Obligations) readsNothing() bool {
+	return r.scoped && r.account != "" && r.table.Columns.Account == ""
+}
+
+// statements are read's, named's and oldest's statements for r's
+// obligations, and the parameter the restricted ones take beyond theirs.
+func (r *Obligations) statements(q *obligationQueries) (accountQueries, []any) {
+	switch {
+	case !r.scoped || r.table.Columns.Account == "":
+		return accountQueries{read: q.read, named: q.named, oldest: q.oldest}, nil
+	case r.account == "":
+		return q.platform, nil
+	}
+	return q.account, []any{r.account}
 }
 
 // textType is the reference table's type of every text column: a value
 // compared with such a column needs no cast beyond the parameter's own.
 const textType = `"pg_catalog"."text"`
 
-// buildQueries builds the read and get statements for columns of types.
-func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[string]nameFilter) *obligationQueries {
+// buildQueries builds the read and get statements for columns of types;
+// account is the type of the account column, when one is mapped.
+func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[string]nameFilter, account reconcile.ColumnType) *obligationQueries {
 	c := r.table.Columns
 	q := func(name string) string { return pgx.Identifier{name}.Sanitize() }
 	// in is the parameter n (text[]) as an array of the column's base
@@ -183,36 +248,58 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 	// LIMIT 2: a second row means the id column is not unique, which Get
 	// reports rather than picking one.
 	qs.get = "SELECT " + r.list + from + " WHERE " + q(c.ID) + " = " + id + " LIMIT 2"
+	if c.Account != "" {
+		// Each restriction is one more AND term around the whole
+		// scope, so that the scope's plan (its hash probes, a team's
+		// BitmapOr) stays as it is and the account filters its rows.
+		col := q(c.Account)
+		cast := ""
+		if account.Base != textType {
+			cast = "::" + account.Base
+		}
+		platform := " AND (" + col + " IS NULL OR " + col + " = ''" + cast + ")"
+		acct := func(n int) string { return fmt.Sprintf(" AND %s = $%d::text%s", col, n, cast) }
+		read := "SELECT " + r.list + from + " WHERE (" + scope + " OR " + named(6) + ")"
+		nm := "SELECT " + r.list + from + " WHERE (" + named(1) + ")"
+		oldest := "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE (" + scope + ")"
+		// The account's parameter follows the others: read's last is
+		// the target ids' ($9 apart, else provider ids' $8), named's
+		// five fewer, oldest's $5.
+		qs.platform = accountQueries{read: read + platform, named: nm + platform, oldest: oldest + platform}
+		qs.account = accountQueries{read: read + acct(qs.targetParam+1), named: nm + acct(qs.targetParam-4), oldest: oldest + acct(6)}
+	}
 	return qs
 }
 
 // prepared returns the statements of the last Check, running Check first
 // if it never ran: the column types are read once, not per Read.
 func (r *Obligations) prepared(ctx context.Context) (*obligationQueries, error) {
-	r.mu.Lock()
-	q := r.q
-	r.mu.Unlock()
+	root := r.root
+	root.mu.Lock()
+	q := root.q
+	root.mu.Unlock()
 	if q != nil {
 		return q, nil
 	}
-	if err := r.Check(ctx); err != nil {
+	if err := root.Check(ctx); err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.q, nil
+	root.mu.Lock()
+	defer root.mu.Unlock()
+	return root.q, nil
 }
 
 // Types returns the column types the last Check read from the catalogue,
 // for the store's compare-and-set (store.Store.UseTypes); the zero value
 // before any Check.
 func (r *Obligations) Types() reconcile.ObligationTypes {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.q == nil {
+	root := r.root
+	root.mu.Lock()
+	defer root.mu.Unlock()
+	if root.q == nil {
 		return reconcile.ObligationTypes{}
 	}
-	return r.q.types
+	return root.q.types
 }
 
 // Named is what the listed provider objects name, each list matched against
@@ -230,18 +317,22 @@ type Named struct {
 // obligation that cannot be mapped (a NULL or empty id, an unknown kind, a
 // NULL or non-positive amount, a NULL state or created_at) fails the read:
 // leaving it out would turn its money into orphans. Read runs Check first
-// if it never ran.
+// if it never ran. A view (ForAccount) reads its account's alone.
 func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named) ([]reconcile.Obligation, error) {
 	if w.To.Before(w.From) {
 		return nil, fmt.Errorf("read obligations: window from %s is after to %s",
 			w.From.Format(time.RFC3339Nano), w.To.Format(time.RFC3339Nano))
 	}
+	if r.readsNothing() {
+		return nil, nil
+	}
 	q, err := r.prepared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
+	sql, extra := r.statements(q)
 	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, q.namedArgs(named)...)
-	obs, err := r.query(ctx, q.read, args...)
+	obs, err := r.query(ctx, sql.read, append(args, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
@@ -261,16 +352,18 @@ func (q *obligationQueries) namedArgs(named Named) []any {
 // ReadNamed returns, sorted by id, the obligations that named names alone
 // (by id, idempotency key, provider_id or target_id), whatever their state
 // and age: those the objects a run reads as evidence belong to
-// (docs/design.md, "Coverage"). Rows are refused as Read refuses them.
+// (docs/design.md, "Coverage"). Rows are refused as Read refuses them. A
+// view (ForAccount) reads its account's alone.
 func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.Obligation, error) {
-	if len(named.IDs)+len(named.Keys)+len(named.ProviderIDs) == 0 {
+	if len(named.IDs)+len(named.Keys)+len(named.ProviderIDs) == 0 || r.readsNothing() {
 		return nil, nil
 	}
 	q, err := r.prepared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
 	}
-	obs, err := r.query(ctx, q.named, q.namedArgs(named)...)
+	sql, extra := r.statements(q)
+	obs, err := r.query(ctx, sql.named, append(q.namedArgs(named), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
 	}
@@ -281,14 +374,19 @@ func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.O
 // in scope by state and window (every EXECUTING and CONFIRMATION_UNKNOWN
 // one, those created or updated in w), the zero time if there is none: a
 // run reads the provider's records back to it (docs/design.md,
-// "Coverage").
+// "Coverage"). A view (ForAccount) looks at its account's alone.
 func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time, error) {
+	if r.readsNothing() {
+		return time.Time{}, nil
+	}
 	q, err := r.prepared(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: %w", err)
 	}
+	sql, extra := r.statements(q)
 	var oldest scanTime
-	err = r.pool.QueryRow(ctx, q.oldest, q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()).Scan(&oldest)
+	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, extra...)
+	err = r.pool.QueryRow(ctx, sql.oldest, args...).Scan(&oldest)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the oldest obligation in scope: %w", err)
 	}
@@ -324,7 +422,8 @@ func (r *Obligations) query(ctx context.Context, sql string, args ...any) ([]rec
 }
 
 // Get returns the obligation with id, or an error wrapping ErrNotFound when
-// there is none. It is what `reconcile trace` starts from.
+// there is none, whatever its account (a view's Get too). It is what
+// `reconcile trace` starts from.
 func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation, error) {
 	q, err := r.prepared(ctx)
 	if err != nil {
@@ -392,6 +491,13 @@ func (c catalogColumn) columnType() reconcile.ColumnType {
 		Kind:    kind,
 		Display: c.display,
 	}
+}
+
+// textLike reports whether c is text, varchar or char, or a domain over
+// one: what an account column may be, its values compared with an
+// account id and selected as it is.
+func (c catalogColumn) textLike() bool {
+	return c.baseNsp == "pg_catalog" && (c.baseTyp == "text" || c.baseTyp == "varchar" || c.baseTyp == "bpchar")
 }
 
 // filter is the nameFilter of a column compared with names the provider
@@ -479,8 +585,13 @@ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`
 // from the table. Its error names each missing or unusable column by its
 // configuration field. It reads the column types once, for Read, Get and
 // (through Types) the store. The command runs it before any provider
-// call, so that a wrong mapping costs no Stripe requests.
+// call, so that a wrong mapping costs no Stripe requests. The account
+// column, when one is mapped, must be text, varchar or char (or a domain
+// over one). A view's Check is its reader's.
 func (r *Obligations) Check(ctx context.Context) error {
+	if r.root != r {
+		return r.root.Check(ctx)
+	}
 	var oid *uint32
 	// to_regclass takes the quoted name as a value: it resolves the schema
 	// (or the search path) exactly as the queries will, and answers NULL
@@ -526,6 +637,18 @@ func (r *Obligations) Check(ctx context.Context) error {
 		*rule.Type = got.columnType()
 		filters[rule.Field] = got.filter()
 	}
+	var account reconcile.ColumnType
+	if col := r.table.Columns.Account; col != "" {
+		got, ok := have[col]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("obligations.columns.account: column %q does not exist", col))
+		case !got.textLike():
+			problems = append(problems, fmt.Sprintf("obligations.columns.account: column %q is %s, want one of text, varchar, char (or a domain over one)",
+				col, got.display))
+		}
+		account = got.columnType()
+	}
 	if len(problems) == 0 {
 		if err := r.table.CheckTypes("obligations", types); err != nil {
 			problems = append(problems, err.Error())
@@ -547,7 +670,7 @@ func (r *Obligations) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check obligations table %s: select: %w", r.name, err)
 	}
-	q := r.buildQueries(types, filters)
+	q := r.buildQueries(types, filters, account)
 	r.mu.Lock()
 	r.q = q
 	r.mu.Unlock()
@@ -613,6 +736,11 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 	)
 	targets := []any{&id, &kind, &key, &provider, &providerID, &targetID,
 		&amount, &currency, &state, &leaser, &lease, &created, &updated, &paid}
+	// The account, last in the select list when a column is mapped.
+	account := scanText{intern: intern()}
+	if r.table.Columns.Account != "" {
+		targets = append(targets, &account)
+	}
 	var (
 		chunks [][]reconcile.Obligation
 		order  []idIndex
@@ -665,6 +793,10 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			return nil, fmt.Errorf("%s: obligations.columns.state is NULL", which(true))
 		case created.null:
 			return nil, fmt.Errorf("%s: obligations.columns.created_at is NULL", which(true))
+		case account.s != "" && !ValidAccountID(account.s):
+			// No view would read it: its money would go unreconciled.
+			return nil, fmt.Errorf("%s: obligations.columns.account: %q is not a Stripe account id (acct_…), nor NULL or empty for the platform's own",
+				which(true), account.s)
 		}
 		for _, t := range []struct {
 			field string
@@ -685,6 +817,7 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 		}
 		next = append(next, reconcile.Obligation{
 			ID:             id.s,
+			Account:        account.s,
 			Kind:           k,
 			IdempotencyKey: key.s,
 			Provider:       provider.s,
@@ -729,7 +862,7 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 // collectFields are the configuration fields of the select list's columns,
 // in its order.
 var collectFields = []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id",
-	"amount", "currency", "state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
+	"amount", "currency", "state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at", "account"}
 
 // normCurrency is a currency code as Stripe spells it: trimmed, lower case.
 func normCurrency(s string) string { return strings.ToLower(strings.TrimSpace(s)) }

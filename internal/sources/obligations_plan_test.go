@@ -17,7 +17,8 @@ import (
 // zone) with an index on every column the read filters on, the read and
 // Get can use those indexes: the parameters are cast to the columns'
 // types, never the columns to text. With sequential scans priced out, a
-// single cast column would leave no plan but a Seq Scan.
+// single cast column would leave no plan but a Seq Scan. A view of one
+// account's obligations (ForAccount) filters the same plan's rows.
 func TestObligationsReadUsesTeamIndexes(t *testing.T) {
 	pool, _ := pgtest.NewPool(t)
 	ctx := t.Context()
@@ -28,10 +29,11 @@ func TestObligationsReadUsesTeamIndexes(t *testing.T) {
 		id uuid PRIMARY KEY, kind text NOT NULL, idempotency_key varchar(80) NOT NULL, provider text NOT NULL,
 		provider_id varchar(64), target_id varchar(64), amount integer NOT NULL, currency char(3) NOT NULL,
 		state payments.cmd_state NOT NULL, lease_owner text, lease_expires_at timestamp,
-		created_at timestamp NOT NULL, updated_at timestamp NOT NULL, paid_at timestamp);
+		created_at timestamp NOT NULL, updated_at timestamp NOT NULL, paid_at timestamp, account varchar(32));
 	INSERT INTO payments.commands
 		SELECT gen_random_uuid(), 'charge', 'key-' || g, 'stripe', 'py_' || g, NULL, 100, 'USD', 'PAID', NULL, NULL,
-			timestamp '2026-01-01' + g * interval '1 minute', timestamp '2026-01-01' + g * interval '1 minute', NULL
+			timestamp '2026-01-01' + g * interval '1 minute', timestamp '2026-01-01' + g * interval '1 minute', NULL,
+			CASE WHEN g % 3 = 0 THEN NULL ELSE 'acct_' || g % 3 END
 		FROM generate_series(1, 5000) g;
 	CREATE INDEX ON payments.commands (state);
 	CREATE INDEX ON payments.commands (created_at);
@@ -43,7 +45,7 @@ func TestObligationsReadUsesTeamIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := reconcile.DefaultObligationTable()
-	table.Schema, table.Table = "payments", "commands"
+	table.Schema, table.Table, table.Columns.Account = "payments", "commands", "account"
 	r, err := NewObligations(pool, table)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +75,8 @@ func TestObligationsReadUsesTeamIndexes(t *testing.T) {
 	}{
 		{"read", q.read, readArgs},
 		{"get", q.get, []any{"0b0f8a52-3c1e-4a47-9d0a-6f2a1b8c9d01"}},
+		{"read of a connected account", q.account.read, append(readArgs, "acct_1")},
+		{"read of the platform", q.platform.read, readArgs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := explain(t, r, tc.sql, tc.args)

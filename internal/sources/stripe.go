@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ const (
 	ListRefunds        = "refunds"
 	ListPaymentIntents = "payment_intents"
 	ListEvents         = "events"
+	ListAccounts       = "accounts"
 )
 
 // StripeOptions configure a Stripe reader. StripeOptionsFrom takes the
@@ -97,7 +99,8 @@ type StripeOptions struct {
 	// discarded.
 	Logger *slog.Logger
 	// Progress, when set, is called after every page read (never
-	// concurrently), for a progress line on a terminal.
+	// concurrently, whichever views of the key read at once), for a
+	// progress line on a terminal.
 	Progress func(ProgressEvent)
 }
 
@@ -112,18 +115,33 @@ type ProgressEvent struct {
 // Stripe reads charges, refunds, payment intents and events from Stripe's
 // API, read-only, paced under a request rate, retrying what can be retried,
 // and failing rather than returning a partial listing.
+//
+// A Stripe reads the platform's own account, the key's; ForAccount gives
+// a view of it that reads one connected account instead, with everything
+// that belongs to the key shared (docs/design.md, "Reading the provider").
 type Stripe struct {
 	api  *client.API
 	opts StripeOptions
+	// pace is the key's: Stripe limits requests per key, whatever account
+	// they name, so every view of the key goes through this one.
 	pace *pace
 	log  *slog.Logger
+	// keyed is what the views of one key share beside the client and the
+	// pace.
+	keyed *keyed
 
-	rngMu sync.Mutex
-	rng   *rand.Rand
+	// account is the connected account this view reads (acct_…), sent as
+	// the Stripe-Account header of its every request; empty for the
+	// platform's own. label names it in messages: the id, quoted when it
+	// is not an account id, and badAccount then says why, which every
+	// request of the view fails with, unsent.
+	account    string
+	label      string
+	badAccount string
+	// platform is the reader of the platform's account that the view was
+	// made from (itself, for the platform's).
+	platform *Stripe
 
-	// total counts every attempt the reader ever sent, whatever operation
-	// sent it and however it ended (RequestCounts).
-	total counters
 	// host is STRIPE_API_BASE's host, which errors name (never its path
 	// or query, nor the key).
 	host string
@@ -133,8 +151,20 @@ type Stripe struct {
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
-// NewStripe validates opts, applies the defaults and returns a reader. It
-// sends no request.
+// keyed is what every view of one key shares (see ForAccount).
+type keyed struct {
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	// total counts every attempt the key's readers ever sent, whatever
+	// account and operation sent it and however it ended (RequestCounts).
+	total counters
+	// progressMu serialises the Progress calls of all the views.
+	progressMu sync.Mutex
+}
+
+// NewStripe validates opts, applies the defaults and returns a reader of
+// the platform's account. It sends no request.
 func NewStripe(opts StripeOptions) (*Stripe, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -144,9 +174,10 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 		opts:  o,
 		pace:  newPace(o.Rate, o.Burst),
 		log:   o.Logger,
-		rng:   rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)),
+		keyed: &keyed{rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d))},
 		sleep: sleepContext,
 	}
+	s.platform = s
 	if u, err := url.Parse(o.BaseURL); err == nil {
 		s.host = u.Host
 	}
@@ -257,6 +288,10 @@ type RequestError struct {
 	Message   string
 	RequestID string
 	Attempts  int
+	// Account is the connected account the request named (acct_…); empty
+	// for the platform's own. The errors that wrap a view's RequestError
+	// (ListError, a Lookup's, Probe's) name it.
+	Account string
 	// Host is STRIPE_API_BASE's host and Elapsed how long the attempts
 	// took, from the first to the last answer or error: an error that
 	// had no answer says where it looked and for how long
@@ -332,9 +367,12 @@ func (c RequestCounts) Sub(before RequestCounts) RequestCounts {
 
 // RequestCounts returns every attempt the reader sent since it was made,
 // so that a pass that failed still says what it tried (the counts of a
-// listing are lost with the listing a failure never returns).
+// listing are lost with the listing a failure never returns). They are
+// the key's: every view of it (ForAccount) counts, and returns, the
+// attempts of all.
 func (s *Stripe) RequestCounts() RequestCounts {
-	return RequestCounts{int(s.total.requests.Load()), int(s.total.retries.Load()), int(s.total.limited.Load())}
+	t := &s.keyed.total
+	return RequestCounts{int(t.requests.Load()), int(t.retries.Load()), int(t.limited.Load())}
 }
 
 // Unwrap gives errors.Is a context error that ended the request.
@@ -366,6 +404,14 @@ func (s *Stripe) translate(err error) *RequestError {
 			Message: s.scrub(se.Msg), RequestID: se.RequestID,
 			retry: se.HTTPStatusCode == http.StatusTooManyRequests || se.HTTPStatusCode >= 500,
 		}
+		if se.Code == codeAccountInvalid {
+			// Stripe's own words quote the key, masked; these say what
+			// an operator must look at. No retry reaches the account.
+			re.Message = "the key cannot reach account " + s.accountLabel() +
+				" (not connected to the platform, or its access was revoked)"
+			re.retry = false
+			return re
+		}
 		if se.LastResponse != nil {
 			switch se.LastResponse.Header.Get("Stripe-Should-Retry") {
 			case "false":
@@ -393,6 +439,10 @@ func (s *Stripe) translate(err error) *RequestError {
 	msg := s.scrub(text)
 	return &RequestError{Message: msg, retry: true, malformed: strings.HasPrefix(msg, undecodable)}
 }
+
+// codeAccountInvalid is Stripe's code for a Stripe-Account header naming an
+// account the key cannot reach: not connected, or no longer.
+const codeAccountInvalid = "account_invalid"
 
 // undecodable begins the message of a body stripe-go could not decode.
 const undecodable = "malformed response: undecodable JSON"
@@ -443,14 +493,17 @@ func (s *Stripe) call(ctx context.Context, c *counters, do func(ctx context.Cont
 
 // callRetrying is call with retries retries at most.
 func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do func(ctx context.Context) error) error {
+	if s.badAccount != "" {
+		return &RequestError{Message: s.badAccount, Account: s.account}
+	}
 	var first time.Time
 	answered := false // some attempt got an answer, of any status
 	for attempt := 1; ; attempt++ {
 		if err := s.pace.lim.Wait(ctx); err != nil {
-			return &RequestError{Message: "waiting for the rate limiter: " + err.Error(), Attempts: attempt - 1, cause: ctxErr(ctx, err)}
+			return &RequestError{Message: "waiting for the rate limiter: " + err.Error(), Attempts: attempt - 1, Account: s.account, cause: ctxErr(ctx, err)}
 		}
 		c.requests.Add(1)
-		s.total.requests.Add(1)
+		s.keyed.total.requests.Add(1)
 		actx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 		sent := time.Now()
 		if attempt == 1 {
@@ -463,14 +516,15 @@ func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do 
 			return nil
 		}
 		if ctx.Err() != nil {
-			return &RequestError{Message: "canceled: " + ctx.Err().Error(), Attempts: attempt, cause: ctx.Err()}
+			return &RequestError{Message: "canceled: " + ctx.Err().Error(), Attempts: attempt, Account: s.account, cause: ctx.Err()}
 		}
 		re := s.translate(err)
 		re.Attempts, re.Host, re.Elapsed, re.answered = attempt, s.host, time.Since(first), answered
+		re.Account = s.account
 		answered = answered || re.Status != 0 || re.malformed
 		if re.Status == http.StatusTooManyRequests {
 			c.limited.Add(1)
-			s.total.limited.Add(1)
+			s.keyed.total.limited.Add(1)
 			if now, changed := s.pace.limited(sent, time.Now()); changed {
 				s.log.InfoContext(ctx, "stripe rate-limited the reader; slowing down", slog.Float64("requests_per_second", now))
 			}
@@ -479,7 +533,7 @@ func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do 
 			return re
 		}
 		c.retries.Add(1)
-		s.total.retries.Add(1)
+		s.keyed.total.retries.Add(1)
 		wait := s.backoff(attempt)
 		if re.malformed {
 			// Retried like a 5xx, but a sign of a fault at Stripe or on
@@ -491,7 +545,7 @@ func (s *Stripe) callRetrying(ctx context.Context, c *counters, retries int, do 
 		s.log.DebugContext(ctx, "stripe request retried", slog.Int("attempt", attempt),
 			slog.Int("status", re.Status), slog.String("code", re.Code), slog.Duration("backoff", wait))
 		if err := s.sleep(ctx, wait); err != nil {
-			return &RequestError{Message: "canceled: " + err.Error(), Attempts: attempt, cause: err}
+			return &RequestError{Message: "canceled: " + err.Error(), Attempts: attempt, Account: s.account, cause: err}
 		}
 	}
 }
@@ -512,9 +566,9 @@ func (s *Stripe) backoff(attempt int) time.Duration {
 		d = s.opts.RetryBase << shift
 	}
 	half := d / 2
-	s.rngMu.Lock()
-	j := time.Duration(s.rng.Int64N(int64(half) + 1))
-	s.rngMu.Unlock()
+	s.keyed.rngMu.Lock()
+	j := time.Duration(s.keyed.rng.Int64N(int64(half) + 1))
+	s.keyed.rngMu.Unlock()
 	return d - half + j
 }
 
@@ -544,12 +598,14 @@ func (l *stripeLogger) emit(format string, v []any) {
 // Probe reads one page of one charge, once, with no retry: whether
 // STRIPE_API_BASE answers and takes the key, for `config check --connect`.
 // It returns how many charges the page held (0 or 1); its error is a
-// *RequestError naming the host and what was tried.
+// *RequestError naming the host and what was tried, wrapped in one that
+// names the account for a view of a connected account.
 func (s *Stripe) Probe(ctx context.Context) (int, error) {
 	var c counters
 	n := 0
 	err := s.callRetrying(ctx, &c, 0, func(ctx context.Context) error {
-		it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: stripe.ListParams{Context: ctx, Limit: stripe.Int64(1), Single: true}})
+		lp := stripe.ListParams{Context: ctx, Limit: stripe.Int64(1), Single: true, StripeAccount: s.header()}
+		it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: lp})
 		if err := checked(it.Err(), it.ChargeList().LastResponse, chargeShape); err != nil {
 			return err
 		}
@@ -558,5 +614,83 @@ func (s *Stripe) Probe(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err != nil && s.label != "" {
+		return n, fmt.Errorf("probe account %s: %w", s.accountLabel(), err)
+	}
 	return n, err
+}
+
+// ValidAccountID reports whether id has the shape of a Stripe connected
+// account's id: acct_ followed by letters and digits. The id travels in a
+// request header and in every error about the account, so nothing else
+// is let through. It runs once per row of an obligations table with an
+// account column, so it is a loop, not a regular expression.
+func ValidAccountID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "acct_")
+	if !ok || rest == "" {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ForAccount returns a reader of connected account id (acct_…), or of
+// the platform's own account for "" (the reader s was made from). The
+// view shares everything that belongs to the key with s: the client,
+// the pace (Stripe's rate limits are per key, so a 429 to one account's
+// reader slows every account's), the retries' jitter and the request
+// counts (RequestCounts of any view are the key's). Every request it
+// sends names the account in the Stripe-Account header; the objects and
+// key evidence it returns carry Account = id, and its errors name the
+// account. An id that is not an account id (see ValidAccountID) gives a
+// view whose every call fails, sending nothing (docs/design.md, "Reading
+// the provider").
+func (s *Stripe) ForAccount(id string) *Stripe {
+	if id == "" {
+		return s.platform
+	}
+	p := s.platform
+	v := &Stripe{
+		api: p.api, opts: p.opts, pace: p.pace, keyed: p.keyed, platform: p, host: p.host, sleep: p.sleep,
+		account: id, label: id, log: p.log.With(slog.String("account", id)),
+	}
+	if !ValidAccountID(id) {
+		// Untrusted text stays text: quoted wherever it is named, and
+		// never sent.
+		v.account, v.label, v.log = "", strconv.Quote(id), p.log
+		v.badAccount = v.label + " is not a Stripe account id (want acct_ followed by letters and digits)"
+	}
+	return v
+}
+
+// header is the Stripe-Account header of the view's requests: none for the
+// platform's own account.
+func (s *Stripe) header() *string {
+	if s.account == "" {
+		return nil
+	}
+	return stripe.String(s.account)
+}
+
+// accountLabel names the view's account in messages.
+func (s *Stripe) accountLabel() string {
+	if s.label == "" {
+		return "platform"
+	}
+	return s.label
+}
+
+// ofAccount is the phrase naming the view's account in a message: empty
+// for the platform's own, so that its messages read as they always did.
+func (s *Stripe) ofAccount() string {
+	if s.label == "" {
+		return ""
+	}
+	return " of account " + s.label
 }

@@ -62,10 +62,16 @@ func (s *ListStats) Add(o ListStats) {
 }
 
 // ListError says that a list could not be read to its end, so that the
-// listing is not complete: which list, which time slice, and the cursor
-// (the starting_after id of the page that failed; empty for the first page).
+// listing is not complete: which list of which account, which time slice,
+// and the cursor (the starting_after id of the page that failed; empty for
+// the first page).
 type ListError struct {
-	List     string
+	List string
+	// Account names the connected account listed (acct_…, quoted when the
+	// view's id is not one); empty for the platform's own.
+	Account string
+	// From and To are the slice's creation times; both zero for a list
+	// that is not read by creation time (accounts).
 	From, To time.Time
 	Cursor   string
 	Err      error
@@ -76,8 +82,14 @@ func (e *ListError) Error() string {
 	if e.Cursor != "" {
 		at = "at the page starting after " + e.Cursor
 	}
-	return fmt.Sprintf("list stripe %s created %s to %s: stopped %s: %v",
-		e.List, e.From.Format(time.RFC3339), e.To.Format(time.RFC3339), at, e.Err)
+	what := "list stripe " + e.List
+	if e.Account != "" {
+		what += " of account " + e.Account
+	}
+	if !e.From.IsZero() || !e.To.IsZero() {
+		what += fmt.Sprintf(" created %s to %s", e.From.Format(time.RFC3339), e.To.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s: stopped %s: %v", what, at, e.Err)
 }
 
 func (e *ListError) Unwrap() error { return e.Err }
@@ -132,8 +144,10 @@ type lister struct {
 	fetch func(ctx context.Context, sp span, after string) (page, error)
 }
 
-func listParams(ctx context.Context, after string) stripe.ListParams {
-	lp := stripe.ListParams{Context: ctx, Limit: stripe.Int64(pageSize), Single: true}
+// listParams are the parameters of one page of a list: the view's account
+// in the Stripe-Account header, pages of pageSize, after the cursor.
+func (s *Stripe) listParams(ctx context.Context, after string) stripe.ListParams {
+	lp := stripe.ListParams{Context: ctx, Limit: stripe.Int64(pageSize), Single: true, StripeAccount: s.header()}
 	if after != "" {
 		lp.StartingAfter = stripe.String(after)
 	}
@@ -162,7 +176,7 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 	types := stripe.StringSlice(p.eventTypes)
 	from, to := ceilUnix(p.objects.From), ceilUnix(p.objects.To)
 	return lister{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
-		it := s.listEvents(&stripe.EventListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created(), Types: types})
+		it := s.listEvents(&stripe.EventListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created(), Types: types})
 		if err := checked(it.Err(), it.List().(*eventPage).LastResponse, eventShape); err != nil {
 			return page{}, err
 		}
@@ -201,7 +215,7 @@ func checked(err error, res *stripe.APIResponse, sh shape) error {
 func (s *Stripe) objectListers() []lister {
 	return []lister{
 		{ListCharges, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created()})
 			if err := checked(it.Err(), it.ChargeList().LastResponse, chargeShape); err != nil {
 				return page{}, err
 			}
@@ -215,7 +229,7 @@ func (s *Stripe) objectListers() []lister {
 			return pg, nil
 		}},
 		{ListPaymentIntents, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.PaymentIntents.List(&stripe.PaymentIntentListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			it := s.api.PaymentIntents.List(&stripe.PaymentIntentListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created()})
 			if err := checked(it.Err(), it.PaymentIntentList().LastResponse, paymentIntentShape); err != nil {
 				return page{}, err
 			}
@@ -229,7 +243,7 @@ func (s *Stripe) objectListers() []lister {
 			return pg, nil
 		}},
 		{ListRefunds, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.Refunds.List(&stripe.RefundListParams{ListParams: listParams(ctx, after), CreatedRange: sp.created()})
+			it := s.api.Refunds.List(&stripe.RefundListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created()})
 			if err := checked(it.Err(), it.RefundList().LastResponse, refundShape); err != nil {
 				return page{}, err
 			}
@@ -255,8 +269,8 @@ func (s *Stripe) objectListers() []lister {
 // of what it missed.
 func (s *Stripe) List(ctx context.Context, w reconcile.Window) (*Listing, error) {
 	if w.To.Before(w.From) {
-		return nil, fmt.Errorf("list stripe: window ends (%s) before it starts (%s)",
-			w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
+		return nil, fmt.Errorf("list stripe%s: window ends (%s) before it starts (%s)",
+			s.ofAccount(), w.To.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
 	l, _, _, err := s.list(ctx, listPlan{objects: w, events: w, eventTypes: keyEventTypes()})
 	return l, err
@@ -289,7 +303,7 @@ func (s *Stripe) list(ctx context.Context, p listPlan) (*Listing, []Change, []st
 	}
 
 	var c counters
-	prog := &progress{fn: s.opts.Progress}
+	prog := s.progress()
 	results := make([]page, len(units))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.opts.Concurrency)
@@ -325,7 +339,7 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 	all := page{list: l.name}
 	after := ""
 	fail := func(err error) (page, error) {
-		return page{}, &ListError{List: l.name, From: unixUTC(sp.from), To: unixUTC(sp.to), Cursor: after, Err: err}
+		return page{}, &ListError{List: l.name, Account: s.label, From: unixUTC(sp.from), To: unixUTC(sp.to), Cursor: after, Err: err}
 	}
 	for {
 		var pg page
@@ -346,10 +360,19 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 				c.outside.Add(1)
 				continue
 			}
+			o.Account = s.account
 			all.objects = append(all.objects, o)
 		}
-		all.keys = append(all.keys, pg.keys...)
-		all.changes = append(all.changes, pg.changes...)
+		// What a view read is its account's: ids are unique only within
+		// one (docs/design.md, "Reading the provider").
+		for _, k := range pg.keys {
+			k.Account = s.account
+			all.keys = append(all.keys, k)
+		}
+		for _, ch := range pg.changes {
+			ch.Object.Account = s.account
+			all.changes = append(all.changes, ch)
+		}
 		all.events += pg.events
 		if !pg.hasMore {
 			return all, nil
@@ -367,10 +390,15 @@ func (s *Stripe) readSpan(ctx context.Context, l lister, sp span, c *counters, p
 	}
 }
 
-// progress serialises Progress calls.
+// progress serialises Progress calls, those of every view of the key.
 type progress struct {
-	mu sync.Mutex
+	mu *sync.Mutex
 	fn func(ProgressEvent)
+}
+
+// progress is the Progress of one read.
+func (s *Stripe) progress() *progress {
+	return &progress{mu: &s.keyed.progressMu, fn: s.opts.Progress}
 }
 
 // page counts one page read and reports it. The count and the report go
@@ -495,7 +523,7 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 	err := s.call(ctx, c, func(ctx context.Context) error {
 		switch kind {
 		case reconcile.Charge:
-			ch, err := s.api.Charges.Get(id, &stripe.ChargeParams{Params: stripe.Params{Context: ctx}})
+			ch, err := s.api.Charges.Get(id, &stripe.ChargeParams{Params: stripe.Params{Context: ctx, StripeAccount: s.header()}})
 			if err != nil {
 				return err
 			}
@@ -504,7 +532,7 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			}
 			o = chargeObject(ch)
 		case reconcile.Refund:
-			r, err := s.api.Refunds.Get(id, &stripe.RefundParams{Params: stripe.Params{Context: ctx}})
+			r, err := s.api.Refunds.Get(id, &stripe.RefundParams{Params: stripe.Params{Context: ctx, StripeAccount: s.header()}})
 			if err != nil {
 				return err
 			}
@@ -513,7 +541,7 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			}
 			o = refundObject(r)
 		case reconcile.PaymentIntent:
-			p, err := s.api.PaymentIntents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx}})
+			p, err := s.api.PaymentIntents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx, StripeAccount: s.header()}})
 			if err != nil {
 				return err
 			}
@@ -529,7 +557,8 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 		if errors.As(err, &re) && re.NotFound() {
 			return nil, reconcile.Lookup{ID: id, Result: reconcile.LookupNotFound}
 		}
-		return nil, reconcile.Lookup{ID: id, Result: reconcile.LookupFailed, Err: fmt.Sprintf("retrieve %s %s: %v", kind, id, err)}
+		return nil, reconcile.Lookup{ID: id, Result: reconcile.LookupFailed, Err: fmt.Sprintf("retrieve %s %s%s: %v", kind, id, s.ofAccount(), err)}
 	}
+	o.Account = s.account
 	return &o, reconcile.Lookup{ID: id, Result: reconcile.LookupFound}
 }

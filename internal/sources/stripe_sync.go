@@ -71,8 +71,8 @@ func syncEventTypes() []string {
 // and the newest state of every other object they are about.
 func (s *Stripe) Sync(ctx context.Context, req SyncRequest) (*Sync, error) {
 	if req.Objects.To.Before(req.Objects.From) || req.Events.To.Before(req.Events.From) {
-		return nil, fmt.Errorf("sync stripe: a window ends before it starts (objects %s – %s, events %s – %s)",
-			req.Objects.From.Format(time.RFC3339), req.Objects.To.Format(time.RFC3339),
+		return nil, fmt.Errorf("sync stripe%s: a window ends before it starts (objects %s – %s, events %s – %s)",
+			s.ofAccount(), req.Objects.From.Format(time.RFC3339), req.Objects.To.Format(time.RFC3339),
 			req.Events.From.Format(time.RFC3339), req.Events.To.Format(time.RFC3339))
 	}
 	l, changes, unsettled, err := s.list(ctx, listPlan{objects: req.Objects, events: req.Events,
@@ -135,7 +135,7 @@ func mergeChanges(results []page) ([]Change, []string) {
 // SameObject reports whether two accounts of a provider object agree in
 // every field.
 func SameObject(a, b reconcile.ProviderObject) bool {
-	return a.ID == b.ID && a.Kind == b.Kind && a.Money == b.Money && a.Status == b.Status &&
+	return a.ID == b.ID && a.Account == b.Account && a.Kind == b.Kind && a.Money == b.Money && a.Status == b.Status &&
 		a.RawStatus == b.RawStatus && a.AmountRefunded == b.AmountRefunded && a.Target == b.Target &&
 		a.PaymentIntent == b.PaymentIntent && a.Charge == b.Charge && a.Customer == b.Customer &&
 		a.Created.Equal(b.Created) && maps.Equal(a.Metadata, b.Metadata)

@@ -32,16 +32,23 @@ func Writable(c reconcile.ObligationColumns) []string {
 	return []string{c.State, c.ProviderID, c.PaidAt, c.UpdatedAt}
 }
 
-// readable are every mapped column: a pass reads them all.
+// readable are every mapped column: a pass reads them all, the account
+// column too when one is mapped (it is optional: a table without one is
+// the platform's alone).
 func readable(c reconcile.ObligationColumns) []string {
-	return []string{c.ID, c.Kind, c.IdempotencyKey, c.Provider, c.ProviderID, c.TargetID, c.Amount, c.Currency,
+	cols := []string{c.ID, c.Kind, c.IdempotencyKey, c.Provider, c.ProviderID, c.TargetID, c.Amount, c.Currency,
 		c.State, c.LeaseOwner, c.LeaseExpiresAt, c.CreatedAt, c.UpdatedAt, c.PaidAt}
+	if c.Account != "" {
+		cols = append(cols, c.Account)
+	}
+	return cols
 }
 
 // CheckPrivileges asks the catalogue (has_table_privilege and its kin)
 // whether the connected role holds every privilege a pass needs, before
 // the pass makes any provider call (docs/design.md, "Privileges"): SELECT
-// on every mapped column of the obligations table and USAGE on its
+// on every mapped column of the obligations table (the account column
+// among them when one is mapped) and USAGE on its
 // schema; unless dryRun, UPDATE on its state, provider id, paid-at and
 // updated-at columns; USAGE on the schema reconcile, SELECT on its tables
 // and, unless dryRun, INSERT and UPDATE on them (goose's version table
