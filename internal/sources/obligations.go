@@ -793,7 +793,7 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			return nil, fmt.Errorf("%s: obligations.columns.state is NULL", which(true))
 		case created.null:
 			return nil, fmt.Errorf("%s: obligations.columns.created_at is NULL", which(true))
-		case account.s != "" && !ValidAccountID(account.s):
+		case account.s != "" && !reconcile.ValidAccountID(account.s):
 			// No view would read it: its money would go unreconciled.
 			return nil, fmt.Errorf("%s: obligations.columns.account: %q is not a Stripe account id (acct_…), nor NULL or empty for the platform's own",
 				which(true), account.s)

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reconcile"
+
 	"reconcile/internal/config"
 	"reconcile/internal/redact"
 
@@ -620,26 +622,6 @@ func (s *Stripe) Probe(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// ValidAccountID reports whether id has the shape of a Stripe connected
-// account's id: acct_ followed by letters and digits. The id travels in a
-// request header and in every error about the account, so nothing else
-// is let through. It runs once per row of an obligations table with an
-// account column, so it is a loop, not a regular expression.
-func ValidAccountID(id string) bool {
-	rest, ok := strings.CutPrefix(id, "acct_")
-	if !ok || rest == "" {
-		return false
-	}
-	for i := 0; i < len(rest); i++ {
-		switch c := rest[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // ForAccount returns a reader of connected account id (acct_…), or of
 // the platform's own account for "" (the reader s was made from). The
 // view shares everything that belongs to the key with s: the client,
@@ -648,7 +630,7 @@ func ValidAccountID(id string) bool {
 // counts (RequestCounts of any view are the key's). Every request it
 // sends names the account in the Stripe-Account header; the objects and
 // key evidence it returns carry Account = id, and its errors name the
-// account. An id that is not an account id (see ValidAccountID) gives a
+// account. An id that is not an account id (see reconcile.ValidAccountID) gives a
 // view whose every call fails, sending nothing (docs/design.md, "Reading
 // the provider").
 func (s *Stripe) ForAccount(id string) *Stripe {
@@ -660,7 +642,7 @@ func (s *Stripe) ForAccount(id string) *Stripe {
 		api: p.api, opts: p.opts, pace: p.pace, keyed: p.keyed, platform: p, host: p.host, sleep: p.sleep,
 		account: id, label: id, log: p.log.With(slog.String("account", id)),
 	}
-	if !ValidAccountID(id) {
+	if !reconcile.ValidAccountID(id) {
 		// Untrusted text stays text: quoted wherever it is named, and
 		// never sent.
 		v.account, v.label, v.log = "", strconv.Quote(id), p.log

@@ -236,18 +236,6 @@ func TestForAccountErrorsNameTheAccount(t *testing.T) {
 	}
 }
 
-func TestValidAccountID(t *testing.T) {
-	for id, want := range map[string]bool{
-		"acct_1Nv0FGQ9RKHgCVdK": true, "acct_A": true,
-		"": false, "acct_": false, "ACCT_1": false, "acct_1 ": false, " acct_1": false, "acct_1/ch_1": false,
-		"acct_1\n": false, "acct_é": false, "cus_1": false, "acct__1": false,
-	} {
-		if got := ValidAccountID(id); got != want {
-			t.Errorf("ValidAccountID(%q) = %t, want %t", id, got, want)
-		}
-	}
-}
-
 // addAccounts connects n accounts to e's platform, acct_000 to acct_<n-1>,
 // one a minute (/v1/accounts lists the newest first): every third with a display name and a business name, the
 // next with a business name alone, the next with neither. It returns what

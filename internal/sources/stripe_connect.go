@@ -52,7 +52,7 @@ func (s *Stripe) Accounts(ctx context.Context) ([]reconcile.Account, error) {
 			}
 			for n := 1; it.Next(); n++ {
 				a := it.Account()
-				if !ValidAccountID(a.ID) {
+				if !reconcile.ValidAccountID(a.ID) {
 					// The id goes into every request header and message
 					// about the account: one of another shape is not
 					// taken, nor shown.
