@@ -515,10 +515,10 @@ type (
 		// Account is a connected account's label (its display name and
 		// id) and page; empty on the platform's own (docs/design.md,
 		// "Accounts").
-		Account   link
-		Providers []link
-		Money, AtRisk, Detail, FirstSeen       string
-		AckBy, AckReason, AckAt                string
+		Account                          link
+		Providers                        []link
+		Money, AtRisk, Detail, FirstSeen string
+		AckBy, AckReason, AckAt          string
 	}
 	group struct {
 		Severity string
