@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
+	"reconcile"
 	"reconcile/internal/alerts"
 	"reconcile/internal/config"
 	"reconcile/internal/matcher"
@@ -121,6 +123,7 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
+	mirror := store.NewMirror(d.pool)
 	r := &runner.Runner{
 		Provider:    stripe,
 		Obligations: d.obligations,
@@ -128,8 +131,22 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 		Matcher:     matcher.OptionsFrom(cfg.Matcher),
 		Now:         time.Now,
 		Logger:      d.log,
-		Mirror:      store.NewMirror(d.pool),
+		Mirror:      mirror,
 		MaxLookback: cfg.MaxLookback,
+	}
+	if want := cfg.Stripe.Accounts; len(want) > 0 {
+		// A platform: every account read apart, through views of the one
+		// reader, table and mirror (docs/design.md, "Accounts").
+		r.Accounts = func(ctx context.Context) ([]reconcile.Account, error) {
+			listed, err := stripe.Accounts(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return pickAccounts(want, listed)
+		}
+		r.Scope = func(acct string) runner.Readers {
+			return runner.Readers{Provider: stripe.ForAccount(acct), Obligations: d.obligations.ForAccount(acct), Mirror: mirror.ForAccount(acct)}
+		}
 	}
 	deliverer, err := newDeliverer(cfg, d.log)
 	if err != nil {
@@ -139,6 +156,35 @@ func (d *deps) newRunner(ctx context.Context, progress func(sources.ProgressEven
 		r.Alerts = deliverer
 	}
 	return r, nil
+}
+
+// pickAccounts are the connected accounts stripe.accounts names among
+// those the key lists: every one for all, else each id named, which the
+// listing must hold: an account the key cannot reach is refused before
+// anything is read, rather than read as empty.
+func pickAccounts(want config.AccountList, listed []reconcile.Account) ([]reconcile.Account, error) {
+	if want.All() {
+		return listed, nil
+	}
+	byID := make(map[string]reconcile.Account, len(listed))
+	for _, a := range listed {
+		byID[a.ID] = a
+	}
+	picked := make([]reconcile.Account, 0, len(want))
+	var missing []string
+	for _, id := range want {
+		a, ok := byID[id]
+		if !ok {
+			missing = append(missing, id)
+			continue
+		}
+		picked = append(picked, a)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("stripe.accounts names %s, which /v1/accounts does not list: the key cannot reach %s (not connected to the platform, or its access was revoked)",
+			strings.Join(missing, ", "), map[bool]string{true: "it", false: "them"}[len(missing) == 1])
+	}
+	return picked, nil
 }
 
 // newDeliverer returns nil when no Slack is configured.

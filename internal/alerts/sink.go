@@ -99,8 +99,16 @@ func PlainText(m Message, reply bool) string {
 	return strings.Join(out, "\n") + "\n\n"
 }
 
+// plainMarkup drops the markup: a link is its address, after its label
+// unless the label only says where it goes ("dashboard").
 func plainMarkup(s string) string {
-	s = mrkdwnLink.ReplaceAllString(s, "$1")
+	s = mrkdwnLink.ReplaceAllStringFunc(s, func(l string) string {
+		m := mrkdwnLink.FindStringSubmatch(l)
+		if m[2] == "dashboard" || m[2] == m[1] {
+			return m[1]
+		}
+		return m[2] + ", " + m[1]
+	})
 	s = mrkdwnBold.ReplaceAllString(s, "$1")
 	s = emojiCode.ReplaceAllString(s, "")
 	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&").Replace(s)

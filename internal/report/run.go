@@ -2,6 +2,7 @@ package report
 
 import (
 	"reconcile"
+	"reconcile/internal/redact"
 	"reconcile/internal/runner"
 )
 
@@ -28,6 +29,20 @@ type Report struct {
 	// ConfirmedPaid counts the unknown outcomes the run confirmed from the
 	// provider's records and marked PAID (or would, on a dry run).
 	ConfirmedPaid *ConfirmedPaid `json:"confirmed_paid,omitempty"`
+	// Accounts are the connected accounts the pass read besides the
+	// platform's own, each with its counts; omitted when it read the
+	// platform's alone (docs/design.md, "Accounts").
+	Accounts []Account `json:"accounts,omitempty"`
+}
+
+// Account is one connected account a pass read: its id, its display name
+// where Stripe gives one (outside text: redact.Text), and what was read
+// of it and found on it.
+type Account struct {
+	ID       string           `json:"id"`
+	Name     string           `json:"name,omitempty"`
+	Counts   reconcile.Counts `json:"counts"`
+	Findings int              `json:"findings"`
 }
 
 // ConfirmedPaid is how many unknown outcomes a run confirmed and marked
@@ -92,6 +107,12 @@ func New(out *runner.Outcome) Report {
 	}
 	for _, t := range out.Transitions {
 		r.Transitions = append(r.Transitions, FromTransition(t))
+	}
+	for _, a := range out.Accounts {
+		if a.Account.Platform() {
+			continue
+		}
+		r.Accounts = append(r.Accounts, Account{ID: a.Account.ID, Name: redact.Text(a.Account.Name), Counts: a.Counts, Findings: a.Findings})
 	}
 	return r
 }

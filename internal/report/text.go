@@ -95,6 +95,9 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 				trace = "   trace: reconcile trace " + redact.Text(f.ObligationID)
 			}
 			fmt.Fprintf(w, "      fingerprint %s%s\n", redact.Line(f.Fingerprint), trace)
+			if f.Account != "" {
+				fmt.Fprintf(w, "      account %s\n", redact.Text(reconcile.Account{ID: f.Account, Name: f.AccountName}.Label()))
+			}
 		}
 	}
 	if len(out.Transitions) > 0 {

@@ -30,6 +30,13 @@ type AccountSaver interface {
 	SaveAccounts(ctx context.Context, runID string, accounts []reconcile.Account, now time.Time) error
 }
 
+// AccountShare is what one account's share of a pass read and found.
+type AccountShare struct {
+	Account  reconcile.Account
+	Counts   reconcile.Counts
+	Findings int
+}
+
 // part is one account's share of a pass: the runner with that account's
 // readers, what it read and what it concluded.
 type part struct {
@@ -122,6 +129,9 @@ func (r *Runner) saveAccounts(ctx context.Context, log *slog.Logger, lock *store
 // across accounts by reconcile.AccountObject, as the store compares
 // them: the same id may be two accounts' objects.
 func mergeParts(out *Outcome, parts []*part) {
+	for _, p := range parts {
+		out.Accounts = append(out.Accounts, AccountShare{Account: p.acct, Counts: p.out.Result.Counts, Findings: len(p.out.Result.Findings)})
+	}
 	if len(parts) == 1 {
 		p := parts[0].out
 		out.Input, out.Result, out.Covered, out.EventsFrom = p.Input, p.Result, p.Covered, p.EventsFrom

@@ -136,6 +136,9 @@ type Outcome struct {
 	// Sync says how the provider was read: in full or incrementally,
 	// what came from the mirror, and whether the mirror was saved.
 	Sync SyncReport
+	// Accounts are the accounts the pass read, the platform's own first,
+	// with what each read and found (docs/design.md, "Accounts").
+	Accounts []AccountShare
 	// Unmapped counts the obligations read whose state the configuration
 	// does not map, by raw state value; they are never transitioned. nil
 	// when there are none.
