@@ -64,14 +64,21 @@ func TestStartAndClose(t *testing.T) {
 	}
 	pool.Close()
 
-	charges := 0
+	// Every account's charges, the platform's own and each shop's, behind
+	// its Stripe-Account header.
+	charges := map[string]int{}
 	for _, o := range data.Objects {
 		if strings.HasPrefix(o.ID, "ch_") {
-			charges++
+			charges[o.Account]++
 		}
 	}
-	if got := listCharges(t, env.StripeURL); got != charges {
-		t.Errorf("demo Stripe lists %d charges, want the sample's %d", got, charges)
+	for _, acct := range []string{"", Bakery.ID, Bikes.ID, Books.ID} {
+		if charges[acct] == 0 {
+			t.Errorf("the sample has no charge on account %q", acct)
+		}
+		if got := listCharges(t, env.StripeURL, acct); got != charges[acct] {
+			t.Errorf("demo Stripe lists %d charges of account %q, want the sample's %d", got, acct, charges[acct])
+		}
 	}
 
 	env.Close()
@@ -106,10 +113,13 @@ func TestStartWithoutPostgreSQL(t *testing.T) {
 	}
 }
 
-func listCharges(t *testing.T, baseURL string) int {
+func listCharges(t *testing.T, baseURL, account string) int {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, baseURL+"/v1/charges?limit=100", nil)
 	req.Header.Set("Authorization", "Bearer "+Key)
+	if account != "" {
+		req.Header.Set("Stripe-Account", account)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("list demo charges: %v", err)
