@@ -27,6 +27,9 @@ func WriteText(w io.Writer, t Trace) {
 	if o.LeaseOwner != "" || o.LeaseExpiresAt != "" {
 		fmt.Fprintf(w, "  lease %s until %s\n", orDash(o.LeaseOwner), orDash(o.LeaseExpiresAt))
 	}
+	if o.Account != "" {
+		fmt.Fprintf(w, "  on connected account %s\n", r(o.Account))
+	}
 	fmt.Fprintln(w)
 	if t.ProviderError != "" || t.Window == nil {
 		fmt.Fprintf(w, "provider: not read (%s)\n", r(t.ProviderError))

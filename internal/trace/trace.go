@@ -68,6 +68,10 @@ type Obligation struct {
 	CreatedAt      string `json:"created_at"`
 	UpdatedAt      string `json:"updated_at"`
 	PaidAt         string `json:"paid_at"`
+	// Account is the connected account (acct_…) the obligation moves
+	// money on; omitted for the platform's own (docs/design.md,
+	// "Accounts").
+	Account string `json:"account,omitempty"`
 }
 
 // Object is one provider object that concerns the obligation.
@@ -314,7 +318,7 @@ func obligation(o reconcile.Obligation) Obligation {
 	return Obligation{ID: o.ID, Kind: string(o.Kind), IdempotencyKey: o.IdempotencyKey, ProviderID: o.ProviderID,
 		TargetID: o.TargetID, Amount: o.Money.Amount, Currency: o.Money.Currency, State: o.RawState,
 		LeaseOwner: o.LeaseOwner, LeaseExpiresAt: stampOrEmpty(o.LeaseExpiresAt), CreatedAt: stampOrEmpty(o.CreatedAt),
-		UpdatedAt: stampOrEmpty(o.UpdatedAt), PaidAt: stampOrEmpty(o.PaidAt)}
+		UpdatedAt: stampOrEmpty(o.UpdatedAt), PaidAt: stampOrEmpty(o.PaidAt), Account: o.Account}
 }
 
 // AlertOf is a stored alert in a trace's shape.

@@ -131,6 +131,9 @@ func (s *server) fromTrace(p *findingPage, t trace.Trace) {
 		"Obligation " + o.ID + " (" + o.Kind + "), " + m.String() + ", state " + o.State,
 		"Idempotency key " + o.IdempotencyKey,
 	}
+	if o.Account != "" {
+		p.ObligationRow = append(p.ObligationRow, "On connected account "+o.Account)
+	}
 	if o.ProviderID != "" {
 		p.ObligationRow = append(p.ObligationRow, "Provider id "+o.ProviderID)
 	}
