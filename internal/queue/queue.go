@@ -36,9 +36,11 @@
 //	GRANT USAGE ON SEQUENCE reconcile.river_job_id_seq TO worker;
 //	GRANT SELECT, INSERT, UPDATE ON reconcile.pass_fanin TO worker;
 //
-// DELETE on River's tables is for its maintenance, run by the client
-// elected leader: the cleaner deletes finalized jobs past their retention
-// and queues unused for a day, and a leader resigning deletes its row.
+// DELETE on River's tables is for electing a leader, which deletes an
+// expired leader's row (and a leader resigning, its own): without it no
+// client leads, and nothing rescues a dead client's jobs; and for the
+// leader's maintenance: the cleaner deletes finalized jobs past their
+// retention and queues unused for a day.
 // SELECT on river_migration is CheckSchema's, which asks whether River's
 // migrations are current. River's other table, river_notification, serves
 // only its SQLite driver and needs nothing. River's reindexer, which would
