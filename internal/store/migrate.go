@@ -10,21 +10,33 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // SchemaDigest names the schema Migrate makes: a digest of the name and
-// content of every migration this build embeds, equal between two builds
-// exactly when they migrate alike. Tests key the template database they
-// clone on it (pgtest.NewMigrated).
-func SchemaDigest() string { return digest(migrationFiles) }
+// content of every migration this build embeds, goose's and River's,
+// equal between two builds exactly when they migrate alike. Tests key the
+// template database they clone on it (pgtest.NewMigrated), so a River
+// upgrade that brings a migration builds a new template too.
+func SchemaDigest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "goose %s\n", digest(migrationFiles))
+	for _, m := range riverMigrator(nil).AllVersions() {
+		fmt.Fprintf(h, "river %d %s %d\n%s\n", m.Version, m.Name, len(m.SQLUp), m.SQLUp)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // digest is SchemaDigest of the migrations in fsys.
 func digest(fsys fs.FS) string {
@@ -65,12 +77,17 @@ type MigrationReport struct {
 	Applied []string
 	// Version is the schema version after the call.
 	Version int64
+	// River are the versions of River's own migrations applied by this
+	// call, in order; empty when River's tables were already current.
+	River []int
 }
 
-// Migrate creates or upgrades the reconciler's schema. It is safe to run
+// Migrate creates or upgrades the reconciler's schema: goose's migrations
+// of the reconciler's tables, then River's of the job queue's, in the same
+// schema (docs/design.md, "The schema `reconcile`"). It is safe to run
 // twice and from several processes at once: the schema is created under a
-// transaction-scoped advisory lock and the migrations under goose's
-// session lock.
+// transaction-scoped advisory lock, and the migrations of each kind under
+// one session-level advisory lock.
 func Migrate(ctx context.Context, dbURL string) error {
 	_, err := Up(ctx, dbURL)
 	return err
@@ -100,7 +117,69 @@ func Up(ctx context.Context, dbURL string) (MigrationReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("migrate: read schema version: %w", err)
 	}
+	rep.River, err = migrateRiver(ctx, dbURL)
+	if err != nil {
+		return rep, err
+	}
 	return rep, nil
+}
+
+// riverMigrator is River's migrator for the schema reconcile on pool (nil
+// for one that only lists River's migrations). River's logging is
+// discarded as goose's is: what it applied is in the report.
+func riverMigrator(pool *pgxpool.Pool) *rivermigrate.Migrator[pgx.Tx] {
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{
+		Schema: Schema,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err) // only an unknown migration line fails, and none is named
+	}
+	return m
+}
+
+// migrateRiver applies River's migrations that the database lacks, in the
+// schema reconcile, and returns their versions. River's migrator takes no
+// lock of its own, and two migrators would both try to apply the same
+// version, so this one holds the session-level advisory lock goose's
+// migrations are applied under, on a connection of its own, for as long as
+// River's migrator runs on the others.
+func migrateRiver(ctx context.Context, dbURL string) ([]int, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("migrate river: parse database url: %w", err)
+	}
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelRequestHandler
+	cfg.MaxConns = 2 // the lock's, and the migrator's
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("migrate river: %w", err)
+	}
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate river: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrateLockKey); err != nil {
+		return nil, fmt.Errorf("migrate river: take migration lock: %w", err)
+	}
+	defer func() {
+		// A connection that cannot say it released the lock is closed,
+		// which releases it.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrateLockKey); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	res, err := riverMigrator(pool).Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return nil, fmt.Errorf("migrate river: %w", err)
+	}
+	var applied []int
+	for _, v := range res.Versions {
+		applied = append(applied, v.Version)
+	}
+	return applied, nil
 }
 
 func newProvider(dbURL string) (*goose.Provider, *sql.DB, error) {
@@ -196,7 +275,11 @@ var ErrSchemaOutdated = errors.New("the reconcile schema is not up to date (run 
 
 // CheckSchema returns ErrSchemaOutdated (wrapped, with both versions) if the
 // database's reconcile schema is older than this build, so that a run says
-// what to do instead of failing on a missing table.
+// what to do instead of failing on a missing table. River's tables count
+// too: migrate makes them with the rest, and a database whose goose
+// migrations are current but whose River migrations are not (migrated by a
+// build with an older River) is as outdated as one missing a table of its
+// own.
 func (s *Store) CheckSchema(ctx context.Context) error {
 	var exists bool
 	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, versionTable).Scan(&exists); err != nil {
@@ -227,6 +310,13 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	}
 	if current < latest {
 		return fmt.Errorf("check schema: at version %d, want %d: %w", current, latest, ErrSchemaOutdated)
+	}
+	res, err := riverMigrator(s.pool).Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("check schema: river's migrations: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("check schema: river's tables: %s: %w", strings.Join(res.Messages, "; "), ErrSchemaOutdated)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"reconcile/internal/pgtest"
 )
@@ -35,15 +36,84 @@ func TestMigrate(t *testing.T) {
 	if diff := cmp.Diff(want, first.Applied); diff != "" || int(first.Version) != last {
 		t.Errorf("Up applied %v to version %d, want %v to version %d %s", first.Applied, first.Version, want, last, diff)
 	}
+	var riverWant []int
+	for _, m := range riverMigrator(nil).AllVersions() {
+		riverWant = append(riverWant, m.Version)
+	}
+	if len(riverWant) == 0 || !cmp.Equal(first.River, riverWant) {
+		t.Errorf("Up applied River's migrations %v, want all of %v", first.River, riverWant)
+	}
 	again, err := Up(t.Context(), url)
 	if err != nil {
 		t.Fatalf("Up again: %v", err)
 	}
-	if len(again.Applied) != 0 || int(again.Version) != last {
-		t.Errorf("Up again applied %v to version %d, want nothing at version %d", again.Applied, again.Version, last)
+	if len(again.Applied) != 0 || int(again.Version) != last || len(again.River) != 0 {
+		t.Errorf("Up again applied %v to version %d and River's %v, want nothing at version %d", again.Applied, again.Version, again.River, last)
 	}
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Errorf("CheckSchema after Migrate = %v", err)
+	}
+}
+
+// River's tables are made by Migrate in the schema reconcile and nowhere
+// else, each River migration recorded once however often Migrate runs.
+func TestMigrateRiver(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	for range 2 {
+		if err := Migrate(t.Context(), url); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	e := &env{tb: t, pool: pool}
+	for _, table := range []string{"river_job", "river_leader", "river_queue", "river_migration"} {
+		if n := e.count(`SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = $2`, Schema, table); n != 1 {
+			t.Errorf("%s.%s: %d tables, want 1", Schema, table, n)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname LIKE 'river%' AND n.nspname <> $1`, Schema); n != 0 {
+		t.Errorf("%d of River's relations are outside the schema %s", n, Schema)
+	}
+	if n := e.count(`SELECT count(*) FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+		WHERE t.typname = 'river_job_state' AND n.nspname = $1`, Schema); n != 1 {
+		t.Errorf("River's type river_job_state is not in the schema %s", Schema)
+	}
+	all := riverMigrator(nil).AllVersions()
+	if n := e.count(`SELECT count(*) FROM reconcile.river_migration`); n != len(all) {
+		t.Errorf("reconcile.river_migration holds %d rows after two migrates, want one per River migration, %d", n, len(all))
+	}
+}
+
+// A database whose own migrations are current but whose River
+// migrations are not is outdated: CheckSchema says so, and Migrate
+// brings it up.
+func TestCheckSchemaRiver(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	if err := Migrate(t.Context(), url); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(pool, testOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := riverMigrator(nil).AllVersions()
+	if _, err := riverMigrator(pool).Migrate(t.Context(), "down", &rivermigrate.MigrateOpts{TargetVersion: all[len(all)-2].Version}); err != nil {
+		t.Fatalf("migrate River one down: %v", err)
+	}
+	if err := s.CheckSchema(t.Context()); !errors.Is(err, ErrSchemaOutdated) {
+		t.Errorf("CheckSchema with River's last migration undone = %v, want ErrSchemaOutdated", err)
+	}
+	rep, err := Up(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{all[len(all)-1].Version}; len(rep.Applied) != 0 || !cmp.Equal(rep.River, want) {
+		t.Errorf("Up applied %v and River's %v, want only River's %v", rep.Applied, rep.River, want)
+	}
+	if err := s.CheckSchema(t.Context()); err != nil {
+		t.Errorf("CheckSchema after Up = %v", err)
 	}
 }
 
@@ -70,6 +140,9 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM reconcile.run_lock`); n != 1 {
 		t.Errorf("reconcile.run_lock holds %d rows, want the one epoch", n)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.river_migration WHERE version = 1`); n != 1 {
+		t.Errorf("River's version 1 recorded %d times, want 1", n)
 	}
 }
 

@@ -51,9 +51,11 @@ func readable(c reconcile.ObligationColumns) []string {
 // among them when one is mapped) and USAGE on its
 // schema; unless dryRun, UPDATE on its state, provider id, paid-at and
 // updated-at columns; USAGE on the schema reconcile, SELECT on its tables
-// and, unless dryRun, INSERT and UPDATE on them (goose's version table
-// but read) and USAGE on its sequences. A pass deletes nothing and
-// creates nothing: DELETE and CREATE are migrate's, not its.
+// and, unless dryRun, INSERT and UPDATE on them (goose's and River's
+// version tables but read) and USAGE on its sequences. River's other
+// tables are the job queue's, whose workers need grants of their own
+// (package queue names them); a pass does not touch them. A pass deletes
+// nothing and creates nothing: DELETE and CREATE are migrate's, not its.
 //
 // What does not exist is not reported here: the checks of the table
 // (sources.Obligations.Check) and of the schema (CheckSchema) that follow
@@ -153,7 +155,17 @@ func obligationPrivileges(ctx context.Context, pool *pgxpool.Pool, t reconcile.O
 	return missing, nil
 }
 
-// schemaPrivileges are those of the schema reconcile the role lacks.
+// River's relations in the schema reconcile all begin with riverPrefix;
+// riverMigrationTable is River's version table, which CheckSchema reads
+// as it reads goose's.
+const (
+	riverPrefix         = "river_"
+	riverMigrationTable = "river_migration"
+)
+
+// schemaPrivileges are those of the schema reconcile the role lacks: of
+// the reconciler's tables, and SELECT on River's version table, which
+// CheckSchema reads (docs/design.md, "Privileges").
 func schemaPrivileges(ctx context.Context, pool *pgxpool.Pool, dryRun bool) ([]string, error) {
 	var exists, usage bool
 	if err := pool.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL,
@@ -184,6 +196,11 @@ func schemaPrivileges(ctx context.Context, pool *pgxpool.Pool, dryRun bool) ([]s
 		sel, ins, upd, uses bool
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&rel, &kind, &sel, &ins, &upd, &uses}, func() error {
+		if strings.HasPrefix(rel, riverPrefix) && rel != riverMigrationTable {
+			// River's job queue is the workers', whose grants package
+			// queue names; a pass does not touch it.
+			return nil
+		}
 		if kind == "S" {
 			// goose's own id sequence is migrate's.
 			if !dryRun && !uses && !strings.HasPrefix(Schema+"."+rel, versionTable+"_") {
@@ -194,7 +211,7 @@ func schemaPrivileges(ctx context.Context, pool *pgxpool.Pool, dryRun bool) ([]s
 		if !sel {
 			byPriv["SELECT on"] = append(byPriv["SELECT on"], Schema+"."+rel)
 		}
-		if dryRun || Schema+"."+rel == versionTable {
+		if dryRun || Schema+"."+rel == versionTable || rel == riverMigrationTable {
 			return nil
 		}
 		if !ins {
