@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -165,6 +166,18 @@ type Link struct {
 	ObjectID     string
 	ObligationID string
 	Route        Route
+}
+
+// CompareFindings orders findings most severe first, then by kind,
+// obligation id and fingerprint (unique within a result: a total order):
+// the order of a pass's findings, and of the alerts it queues about them.
+func CompareFindings(a, b Finding) int {
+	return cmp.Or(
+		cmp.Compare(b.Severity.Rank(), a.Severity.Rank()),
+		strings.Compare(string(a.Kind), string(b.Kind)),
+		strings.Compare(a.ObligationID, b.ObligationID),
+		strings.Compare(a.Fingerprint, b.Fingerprint),
+	)
 }
 
 // Severe reports whether any finding is at or above the given severity.

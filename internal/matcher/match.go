@@ -1,7 +1,6 @@
 package matcher
 
 import (
-	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -98,7 +97,7 @@ func (m *matcher) emit() {
 	m.res.Counts.ProviderObjects = len(ids)
 
 	// Transitions were decided in obligation id order: already sorted.
-	slices.SortFunc(m.res.Findings, CompareFindings)
+	slices.SortFunc(m.res.Findings, reconcile.CompareFindings)
 	if m.res.Findings == nil {
 		m.res.Findings = []reconcile.Finding{}
 	}
@@ -159,17 +158,6 @@ func (m *matcher) settle() {
 			m.res.Settled.Objects = append(m.res.Settled.Objects, id)
 		}
 	}
-}
-
-// CompareFindings orders findings most severe first, then by kind,
-// obligation id and fingerprint (unique within a result: a total order).
-func CompareFindings(a, b reconcile.Finding) int {
-	return cmp.Or(
-		cmp.Compare(b.Severity.Rank(), a.Severity.Rank()),
-		strings.Compare(string(a.Kind), string(b.Kind)),
-		strings.Compare(a.ObligationID, b.ObligationID),
-		strings.Compare(a.Fingerprint, b.Fingerprint),
-	)
 }
 
 func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []string, money, atRisk reconcile.Money, detail string) {

@@ -588,7 +588,7 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 			tb.Errorf("fingerprint %s appears twice (%s %s)", f.Fingerprint, f.Kind, f.ObligationID)
 		}
 		seen[f.Fingerprint] = true
-		if i > 0 && CompareFindings(res.Findings[i-1], f) >= 0 {
+		if i > 0 && reconcile.CompareFindings(res.Findings[i-1], f) >= 0 {
 			tb.Errorf("findings not sorted at %d: %s %s after %s %s", i, f.Kind, f.ObligationID, res.Findings[i-1].Kind, res.Findings[i-1].ObligationID)
 		}
 		if f.Severity != f.Kind.Severity() {

@@ -193,7 +193,7 @@ func mergeParts(out *Outcome, parts []*part) {
 	in.EventsFrom = out.EventsFrom
 	slices.SortFunc(in.Obligations, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(out.Lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortFunc(res.Findings, matcher.CompareFindings)
+	slices.SortFunc(res.Findings, reconcile.CompareFindings)
 	slices.SortFunc(res.Transitions, func(a, b reconcile.Transition) int { return strings.Compare(a.ObligationID, b.ObligationID) })
 	slices.SortFunc(res.Links, func(a, b reconcile.Link) int {
 		return cmp.Or(strings.Compare(a.ObjectID, b.ObjectID), strings.Compare(a.ObligationID, b.ObligationID))
