@@ -21,6 +21,10 @@ const (
 	RunCompleted RunStatus = "completed"
 	RunFailed    RunStatus = "failed"
 	RunDry       RunStatus = "dry_run"
+	// RunRunning is a pass run as jobs between its plan and its last job
+	// (docs/design.md, "Passes as jobs"); a one-process pass is recorded
+	// only once it ends.
+	RunRunning RunStatus = "running"
 )
 
 // Counts are the sizes of a run's inputs and of what linked.

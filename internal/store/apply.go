@@ -74,10 +74,17 @@ const (
 // nothing left to do. A worker's concurrent change to an obligation has
 // the same effect, and the rerun then skips that transition.
 func (s *Store) Apply(ctx context.Context, run reconcile.Run, res reconcile.Conclusions, now time.Time) (Applied, error) {
+	return s.applyWith(ctx, run, res, now, nil)
+}
+
+// applyWith is Apply, of one account's part of a pass run as jobs when
+// part is set (ApplyPart).
+func (s *Store) applyWith(ctx context.Context, run reconcile.Run, res reconcile.Conclusions, now time.Time, part *passPart) (Applied, error) {
 	in, err := s.prepare(run, res)
 	if err != nil {
 		return Applied{}, fmt.Errorf("apply run %s: %w", run.ID, err)
 	}
+	in.part = part
 	for attempt := 1; ; attempt++ {
 		var out Applied
 		// Fenced by the run lock of ctx (WithFence): the check is the
@@ -117,6 +124,11 @@ type applyInput struct {
 	run         reconcile.Run
 	transitions []reconcile.Transition
 	findings    []reconcile.Finding
+	// part, when set, makes this one account's share of a pass run as
+	// jobs (ApplyPart): what the run's summary adds up from it is kept for
+	// FinishPass, its alerts are held until then, and the run row is
+	// FinishPass's to write.
+	part *passPart
 	// scope: what this run settled (reconcile.Conclusions.Settled), sorted; an
 	// open finding outside it stays open. Sorted slices rather than sets: a run may examine a
 	// million obligations, and only the few open findings are looked up.
@@ -240,6 +252,9 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 		return out, err
 	}
 	alerts := plan.alerts
+	if in.part != nil {
+		return out, s.stagePart(ctx, tx, in, plan, &out, now)
+	}
 	if len(out.Summary.New)+len(out.Summary.Changed)+len(out.Summary.Resolved)+out.Summary.Confirmed > 0 {
 		// The summary goes first so that it has the smallest id of its
 		// run: Due hands rows out in id order.
@@ -249,7 +264,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 		}
 		alerts = slices.Insert(alerts, 0, outboxRow{event: reconcile.AlertSummary, payload: string(payload)})
 	}
-	if err := insertAlerts(ctx, tx, alerts, in.run.ID, now); err != nil {
+	if err := insertAlerts(ctx, tx, alerts, in.run.ID, now, false); err != nil {
 		return out, err
 	}
 	out.Alerts = len(alerts)
@@ -712,7 +727,9 @@ func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, app
 	return sum, nil
 }
 
-func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID string, now time.Time) error {
+// insertAlerts queues alerts in the order given; held ones are not due
+// until a distributed pass's last job releases them (FinishPass).
+func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID string, now time.Time, held bool) error {
 	if len(alerts) == 0 {
 		return nil
 	}
@@ -723,9 +740,9 @@ func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID stri
 	}
 	// ORDER BY the array position so that ids follow the order given.
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.outbox (run_id, fingerprint, event, changed, payload, created_at, next_attempt_at)
-	SELECT $1, u.fingerprint, u.event, u.changed, u.payload::jsonb, $2, $2
+	SELECT $1, u.fingerprint, u.event, u.changed, u.payload::jsonb, $2, CASE WHEN $7 THEN 'infinity'::timestamptz ELSE $2 END
 	FROM unnest($3::text[], $4::text[], $5::bool[], $6::text[]) WITH ORDINALITY AS u(fingerprint, event, changed, payload, n)
-	ORDER BY u.n`, runID, now, fps, events, changed, payloads)
+	ORDER BY u.n`, runID, now, fps, events, changed, payloads, held)
 	if err != nil {
 		return fmt.Errorf("queue alerts: %w", err)
 	}

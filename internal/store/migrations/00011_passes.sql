@@ -1,0 +1,37 @@
+-- A pass run as River jobs (docs/design.md, "Passes as jobs") is one run
+-- however many jobs apply it: its runs row is written when it is planned,
+-- running, and completed or failed by its last job. Each account's
+-- match-and-apply job applies its conclusions in a transaction of its
+-- own; what the run's summary adds up from them waits in pass_parts, and
+-- the alerts they queue wait in the outbox, held (next_attempt_at
+-- infinity), until the pass's last job puts the summary first and the
+-- alerts in the order a one-process pass queues them. A failed pass
+-- releases its held alerts: a finding applied is never left untold.
+
+-- +goose Up
+ALTER TABLE reconcile.runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE reconcile.runs ADD CONSTRAINT runs_status_check
+  CHECK (status IN ('completed', 'failed', 'dry_run', 'running'));
+
+CREATE TABLE reconcile.pass_parts (
+  run_id           text NOT NULL REFERENCES reconcile.runs DEFERRABLE INITIALLY DEFERRED,
+  account          text NOT NULL,
+  obligations      integer NOT NULL,
+  provider_objects integer NOT NULL,
+  linked           integer NOT NULL,
+  findings         integer NOT NULL,
+  transitions      integer NOT NULL,
+  skipped          integer NOT NULL,
+  -- What the part adds to the run's summary: the kinds it opened,
+  -- changed and resolved, the findings whose money is at risk, and the
+  -- transitions it applied.
+  summary          jsonb NOT NULL,
+  PRIMARY KEY (run_id, account)
+);
+
+-- +goose Down
+DROP TABLE reconcile.pass_parts;
+UPDATE reconcile.runs SET status = 'failed', finished_at = coalesce(finished_at, now()),
+  error = 'a pass run as jobs, left unfinished by a downgrade' WHERE status = 'running';
+ALTER TABLE reconcile.runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE reconcile.runs ADD CONSTRAINT runs_status_check CHECK (status IN ('completed', 'failed', 'dry_run'));
