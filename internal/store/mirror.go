@@ -111,6 +111,10 @@ type MirrorUpdate struct {
 	// provider holds is kept readable at rest (docs/design.md, "Untrusted
 	// text"). Objects read back carry the masked metadata.
 	LinkKeys []string
+	// Then, when set, runs last in the save's transaction: a fetch job of
+	// a pass run as jobs completes itself there (docs/design.md, "Passes
+	// as jobs").
+	Then func(ctx context.Context, tx pgx.Tx) error
 }
 
 // Cursors reads what the view's account's mirror is complete for.
@@ -329,7 +333,13 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		if err := saveKeys(ctx, tx, m.account, u.Keys); err != nil {
 			return err
 		}
-		return saveCursors(ctx, tx, m.account, u)
+		if err := saveCursors(ctx, tx, m.account, u); err != nil {
+			return err
+		}
+		if u.Then != nil {
+			return u.Then(ctx, tx)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("save mirror: %w", err)

@@ -58,10 +58,17 @@ type partRisk struct {
 	AtRisk  reconcile.Money       `json:"at_risk"`
 }
 
-// BeginPass writes the row of a pass run as jobs, running, in tx: the
-// transaction that inserts the pass's first jobs. It fails with
-// ErrPassRunning while another pass is running.
-func (s *Store) BeginPass(ctx context.Context, tx pgx.Tx, run reconcile.Run) error {
+// PassAccount is one account a pass run as jobs reads, and the coverage
+// its fetches read.
+type PassAccount struct {
+	Account reconcile.Account
+	Cover   reconcile.Window
+}
+
+// BeginPass writes the row of a pass run as jobs, running, and the
+// accounts it reads, in tx: the transaction that inserts the pass's first
+// jobs. It fails with ErrPassRunning while another pass is running.
+func (s *Store) BeginPass(ctx context.Context, tx pgx.Tx, run reconcile.Run, accounts []PassAccount) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, passLockKey); err != nil {
 		return fmt.Errorf("begin pass %s: %w", run.ID, err)
 	}
@@ -78,7 +85,35 @@ func (s *Store) BeginPass(ctx context.Context, tx pgx.Tx, run reconcile.Run) err
 	if err != nil {
 		return fmt.Errorf("begin pass %s: %w", run.ID, err)
 	}
+	for _, a := range accounts {
+		if _, err := tx.Exec(ctx, `INSERT INTO reconcile.pass_accounts (run_id, account, name, cover_from, cover_to)
+			VALUES ($1, $2, $3, $4, $5)`, run.ID, a.Account.ID, a.Account.Name, a.Cover.From, a.Cover.To); err != nil {
+			return fmt.Errorf("begin pass %s: account %q: %w", run.ID, a.Account.ID, err)
+		}
+	}
 	return nil
+}
+
+// PassAccounts are the accounts pass runID reads, by id, as BeginPass
+// wrote them, read in tx (the last fetch job's).
+func (s *Store) PassAccounts(ctx context.Context, tx pgx.Tx, runID string) ([]PassAccount, error) {
+	rows, err := tx.Query(ctx, `SELECT account, name, cover_from, cover_to FROM reconcile.pass_accounts WHERE run_id = $1 ORDER BY account`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read the accounts of pass %s: %w", runID, err)
+	}
+	var (
+		as []PassAccount
+		a  PassAccount
+	)
+	_, err = pgx.ForEachRow(rows, []any{&a.Account.ID, &a.Account.Name, &a.Cover.From, &a.Cover.To}, func() error {
+		a.Cover.From, a.Cover.To = a.Cover.From.UTC(), a.Cover.To.UTC()
+		as = append(as, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the accounts of pass %s: %w", runID, err)
+	}
+	return as, nil
 }
 
 // ApplyPart applies one account's conclusions of the running pass run as
@@ -212,6 +247,9 @@ func (s *Store) FinishPass(ctx context.Context, runID string, finished time.Time
 		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_parts WHERE run_id = $1`, runID); err != nil {
 			return fmt.Errorf("finish pass %s: %w", runID, err)
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_accounts WHERE run_id = $1`, runID); err != nil {
+			return fmt.Errorf("finish pass %s: %w", runID, err)
+		}
 		done = true
 		if then != nil {
 			return then(ctx, tx)
@@ -251,6 +289,9 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 				return err
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_parts WHERE run_id = $1`, runID); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_accounts WHERE run_id = $1`, runID); err != nil {
 				return err
 			}
 		}

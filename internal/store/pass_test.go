@@ -154,7 +154,7 @@ func TestPassInPartsEqualsOneApply(t *testing.T) {
 		begin := run
 		begin.Counts, begin.Finished, begin.Status = reconcile.Counts{}, time.Time{}, reconcile.RunRunning
 		if err := pgx.BeginTxFunc(ctx, parts.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			return parts.s.BeginPass(ctx, tx, begin)
+			return parts.s.BeginPass(ctx, tx, begin, nil)
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 	run := testRun("run-f", now)
 	run.Status, run.Finished = reconcile.RunRunning, time.Time{}
 	begin := func(r reconcile.Run) error {
-		return pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return e.s.BeginPass(ctx, tx, r) })
+		return pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return e.s.BeginPass(ctx, tx, r, nil) })
 	}
 	if err := begin(run); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,19 @@ CREATE TABLE reconcile.pass_parts (
   PRIMARY KEY (run_id, account)
 );
 
+-- The accounts a pass reads, each with the coverage its fetches read:
+-- what the pass's last fetch job enqueues an apply job for.
+CREATE TABLE reconcile.pass_accounts (
+  run_id     text NOT NULL REFERENCES reconcile.runs DEFERRABLE INITIALLY DEFERRED,
+  account    text NOT NULL,
+  name       text NOT NULL DEFAULT '',
+  cover_from timestamptz NOT NULL,
+  cover_to   timestamptz NOT NULL,
+  PRIMARY KEY (run_id, account)
+);
+
 -- +goose Down
+DROP TABLE reconcile.pass_accounts;
 DROP TABLE reconcile.pass_parts;
 UPDATE reconcile.runs SET status = 'failed', finished_at = coalesce(finished_at, now()),
   error = 'a pass run as jobs, left unfinished by a downgrade' WHERE status = 'running';
