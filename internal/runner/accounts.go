@@ -181,9 +181,7 @@ func mergeParts(out *Outcome, parts []*part) {
 		res.Counts.Linked += c.Counts.Linked
 		res.ObligationIDs = append(res.ObligationIDs, c.ObligationIDs...)
 		res.Settled.Obligations = append(res.Settled.Obligations, c.Settled.Obligations...)
-		for _, id := range c.Settled.Objects {
-			res.Settled.Objects = append(res.Settled.Objects, reconcile.AccountObject(acct, id))
-		}
+		res.Settled.Objects = append(res.Settled.Objects, acrossAccounts(acct, c).Settled.Objects...)
 		for j, id := range c.ObjectIDs {
 			objects = append(objects, bucketed{reconcile.AccountObject(acct, id), p.Result.Buckets[j]})
 		}
@@ -206,6 +204,22 @@ func mergeParts(out *Outcome, parts []*part) {
 	for i, o := range objects {
 		res.ObjectIDs[i], res.Buckets[i] = o.id, o.b
 	}
+}
+
+// acrossAccounts is an account's conclusions as the store compares them
+// with other accounts' stored findings: the objects it settled named
+// across accounts (reconcile.AccountObject).
+func acrossAccounts(account string, c reconcile.Conclusions) reconcile.Conclusions {
+	if account == "" {
+		return c
+	}
+	objs := make([]string, len(c.Settled.Objects))
+	for i, id := range c.Settled.Objects {
+		objs[i] = reconcile.AccountObject(account, id)
+	}
+	slices.Sort(objs)
+	c.Settled.Objects = objs
+	return c
 }
 
 // mergeSync is how the pass read the provider, all accounts together:

@@ -149,7 +149,7 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	}
 	part := run
 	part.Counts = out.Result.Counts
-	applied, err := ps.ApplyPart(ctx, part, a.ID, out.Result.Conclusions, now, then)
+	applied, err := ps.ApplyPart(ctx, part, a.ID, acrossAccounts(a.ID, out.Result.Conclusions), now, then)
 	clock.mark("apply")
 	if err != nil {
 		return nil, p.failed(fmt.Errorf("apply: %w", err))

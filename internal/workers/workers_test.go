@@ -1,0 +1,260 @@
+package workers_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"reconcile"
+	"reconcile/internal/bench"
+	"reconcile/internal/config"
+	"reconcile/internal/matcher"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/queue"
+	"reconcile/internal/runner"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+	"reconcile/internal/stripesim"
+	"reconcile/internal/workers"
+)
+
+const testKey = "sk_test_workers0123456789abcdefSECRET"
+
+var t0 = time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
+
+// platform is a Stripe test server holding a platform's history: the
+// platform's own account and connected accounts acct_T01…, each a
+// bench.World of n obligations with every finding kind, its obligation
+// ids and keys its own and its Stripe ids the same as the other
+// accounts' (each account's ids are its own).
+type platform struct {
+	srv      *stripesim.Server
+	base     string
+	accounts []string
+	obs      []reconcile.Obligation
+}
+
+func newPlatform(t testing.TB, accounts, n int) *platform {
+	t.Helper()
+	p := &platform{srv: stripesim.New(testKey), accounts: []string{""}}
+	for i := 1; i < accounts; i++ {
+		id := fmt.Sprintf("acct_T%02d", i)
+		if err := p.srv.AddAccount(stripesim.Account{ID: id, DisplayName: fmt.Sprintf("Shop %02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+		p.accounts = append(p.accounts, id)
+	}
+	for i, acct := range p.accounts {
+		w := bench.NewWorld(n, t0)
+		prefix := fmt.Sprintf("a%02d-", i)
+		keys := w.KeyOf()
+		for _, o := range w.Objects {
+			if id := o.Metadata["obligation_id"]; id != "" {
+				o.Metadata = map[string]string{"obligation_id": prefix + id}
+			}
+			key := keys[o.ID]
+			if key != "" {
+				key = prefix + key
+			}
+			if err := p.srv.As(acct).Add(o, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, o := range w.Obligations {
+			o.ID, o.IdempotencyKey, o.Account = prefix+o.ID, prefix+o.IdempotencyKey, acct
+			p.obs = append(p.obs, o)
+		}
+	}
+	base, stop, err := p.srv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	p.base = base
+	return p
+}
+
+// reconciler is one database holding the platform's obligations, and a
+// runner reading every account on the pass's clock.
+type reconciler struct {
+	pool   *pgxpool.Pool
+	store  *store.Store
+	runner *runner.Runner
+}
+
+func newReconciler(t testing.TB, p *platform) *reconciler {
+	t.Helper()
+	pool, _ := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.InsertObligations(t, pool, p.obs...)
+	for _, o := range p.obs {
+		if o.Account != "" {
+			if _, err := pool.Exec(ctx, `UPDATE obligations SET stripe_account = $1 WHERE id = $2`, o.Account, o.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st, err := store.New(pool, store.OptionsFrom(config.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := reconcile.DefaultObligationTable()
+	table.Columns.Account = "stripe_account"
+	obl, err := sources.NewObligations(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := sources.StripeOptionsFrom(config.Default())
+	so.APIKey, so.BaseURL, so.Rate = testKey, p.base, math.Inf(1)
+	so.RetryBase, so.RetryMax, so.RequestTimeout = time.Millisecond, 4*time.Millisecond, 10*time.Second
+	stripe, err := sources.NewStripe(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := store.NewMirror(pool)
+	r := &runner.Runner{Provider: stripe, Obligations: obl, Store: st, Mirror: mirror,
+		Matcher: matcher.OptionsFrom(config.Default().Matcher), MaxLookback: config.Default().MaxLookback,
+		Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler),
+		Accounts: stripe.Accounts,
+		Scope: func(acct string) runner.Readers {
+			return runner.Readers{Provider: stripe.ForAccount(acct), Obligations: obl.ForAccount(acct), Mirror: mirror.ForAccount(acct)}
+		},
+	}
+	return &reconciler{pool: pool, store: st, runner: r}
+}
+
+// state is what a pass leaves that people and the next pass read, with
+// the run's id replaced by RUN: every finding, every outbox row in order
+// (what Slack is told), every obligation's state and every transition's
+// audit, the run row's counts, and the mirror's cursors.
+func (rc *reconciler) state(t testing.TB, runID string) map[string][]string {
+	t.Helper()
+	queries := map[string]string{
+		"findings": `SELECT concat_ws('|', fingerprint, account, kind, severity, status, obligation_id, provider_ids::text,
+			at_risk_amount, content_hash, detail, first_seen_run, last_seen_run, coalesce(resolved_run, '')) FROM reconcile.findings ORDER BY fingerprint`,
+		"outbox":      `SELECT concat_ws('|', event, coalesce(fingerprint, ''), changed, payload::text, next_attempt_at <= created_at) FROM reconcile.outbox ORDER BY id`,
+		"obligations": `SELECT concat_ws('|', id, state, coalesce(provider_id, ''), coalesce(paid_at::text, '')) FROM obligations ORDER BY id`,
+		"transitions": `SELECT concat_ws('|', obligation_id, from_state, to_state, provider_id, run_id) FROM reconcile.transitions ORDER BY obligation_id`,
+		"runs": `SELECT concat_ws('|', id, status, obligations, provider_objects, linked, findings, transitions, skipped)
+			FROM reconcile.runs ORDER BY started_at, id`,
+		"cursors": `SELECT concat_ws('|', account, name, complete_from, complete_to, run_id) FROM reconcile.sync_cursors ORDER BY account, name`,
+	}
+	out := map[string][]string{}
+	for name, q := range queries {
+		rows, err := rc.pool.Query(context.Background(), q)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i := range lines {
+			lines[i] = strings.ReplaceAll(lines[i], runID, "RUN")
+		}
+		out[name] = lines
+	}
+	return out
+}
+
+// workersOn starts n River clients, each with its own workers, on rc's
+// database, stopped when the test ends.
+func workersOn(t testing.TB, rc *reconciler, n int) *queue.Queue {
+	t.Helper()
+	var first *queue.Queue
+	for i := range n {
+		ws := river.NewWorkers()
+		workers.Register(ws, workers.Deps{Runner: rc.runner, Store: rc.store, Now: func() time.Time { return t0 }})
+		q, err := queue.Open(rc.pool, queue.Config{Workers: ws, ID: fmt.Sprintf("worker-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := q.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer scancel()
+			_ = q.Stop(sctx)
+			cancel()
+		})
+		if first == nil {
+			first = q
+		}
+	}
+	return first
+}
+
+// waitPass waits until pass runID is no longer running and its drain is
+// done, and returns its status.
+func waitPass(t testing.TB, rc *reconciler, runID string) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		var status string
+		var pending int
+		err := rc.pool.QueryRow(context.Background(), `SELECT status, (SELECT count(*) FROM reconcile.river_job
+			WHERE state NOT IN ('completed', 'discarded', 'cancelled')) FROM reconcile.runs WHERE id = $1`, runID).Scan(&status, &pending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != string(reconcile.RunRunning) && pending == 0 {
+			return status
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pass %s did not end in two minutes", runID)
+	return ""
+}
+
+// A pass run as jobs by three workers concludes, writes and tells exactly
+// what the one-process pass does over the same history: the same
+// findings and fingerprints, transitions, run counts, mirror cursors and
+// outbox rows in the same order (docs/design.md, "Passes as jobs").
+func TestJobsEqualOneProcess(t *testing.T) {
+	p := newPlatform(t, 4, 1000)
+	one, dist := newReconciler(t, p), newReconciler(t, p)
+	req := runner.Request{Window: reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual}
+
+	out, err := one.runner.Run(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Result.Findings) < 4*9 || len(out.Transitions) == 0 {
+		t.Fatalf("the one-process pass found %d findings and %d transitions; the history holds every kind on every account",
+			len(out.Result.Findings), len(out.Transitions))
+	}
+
+	q := workersOn(t, dist, 3)
+	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 6*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Slices) < 4*16 {
+		t.Errorf("the plan has %d fetch slices; want one per 6 hours of every account's four days", len(plan.Slices))
+	}
+	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
+		var cause string
+		_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
+		t.Fatalf("the pass ended %s: %s", status, cause)
+	}
+	want, got := one.state(t, out.Run.ID), dist.state(t, plan.Run.ID)
+	for name := range want {
+		if diff := cmp.Diff(want[name], got[name]); diff != "" {
+			t.Errorf("%s (-one process +jobs):\n%s", name, diff)
+		}
+	}
+}
