@@ -40,6 +40,7 @@ type Config struct {
 	Store       StoreConfig               `yaml:"store"`
 	Metrics     MetricsConfig             `yaml:"metrics"`
 	Serve       ServeConfig               `yaml:"serve"`
+	Workers     WorkersConfig             `yaml:"workers"`
 
 	// Env holds the secrets and endpoints from the environment; never in
 	// the file.
@@ -130,6 +131,40 @@ type MetricsConfig struct {
 	Textfile string `yaml:"textfile"`
 }
 
+// WorkersConfig runs passes as River jobs on workers (`reconcile worker`)
+// instead of in the process that asks for them (docs/design.md, "Passes
+// as jobs").
+type WorkersConfig struct {
+	// Enabled makes `reconcile schedule` and `run --enqueue` enqueue a
+	// pass for the workers rather than run it in-process.
+	Enabled bool `yaml:"enabled"`
+	// Slice is the stretch of creation times one fetch job reads of one
+	// account.
+	Slice time.Duration `yaml:"slice"`
+	// Fetchers and Appliers are how many fetch and match-and-apply jobs
+	// one worker works at once.
+	Fetchers int `yaml:"fetchers"`
+	Appliers int `yaml:"appliers"`
+	// JobTimeout bounds one job; RescueAfter is how long a job may stay
+	// running before River hands it to another worker as a dead one's
+	// (more than JobTimeout).
+	JobTimeout  time.Duration `yaml:"job_timeout"`
+	RescueAfter time.Duration `yaml:"rescue_after"`
+}
+
+func (w WorkersConfig) validate() error {
+	if w.Slice < time.Minute {
+		return fmt.Errorf("workers.slice: must be at least 1m (got %s)", w.Slice)
+	}
+	if w.JobTimeout <= 0 {
+		return fmt.Errorf("workers.job_timeout: must be positive (got %s)", w.JobTimeout)
+	}
+	if w.RescueAfter <= w.JobTimeout {
+		return fmt.Errorf("workers.rescue_after: must be longer than workers.job_timeout (%s), got %s", w.JobTimeout, w.RescueAfter)
+	}
+	return nil
+}
+
 // ServeConfig configures `reconcile serve`, finance's findings page
 // (docs/design.md, "The findings page").
 type ServeConfig struct {
@@ -198,8 +233,9 @@ func Default() Config {
 			Timeout:            10 * time.Second,
 			MaxMessages:        10,
 		},
-		Store: StoreConfig{ApplyAttempts: 5},
-		Serve: ServeConfig{Listen: "127.0.0.1:8080", Auth: "none", ProxyHeader: "X-Forwarded-Email", MaxRunAge: 26 * time.Hour},
+		Store:   StoreConfig{ApplyAttempts: 5},
+		Serve:   ServeConfig{Listen: "127.0.0.1:8080", Auth: "none", ProxyHeader: "X-Forwarded-Email", MaxRunAge: 26 * time.Hour},
+		Workers: WorkersConfig{Slice: 6 * time.Hour, Fetchers: 4, Appliers: 1, JobTimeout: 30 * time.Minute, RescueAfter: time.Hour},
 		Env: Env{
 			StripeAPIBase: "https://api.stripe.com",
 			SlackAPIURL:   "https://slack.com/api/",
@@ -465,11 +501,16 @@ func (c Config) Validate() error {
 		{"alerts.max_retries", c.Alerts.MaxRetries, 0, 20},
 		{"alerts.max_messages", c.Alerts.MaxMessages, 1, 50},
 		{"store.apply_attempts", c.Store.ApplyAttempts, 1, 20},
+		{"workers.fetchers", c.Workers.Fetchers, 1, 64},
+		{"workers.appliers", c.Workers.Appliers, 1, 16},
 	}
 	for _, i := range ints {
 		if i.v < i.lo || i.v > i.hi {
 			return fmt.Errorf("%s: must be between %d and %d (got %d)", i.name, i.lo, i.hi, i.v)
 		}
+	}
+	if err := c.Workers.validate(); err != nil {
+		return err
 	}
 	if err := c.Stripe.Accounts.validate(); err != nil {
 		return err

@@ -102,6 +102,9 @@ func TestLoadErrorsNameTheField(t *testing.T) {
 		{"serve port range", "serve:\n  listen: 127.0.0.1:65536\n", "serve.listen: \"127.0.0.1:65536\": port"},
 		{"serve named port", "serve:\n  listen: 127.0.0.1:http\n", "serve.listen: \"127.0.0.1:http\": port"},
 		{"serve bad host", "serve:\n  listen: \"[::1:8080\"\n", "serve.listen:"},
+		{"workers slice", "workers:\n  slice: 10s\n", "workers.slice: must be at least 1m"},
+		{"workers rescue", "workers:\n  job_timeout: 2h\n", "workers.rescue_after: must be longer than workers.job_timeout (2h0m0s), got 1h0m0s"},
+		{"workers fetchers", "workers:\n  fetchers: 0\n", "workers.fetchers: must be between 1 and 64"},
 		// docs/design.md, "Accounts".
 		{"accounts bad id", "stripe:\n  accounts: [acct_1, ca_2]\nobligations:\n  columns:\n    account: account\n", `stripe.accounts[1]: "ca_2" is not a connected account id`},
 		{"accounts twice", "stripe:\n  accounts: [acct_1, acct_1]\nobligations:\n  columns:\n    account: account\n", `stripe.accounts[1]: "acct_1" is listed twice`},
