@@ -244,6 +244,17 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 	if err != nil {
 		return nil, err
 	}
+	if lock != nil {
+		// Each connected account's run lock too, so that no pass run as
+		// jobs applies one of them meanwhile; every write proves them all
+		// (docs/design.md, "Runs and the lock").
+		held, err := r.lockAccounts(ctx, accounts, req.Wait)
+		defer releaseAll(ctx, log, held)
+		if err != nil {
+			return nil, err
+		}
+		ctx = store.WithFence(ctx, append([]*store.Lock{lock}, held...)...)
+	}
 	for _, a := range accounts {
 		p := r.part(a, run, clock)
 		parts = append(parts, p)
