@@ -20,7 +20,7 @@ import (
 type runFlags struct {
 	since, from, to string
 	dryRun, wait    bool
-	full            bool
+	full, enqueue   bool
 	format          *formatFlag
 	failOn          string
 }
@@ -34,6 +34,7 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	c.fs.BoolVar(&f.dryRun, "dry-run", false, "compute and report; write and post nothing")
 	c.fs.BoolVar(&f.wait, "wait", false, "wait for another run's lock instead of exiting 1")
 	c.fs.BoolVar(&f.full, "full", false, "read the whole window from Stripe, not only what the mirror of earlier runs lacks")
+	c.fs.BoolVar(&f.enqueue, "enqueue", false, "hand the pass to the workers (reconcile worker; needs workers.enabled) and wait for them to end it")
 	c.fs.StringVar(&f.failOn, "fail-on", "", "exit 3 when a finding at or above this severity is found: critical, high or warning")
 	f.format = c.format("text", "json")
 	// A failed run still leaves its record on stdout, where cron keeps
@@ -63,6 +64,12 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		failOn = sev
 	}
 
+	if f.enqueue && !cfg.Workers.Enabled {
+		return usageError("run --enqueue: workers.enabled is not set; set it once workers run (reconcile worker), or drop --enqueue to run the pass here")
+	}
+	if f.enqueue && f.dryRun {
+		return usageError("run: --enqueue and --dry-run: a dry run writes nothing and runs here; drop one")
+	}
 	log := newLogger(stderr, slog.LevelInfo)
 	// From the database on, the run leaves its metrics, completed or
 	// failed (docs/design.md, "Metrics of batch runs").
@@ -91,7 +98,27 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	out, passErr = r.Run(ctx, runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait, Full: f.full})
+	req := runner.Request{Window: window, DryRun: f.dryRun, Trigger: reconcile.TriggerManual, Wait: f.wait, Full: f.full}
+	if f.enqueue {
+		// The workers run it (docs/design.md, "Passes as jobs"); the
+		// report is the same as a pass run here prints.
+		plan, err := enqueue(ctx, d, cfg, r, log, req)
+		if err != nil {
+			passErr = err
+			return err
+		}
+		out, passErr = awaitPass(ctx, d, plan.Run.ID)
+		progress.done()
+		if passErr != nil {
+			return passErr
+		}
+		reported = true
+		if err := reportEnqueued(stdout, out, f.format.value); err != nil {
+			return failed(err)
+		}
+		return outcomeError(out, failOn)
+	}
+	out, passErr = r.Run(ctx, req)
 	err = passErr
 	progress.done()
 	if out == nil {

@@ -34,7 +34,7 @@ func cmdSchedule(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	s := &scheduler{cfg: cfg, runner: r, log: log, metrics: metrics.New()}
+	s := &scheduler{cfg: cfg, runner: r, log: log, metrics: metrics.New(), deps: d}
 	return s.serve(ctx)
 }
 
@@ -43,6 +43,9 @@ type scheduler struct {
 	runner  *runner.Runner
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	// deps, with workers.enabled, is where passes are enqueued for the
+	// workers instead of run here.
+	deps *deps
 }
 
 func (s *scheduler) serve(ctx context.Context) error {
@@ -73,10 +76,18 @@ func (s *scheduler) serve(ctx context.Context) error {
 	return nil
 }
 
-// pass runs one scheduled reconciliation over the configured lookback.
+// pass runs one scheduled reconciliation over the configured lookback,
+// or with workers.enabled hands it to the workers.
 func (s *scheduler) pass(ctx context.Context) {
 	now := time.Now().UTC().Truncate(time.Second)
 	start := time.Now()
+	if s.cfg.Workers.Enabled {
+		req := runner.Request{Window: reconcile.Window{From: now.Add(-s.cfg.Lookback), To: now}, Trigger: reconcile.TriggerCron}
+		if _, err := enqueue(ctx, s.deps, s.cfg, s.runner, s.log, req); err != nil {
+			s.log.Error("pass not enqueued", "error", err)
+		}
+		return
+	}
 	out, err := s.runner.Run(ctx, runner.Request{
 		Window:  reconcile.Window{From: now.Add(-s.cfg.Lookback), To: now},
 		Trigger: reconcile.TriggerCron,

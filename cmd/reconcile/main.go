@@ -113,7 +113,10 @@ commands:
   migrate                      create or upgrade the reconciler's schema
   run                          reconcile once: [--since 72h | --from T --to T] [--dry-run]
                                [--format text|json] [--fail-on critical|high|warning] [--wait]
+                               [--enqueue: hand it to the workers and wait, with workers.enabled]
   schedule                     run on the configured cron schedule until SIGTERM
+                               (with workers.enabled: enqueue each pass for the workers)
+  worker                       work passes run as jobs until SIGTERM (workers.enabled)
   trace OBLIGATION_ID          everything known about one obligation [--format text|json]
   findings                     findings for finance [--open] [--format text|json|csv]
   ack FINGERPRINT --reason R   stop repeats of an open finding
@@ -149,6 +152,8 @@ func dispatch(ctx context.Context, cmd string, rest []string, getenv func(string
 		return cmdRun(ctx, rest, getenv, stdout, stderr)
 	case "schedule":
 		return cmdSchedule(ctx, rest, getenv, stdout, stderr)
+	case "worker":
+		return cmdWorker(ctx, rest, getenv, stdout, stderr)
 	case "trace":
 		return cmdTrace(ctx, rest, getenv, stdout, stderr)
 	case "findings":

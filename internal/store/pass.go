@@ -47,9 +47,14 @@ type partSummary struct {
 	Resolved map[reconcile.FindingKind]int `json:"resolved,omitempty"`
 	// AtRisk are the new and changed findings' money and what it means.
 	AtRisk []partRisk `json:"at_risk,omitempty"`
-	// Confirmed is the money of each unknown outcome confirmed and marked
-	// PAID.
-	Confirmed []reconcile.Money `json:"confirmed,omitempty"`
+	// Confirmed are the unknown outcomes confirmed and marked PAID, by
+	// obligation, with their money.
+	Confirmed []partConfirmed `json:"confirmed,omitempty"`
+}
+
+type partConfirmed struct {
+	ObligationID string          `json:"obligation_id"`
+	Money        reconcile.Money `json:"money"`
 }
 
 type partRisk struct {
@@ -146,7 +151,7 @@ func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findi
 	}
 	for _, t := range out.Transitions {
 		if t.From == reconcile.ConfirmationUnknown && t.To == reconcile.Paid {
-			sum.Confirmed = append(sum.Confirmed, t.Money)
+			sum.Confirmed = append(sum.Confirmed, partConfirmed{ObligationID: t.ObligationID, Money: t.Money})
 		}
 	}
 	b, err := json.Marshal(sum)
@@ -217,8 +222,9 @@ func (s *Store) FinishPass(ctx context.Context, runID string, finished time.Time
 			for _, r := range pt.sum.AtRisk {
 				p.atRisk = append(p.atRisk, reconcile.Finding{Kind: r.Kind, PaidOut: r.PaidOut, AtRisk: r.AtRisk})
 			}
-			for _, m := range pt.sum.Confirmed {
-				confirmed = append(confirmed, reconcile.Transition{From: reconcile.ConfirmationUnknown, To: reconcile.Paid, Money: m})
+			for _, c := range pt.sum.Confirmed {
+				confirmed = append(confirmed, reconcile.Transition{ObligationID: c.ObligationID, From: reconcile.ConfirmationUnknown,
+					To: reconcile.Paid, Money: c.Money})
 			}
 		}
 		if sum, err = summarize(ctx, tx, applyInput{run: run}, p, confirmed); err != nil {
@@ -243,12 +249,6 @@ func (s *Store) FinishPass(ctx context.Context, runID string, finished time.Time
 		}
 		if err := upsertRun(ctx, tx, run, reconcile.RunCompleted, findings, transitions, skipped); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_parts WHERE run_id = $1`, runID); err != nil {
-			return fmt.Errorf("finish pass %s: %w", runID, err)
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_accounts WHERE run_id = $1`, runID); err != nil {
-			return fmt.Errorf("finish pass %s: %w", runID, err)
 		}
 		done = true
 		if then != nil {
@@ -286,12 +286,6 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 			}
 			if _, err := tx.Exec(ctx, `UPDATE reconcile.outbox SET next_attempt_at = $2
 				WHERE run_id = $1 AND sent_at IS NULL AND next_attempt_at = 'infinity'`, runID, finished); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_parts WHERE run_id = $1`, runID); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DELETE FROM reconcile.pass_accounts WHERE run_id = $1`, runID); err != nil {
 				return err
 			}
 		}
@@ -410,4 +404,101 @@ func heldAlerts(ctx context.Context, tx pgx.Tx, runID string) ([]outboxRow, erro
 		out[i] = h.row
 	}
 	return out, nil
+}
+
+// PassResult is what a pass run as jobs concluded, as the store keeps it:
+// its run row, the findings it found (last seen by it), most severe
+// first, its transitions (the audit, with the money of the unknown
+// outcomes it confirmed) and each account's counts. It serves the report
+// of `run --enqueue`, which reads the same as a one-process pass's.
+type PassResult struct {
+	Run         reconcile.Run
+	Error       string
+	Findings    []reconcile.Finding
+	Transitions []reconcile.Transition
+	Accounts    []PassAccountResult
+}
+
+// PassAccountResult is one account's share of a pass.
+type PassAccountResult struct {
+	Account  reconcile.Account
+	Counts   reconcile.Counts
+	Findings int
+}
+
+// PassResult reads the pass runID as it stands (Run.Status says whether
+// it ended).
+func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error) {
+	var r PassResult
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		run, _, err := runningPass(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		r.Run = run
+		var finished *time.Time
+		var cause *string
+		if err := tx.QueryRow(ctx, `SELECT finished_at, obligations, provider_objects, linked, error FROM reconcile.runs WHERE id = $1`, runID).
+			Scan(&finished, &r.Run.Counts.Obligations, &r.Run.Counts.ProviderObjects, &r.Run.Counts.Linked, &cause); err != nil {
+			return err
+		}
+		r.Run.Finished, r.Error = timeOf(finished).UTC(), stringOf(cause)
+		if r.Run.Status != reconcile.RunCompleted {
+			return nil
+		}
+		rows, err := tx.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE last_seen_run = $1`, runID)
+		if err != nil {
+			return err
+		}
+		recs, err := pgx.CollectRows(rows, scanFinding)
+		if err != nil {
+			return err
+		}
+		for _, rec := range recs {
+			r.Findings = append(r.Findings, rec.Finding)
+		}
+		slices.SortFunc(r.Findings, reconcile.CompareFindings)
+		confirmed := map[string]reconcile.Money{}
+		parts, err := tx.Query(ctx, `SELECT p.account, coalesce(a.name, ''), p.obligations, p.provider_objects, p.linked, p.findings, p.summary
+			FROM reconcile.pass_parts p LEFT JOIN reconcile.pass_accounts a USING (run_id, account)
+			WHERE p.run_id = $1 ORDER BY p.account`, runID)
+		if err != nil {
+			return err
+		}
+		var (
+			a   PassAccountResult
+			raw []byte
+		)
+		_, err = pgx.ForEachRow(parts, []any{&a.Account.ID, &a.Account.Name, &a.Counts.Obligations, &a.Counts.ProviderObjects,
+			&a.Counts.Linked, &a.Findings, &raw}, func() error {
+			var sum partSummary
+			if err := json.Unmarshal(raw, &sum); err != nil {
+				return fmt.Errorf("decode a part's summary: %w", err)
+			}
+			for _, c := range sum.Confirmed {
+				confirmed[c.ObligationID] = c.Money
+			}
+			r.Accounts = append(r.Accounts, a)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		trs, err := tx.Query(ctx, `SELECT obligation_id, from_state, to_state, coalesce(provider_id, '') FROM reconcile.transitions
+			WHERE run_id = $1 ORDER BY obligation_id`, runID)
+		if err != nil {
+			return err
+		}
+		var t reconcile.Transition
+		_, err = pgx.ForEachRow(trs, []any{&t.ObligationID, &t.From, &t.To, &t.ProviderID}, func() error {
+			t.Money = confirmed[t.ObligationID]
+			r.Transitions = append(r.Transitions, t)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return PassResult{}, fmt.Errorf("read pass %s: %w", runID, err)
+	}
+	return r, nil
 }

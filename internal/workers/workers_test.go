@@ -31,50 +31,20 @@ const testKey = "sk_test_workers0123456789abcdefSECRET"
 
 var t0 = time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
 
-// platform is a Stripe test server holding a platform's history: the
-// platform's own account and connected accounts acct_T01…, each a
-// bench.World of n obligations with every finding kind, its obligation
-// ids and keys its own and its Stripe ids the same as the other
-// accounts' (each account's ids are its own).
+// platform is a Stripe test server holding a bench.Platform.
 type platform struct {
-	srv      *stripesim.Server
-	base     string
-	accounts []string
-	obs      []reconcile.Obligation
+	bench.Platform
+	base string
 }
 
 func newPlatform(t testing.TB, accounts, n int) *platform {
 	t.Helper()
-	p := &platform{srv: stripesim.New(testKey), accounts: []string{""}}
-	for i := 1; i < accounts; i++ {
-		id := fmt.Sprintf("acct_T%02d", i)
-		if err := p.srv.AddAccount(stripesim.Account{ID: id, DisplayName: fmt.Sprintf("Shop %02d", i)}); err != nil {
-			t.Fatal(err)
-		}
-		p.accounts = append(p.accounts, id)
+	p := &platform{Platform: bench.NewPlatform(accounts, n, t0)}
+	srv := stripesim.New(testKey)
+	if err := p.Serve(srv); err != nil {
+		t.Fatal(err)
 	}
-	for i, acct := range p.accounts {
-		w := bench.NewWorld(n, t0)
-		prefix := fmt.Sprintf("a%02d-", i)
-		keys := w.KeyOf()
-		for _, o := range w.Objects {
-			if id := o.Metadata["obligation_id"]; id != "" {
-				o.Metadata = map[string]string{"obligation_id": prefix + id}
-			}
-			key := keys[o.ID]
-			if key != "" {
-				key = prefix + key
-			}
-			if err := p.srv.As(acct).Add(o, key); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, o := range w.Obligations {
-			o.ID, o.IdempotencyKey, o.Account = prefix+o.ID, prefix+o.IdempotencyKey, acct
-			p.obs = append(p.obs, o)
-		}
-	}
-	base, stop, err := p.srv.Start()
+	base, stop, err := srv.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +68,8 @@ func newReconciler(t testing.TB, p *platform) *reconciler {
 	if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.InsertObligations(t, pool, p.obs...)
-	for _, o := range p.obs {
+	pgtest.InsertObligations(t, pool, p.Obligations...)
+	for _, o := range p.Obligations {
 		if o.Account != "" {
 			if _, err := pool.Exec(ctx, `UPDATE obligations SET stripe_account = $1 WHERE id = $2`, o.Account, o.ID); err != nil {
 				t.Fatal(err)
