@@ -100,8 +100,9 @@ func enqueue(ctx context.Context, d *deps, cfg config.Config, r *runner.Runner, 
 	return plan, nil
 }
 
-// awaitPass waits for the workers to end pass runID and returns what it
-// concluded as the store holds it: an Outcome for the same report as a
+// awaitPass waits for the workers to end pass runID and deliver its
+// alerts, as `run` returns once a pass's alerts went out, and returns
+// what it concluded as the store holds it: an Outcome for the same report as a
 // one-process pass prints (report.New, report.WriteText).
 func awaitPass(ctx context.Context, d *deps, runID string) (*runner.Outcome, error) {
 	for {
@@ -109,15 +110,15 @@ func awaitPass(ctx context.Context, d *deps, runID string) (*runner.Outcome, err
 		if err != nil {
 			return nil, failed(err)
 		}
-		switch p.Run.Status {
-		case reconcile.RunCompleted:
+		switch {
+		case p.Run.Status == reconcile.RunCompleted && p.Drained:
 			out := &runner.Outcome{Run: p.Run, Transitions: p.Transitions}
 			out.Result = matcher.Result{Conclusions: reconcile.Conclusions{Findings: p.Findings, Transitions: p.Transitions, Counts: p.Run.Counts}}
 			for _, a := range p.Accounts {
 				out.Accounts = append(out.Accounts, runner.AccountShare{Account: a.Account, Counts: a.Counts, Findings: a.Findings})
 			}
 			return out, nil
-		case reconcile.RunFailed:
+		case p.Run.Status == reconcile.RunFailed:
 			return nil, failed(&runner.FailedRunError{RunID: runID, Err: errors.New(p.Error)})
 		}
 		select {

@@ -303,9 +303,14 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 // runningPass reads the row of pass runID, locked for the transaction,
 // and whether it is still running.
 func runningPass(ctx context.Context, tx pgx.Tx, runID string) (reconcile.Run, bool, error) {
+	return readPass(ctx, tx, runID, " FOR UPDATE")
+}
+
+// readPass reads the row of pass runID, with lock its locking clause.
+func readPass(ctx context.Context, tx pgx.Tx, runID, lock string) (reconcile.Run, bool, error) {
 	run := reconcile.Run{ID: runID}
 	var trigger, status string
-	err := tx.QueryRow(ctx, `SELECT trigger, window_from, window_to, started_at, status FROM reconcile.runs WHERE id = $1 FOR UPDATE`,
+	err := tx.QueryRow(ctx, `SELECT trigger, window_from, window_to, started_at, status FROM reconcile.runs WHERE id = $1`+lock,
 		runID).Scan(&trigger, &run.Window.From, &run.Window.To, &run.Started, &status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return run, false, fmt.Errorf("no pass %s", runID)
@@ -412,7 +417,10 @@ func heldAlerts(ctx context.Context, tx pgx.Tx, runID string) ([]outboxRow, erro
 // outcomes it confirmed) and each account's counts. It serves the report
 // of `run --enqueue`, which reads the same as a one-process pass's.
 type PassResult struct {
-	Run         reconcile.Run
+	Run reconcile.Run
+	// Drained is set once the pass's drain job (docs/design.md, "Passes
+	// as jobs") is no longer waiting or running.
+	Drained     bool
 	Error       string
 	Findings    []reconcile.Finding
 	Transitions []reconcile.Transition
@@ -427,11 +435,11 @@ type PassAccountResult struct {
 }
 
 // PassResult reads the pass runID as it stands (Run.Status says whether
-// it ended).
+// it ended; Drained whether its drain job is done too).
 func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error) {
 	var r PassResult
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		run, _, err := runningPass(ctx, tx, runID)
+		run, _, err := readPass(ctx, tx, runID, "")
 		if err != nil {
 			return err
 		}
@@ -445,6 +453,10 @@ func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error
 		r.Run.Finished, r.Error = timeOf(finished).UTC(), stringOf(cause)
 		if r.Run.Status != reconcile.RunCompleted {
 			return nil
+		}
+		if err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM reconcile.river_job WHERE kind = 'reconcile_drain'
+			AND args->'pass'->>'id' = $1 AND state NOT IN ('completed', 'discarded', 'cancelled'))`, runID).Scan(&r.Drained); err != nil {
+			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE last_seen_run = $1`, runID)
 		if err != nil {

@@ -219,9 +219,16 @@ type drainWorker struct {
 	d Deps
 }
 
-// Work finishes the pass as one run, then delivers the alerts: a drain
-// that cannot reach Slack leaves them in the outbox for the next, as a
-// one-process pass does (docs/design.md, "Alert lifecycle").
+// Timeout lets a drain take as long as Slack's pace makes it: its own
+// limits (alerts.max_messages, retries, timeouts) bound it.
+func (w *drainWorker) Timeout(*river.Job[DrainArgs]) time.Duration { return -1 }
+
+// Work finishes the pass as one run, then delivers the alerts under the
+// platform's run lock, as a one-process pass delivers them (so that a
+// drain River hands on while this one still posts waits for it, and a
+// one-process run's drain never posts beside it): a drain that cannot
+// reach Slack leaves them in the outbox for the next (docs/design.md,
+// "Alert lifecycle").
 func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error {
 	p := job.Args.Pass
 	if _, _, err := w.d.Store.FinishPass(ctx, p.ID, w.d.Now().UTC(), nil); err != nil {
@@ -230,6 +237,16 @@ func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error
 	if w.d.Alerts == nil {
 		return nil
 	}
+	lock, err := w.d.Store.LockAccount(ctx, "", true)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = lock.Release(rctx)
+	}()
+	ctx = store.WithFence(ctx, lock)
 	if _, err := w.d.Alerts.Drain(ctx, w.d.Store, w.d.Now); err != nil {
 		level := slog.LevelWarn
 		if errors.Is(err, alerts.ErrPermanent) {
