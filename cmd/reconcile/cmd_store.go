@@ -33,10 +33,15 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return failed(errors.New(redact.String(err.Error())))
 	}
-	if len(rep.Applied) == 0 {
+	applied := rep.Applied
+	if len(rep.River) > 0 {
+		// River's own migrations, for its job queue in the same schema.
+		applied = append(applied, fmt.Sprintf("River's %v", rep.River))
+	}
+	if len(applied) == 0 {
 		fmt.Fprintf(stdout, "schema %s is up to date (version %d)\n", store.Schema, rep.Version)
 	} else {
-		fmt.Fprintf(stdout, "schema %s migrated to version %d (%s)\n", store.Schema, rep.Version, strings.Join(rep.Applied, ", "))
+		fmt.Fprintf(stdout, "schema %s migrated to version %d (%s)\n", store.Schema, rep.Version, strings.Join(applied, ", "))
 	}
 	return nil
 }

@@ -18,17 +18,17 @@
 // locks the job's row and completes it only if it is still running the
 // attempt its worker was given, so a second completion of the same job,
 // or one by a worker the rescuer took the job from, fails and counts
-// nothing. The completion that brings
-// the counter to zero is told so (last), exactly once, and inserts the next
-// stage's jobs in its transaction; the drain, last, is a unique job
-// (DrainOpts), one per pass however often it is asked for.
+// nothing. The completion that brings the counter to zero is told so
+// (last), exactly once, and inserts the next stage's jobs in its
+// transaction; the drain, last, is a unique job (DrainOpts), one per pass
+// however often it is asked for.
 //
 // # Privileges
 //
 // `reconcile migrate`, run by the schema's owner, creates River's tables
-// with the rest. A role that runs workers (reconcile worker) needs, besides
-// what a pass needs (README.md, "Database privileges"), exactly these on
-// the schema reconcile:
+// with the rest. A role that runs workers needs, besides what a pass needs
+// (README.md, "Database privileges"), exactly these on the schema
+// reconcile:
 //
 //	GRANT USAGE ON SCHEMA reconcile TO worker;
 //	GRANT SELECT, INSERT, UPDATE, DELETE ON reconcile.river_job, reconcile.river_leader, reconcile.river_queue TO worker;
@@ -39,15 +39,16 @@
 // DELETE on River's tables is for electing a leader, which deletes an
 // expired leader's row (and a leader resigning, its own): without it no
 // client leads, and nothing rescues a dead client's jobs; and for the
-// leader's maintenance: the cleaner deletes finalized jobs past their
-// retention and queues unused for a day.
-// SELECT on river_migration is CheckSchema's, which asks whether River's
-// migrations are current. River's other table, river_notification, serves
-// only its SQLite driver and needs nothing. River's reindexer, which would
-// REINDEX the job table's indexes nightly, needs their ownership, which a
-// worker's role does not have: it is off unless Config.Reindex is set, for
-// a worker that runs as the schema's owner. TestLeastPrivilegeFanIn runs a
-// fan-in and River's maintenance as a role holding only these grants.
+// leader's maintenance, whose cleaners delete finalized jobs past their
+// retention and queues unused for a day. SELECT on river_migration is
+// CheckSchema's, which asks whether River's migrations are current.
+// River's other table, river_notification, serves only its SQLite driver,
+// and LISTEN and pg_notify, with which River wakes its clients, need no
+// grant. River's reindexer, which would REINDEX the job table's indexes
+// nightly, needs their ownership, which a worker's role does not have: it
+// is off unless Config.Reindex is set, for a worker that runs as the
+// schema's owner. TestLeastPrivilegeFanIn runs a fan-in and River's
+// maintenance as a role holding only these grants.
 package queue
 
 import (
@@ -98,8 +99,8 @@ const DefaultStopTimeout = 20 * time.Second
 // Config configures a Queue.
 type Config struct {
 	// Workers are the jobs' workers, registered by the caller with
-	// river.AddWorker. Nil makes a Queue that only inserts jobs (as
-	// `reconcile schedule` does): it cannot Start.
+	// river.AddWorker. Nil makes a Queue that only inserts jobs, for a
+	// command that enqueues a pass and works none: it cannot Start.
 	Workers *river.Workers
 	// MaxWorkers is how many jobs of a stage this client works at once,
 	// by stage; a stage not named gets DefaultMaxWorkers'.
@@ -110,9 +111,11 @@ type Config struct {
 	// RescueStuckJobsAfter is how long a job may stay running before
 	// River's rescuer, run by the leader, takes it for the job of a dead
 	// client and makes it available again (or discards it after its last
-	// attempt). It must exceed JobTimeout; zero is River's default (an
-	// hour, or JobTimeout and an hour when JobTimeout is longer). Tests
-	// shorten it to see a rescue.
+	// attempt). It must not be less than JobTimeout (Open refuses it), and
+	// should exceed it, or a job still running within its timeout is
+	// rescued and run twice; zero is River's default (an hour, or
+	// JobTimeout and an hour when JobTimeout is longer). Tests shorten it
+	// to see a rescue.
 	RescueStuckJobsAfter time.Duration
 	// StopTimeout is how long Stop waits for running jobs to finish before
 	// it cancels them; zero is DefaultStopTimeout.
@@ -183,10 +186,11 @@ func Open(pool *pgxpool.Pool, cfg Config) (*Queue, error) {
 // and for what this package does not wrap.
 func (q *Queue) Client() *river.Client[pgx.Tx] { return q.client }
 
-// Start starts working jobs, and returns once the client has started.
-// The client runs until Stop; ctx ending stops it too, but at once,
-// cancelling running jobs, so a worker passes a context that lives as
-// long as the process and stops with Stop.
+// Start starts the client working jobs in the background, after a first
+// connection to the database has answered. The client runs until Stop;
+// ctx ending stops it too, but at once, cancelling running jobs, so a
+// worker passes a context that lives as long as the process and stops
+// with Stop.
 func (q *Queue) Start(ctx context.Context) error {
 	if err := q.client.Start(ctx); err != nil {
 		return fmt.Errorf("queue: start river client: %w", err)
@@ -286,6 +290,10 @@ func CompleteInStage(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow, pass
 	// rescued and re-run (or already completed) by another client while
 	// it still ran. An attempt is one fetch of the job, so a job running
 	// at another attempt is another worker's.
+	if _, err := river.ClientFromContextSafely[pgx.Tx](ctx); err != nil {
+		// JobCompleteTx would panic.
+		return false, fmt.Errorf("queue: complete job %d (%s) in stage %s of pass %s: not in its worker's context: %w", job.ID, job.Kind, stage, passID, err)
+	}
 	var (
 		state   string
 		attempt int

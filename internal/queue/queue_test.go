@@ -268,8 +268,9 @@ func TestDrainIsUnique(t *testing.T) {
 	}
 }
 
-// A stage is started once, with at least one job; a completion in a stage
-// never started fails, naming it.
+// A stage is started once, with at least one job; Open refuses a stage
+// it does not know and a rescue sooner than the job timeout; a completion
+// outside a worker fails rather than panic in River.
 func TestStageMisuse(t *testing.T) {
 	t.Parallel()
 	pool, _ := migrated(t)
@@ -289,6 +290,13 @@ func TestStageMisuse(t *testing.T) {
 	}
 	if _, err := queue.Open(pool, queue.Config{MaxWorkers: map[string]int{"fecth": 2}}); err == nil || !strings.Contains(err.Error(), "fecth") {
 		t.Errorf("Open with MaxWorkers of a stage misspelt: %v, want an error naming it", err)
+	}
+	if _, err := queue.Open(pool, queue.Config{JobTimeout: 2 * time.Second, RescueStuckJobsAfter: time.Second}); err == nil {
+		t.Errorf("Open with RescueStuckJobsAfter below JobTimeout succeeded")
+	}
+	job := &rivertype.JobRow{ID: 1, Kind: fetchArgs{}.Kind(), State: rivertype.JobStateRunning, Attempt: 1}
+	if _, err := queue.CompleteInStage(t.Context(), tx, job, "pass-1", queue.StageFetch); err == nil || !strings.Contains(err.Error(), "worker's context") {
+		t.Errorf("CompleteInStage outside a worker: %v, want an error saying so", err)
 	}
 }
 

@@ -146,6 +146,29 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 }
 
+// River's migrator takes no lock of its own: migrateRiver's lock keeps
+// many at once on a fresh schema from applying a version twice.
+func TestMigrateRiverConcurrently(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	e := &env{tb: t, pool: pool}
+	e.exec(`CREATE SCHEMA ` + Schema)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = migrateRiver(t.Context(), url) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("migrateRiver %d: %v", i, err)
+		}
+	}
+	if n, want := e.count(`SELECT count(*) FROM reconcile.river_migration`), len(riverMigrator(nil).AllVersions()); n != want {
+		t.Errorf("reconcile.river_migration holds %d rows, want one per River migration, %d", n, want)
+	}
+}
+
 // Two processes migrate the same fresh database at once.
 func TestMigrateAcrossProcesses(t *testing.T) {
 	t.Parallel()
