@@ -111,6 +111,26 @@ func (r *Runner) lockAccounts(ctx context.Context, accounts []reconcile.Account,
 	return held, nil
 }
 
+// noPassRunning refuses a one-process pass while a pass run as jobs is
+// running: their alerts and summaries would interleave (docs/design.md,
+// "Passes as jobs").
+func (r *Runner) noPassRunning(ctx context.Context) error {
+	ps, ok := r.Store.(interface {
+		RunningPass(ctx context.Context) (string, bool, error)
+	})
+	if !ok {
+		return nil
+	}
+	id, running, err := ps.RunningPass(ctx)
+	if err != nil {
+		return err
+	}
+	if running {
+		return fmt.Errorf("%w: the workers are running pass %s", ErrLocked, id)
+	}
+	return nil
+}
+
 // releaseAll releases locks, even when ctx was cancelled.
 func releaseAll(ctx context.Context, log *slog.Logger, locks []*store.Lock) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

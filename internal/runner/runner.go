@@ -254,6 +254,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 			return nil, err
 		}
 		ctx = store.WithFence(ctx, append([]*store.Lock{lock}, held...)...)
+		if err := r.noPassRunning(ctx); err != nil {
+			return nil, err
+		}
 	}
 	for _, a := range accounts {
 		p := r.part(a, run, clock)

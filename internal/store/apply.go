@@ -264,7 +264,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 		}
 		alerts = slices.Insert(alerts, 0, outboxRow{event: reconcile.AlertSummary, payload: string(payload)})
 	}
-	if err := insertAlerts(ctx, tx, alerts, in.run.ID, now, false); err != nil {
+	if err := insertAlerts(ctx, tx, alerts, in.run.ID, now); err != nil {
 		return out, err
 	}
 	out.Alerts = len(alerts)
@@ -727,9 +727,8 @@ func summarize(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, app
 	return sum, nil
 }
 
-// insertAlerts queues alerts in the order given; held ones are not due
-// until a distributed pass's last job releases them (FinishPass).
-func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID string, now time.Time, held bool) error {
+// insertAlerts queues alerts in the order given, due at now.
+func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID string, now time.Time) error {
 	if len(alerts) == 0 {
 		return nil
 	}
@@ -740,9 +739,9 @@ func insertAlerts(ctx context.Context, tx pgx.Tx, alerts []outboxRow, runID stri
 	}
 	// ORDER BY the array position so that ids follow the order given.
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile.outbox (run_id, fingerprint, event, changed, payload, created_at, next_attempt_at)
-	SELECT $1, u.fingerprint, u.event, u.changed, u.payload::jsonb, $2, CASE WHEN $7 THEN 'infinity'::timestamptz ELSE $2 END
+	SELECT $1, u.fingerprint, u.event, u.changed, u.payload::jsonb, $2, $2
 	FROM unnest($3::text[], $4::text[], $5::bool[], $6::text[]) WITH ORDINALITY AS u(fingerprint, event, changed, payload, n)
-	ORDER BY u.n`, runID, now, fps, events, changed, payloads, held)
+	ORDER BY u.n`, runID, now, fps, events, changed, payloads)
 	if err != nil {
 		return fmt.Errorf("queue alerts: %w", err)
 	}

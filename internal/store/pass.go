@@ -20,9 +20,9 @@ import (
 // BeginPass writes its row, running; each account's match-and-apply job
 // applies that account's conclusions with ApplyPart, in a transaction of
 // its own; FinishPass, the last job, completes the row with every part's
-// counts, queues the summary and releases the parts' alerts in the order
-// a one-process pass queues them; FailPass ends a pass that cannot
-// finish. Every step takes a function run last in its transaction (then),
+// counts, queues the summary and then the parts' alerts in the order a
+// one-process pass queues them; FailPass ends a pass that cannot finish,
+// queueing the alerts of the parts it applied. Every step takes a function run last in its transaction (then),
 // where the job completes itself: a step and its job's completion commit
 // or roll back together.
 
@@ -50,6 +50,18 @@ type partSummary struct {
 	// Confirmed are the unknown outcomes confirmed and marked PAID, by
 	// obligation, with their money.
 	Confirmed []partConfirmed `json:"confirmed,omitempty"`
+	// Alerts are the alerts the part decided, in its order.
+	Alerts []partAlert `json:"alerts,omitempty"`
+}
+
+// partAlert is an alert a part decided, kept with the part until the
+// pass's end queues it in the outbox.
+type partAlert struct {
+	Seq         int                  `json:"seq"`
+	Fingerprint string               `json:"fingerprint"`
+	Event       reconcile.AlertEvent `json:"event"`
+	Changed     bool                 `json:"changed,omitempty"`
+	Payload     json.RawMessage      `json:"payload"`
 }
 
 type partConfirmed struct {
@@ -61,6 +73,21 @@ type partRisk struct {
 	Kind    reconcile.FindingKind `json:"kind"`
 	PaidOut bool                  `json:"paid_out,omitempty"`
 	AtRisk  reconcile.Money       `json:"at_risk"`
+}
+
+// RunningPass is the id of the pass run as jobs that is running, if any:
+// a one-process pass does not run beside it (docs/design.md, "Passes as
+// jobs").
+func (s *Store) RunningPass(ctx context.Context) (string, bool, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id FROM reconcile.runs WHERE status = 'running' ORDER BY started_at LIMIT 1`).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("look for a running pass: %w", err)
+	}
+	return id, true, nil
 }
 
 // PassAccount is one account a pass run as jobs reads, and the coverage
@@ -123,8 +150,8 @@ func (s *Store) PassAccounts(ctx context.Context, tx pgx.Tx, runID string) ([]Pa
 
 // ApplyPart applies one account's conclusions of the running pass run as
 // Apply applies a whole run's, in one fenced transaction at REPEATABLE
-// READ, with these differences: the alerts it queues are held until
-// FinishPass, what the summary adds up from it is kept for FinishPass
+// READ, with these differences: the alerts it decides are kept with the
+// part until FinishPass queues them, what the summary adds up from it is kept for FinishPass
 // instead of a summary of its own, and the run row is left to FinishPass.
 // then runs last in the transaction. Each account of a pass is applied
 // once: a second ApplyPart of the same account fails.
@@ -133,8 +160,8 @@ func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, account string
 	return s.applyWith(ctx, run, res, now, &passPart{account: account, then: then})
 }
 
-// stagePart keeps what a part's apply adds to its pass: the summary's
-// figures and counts in pass_parts, the alerts held in the outbox.
+// stagePart keeps what a part's apply adds to its pass in pass_parts:
+// the summary's figures, its alerts and its counts.
 func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, out *Applied, now time.Time) error {
 	var sum partSummary
 	if len(p.newKinds) > 0 {
@@ -154,6 +181,10 @@ func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findi
 			sum.Confirmed = append(sum.Confirmed, partConfirmed{ObligationID: t.ObligationID, Money: t.Money})
 		}
 	}
+	for i, a := range p.alerts {
+		sum.Alerts = append(sum.Alerts, partAlert{Seq: i, Fingerprint: a.fingerprint, Event: a.event, Changed: a.changed,
+			Payload: json.RawMessage(a.payload)})
+	}
 	b, err := json.Marshal(sum)
 	if err != nil {
 		return fmt.Errorf("encode the part's summary: %w", err)
@@ -166,9 +197,6 @@ func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findi
 	if err != nil {
 		return fmt.Errorf("keep the part of account %q: %w", in.part.account, err)
 	}
-	if err := insertAlerts(ctx, tx, p.alerts, in.run.ID, now, true); err != nil {
-		return err
-	}
 	out.Alerts = len(p.alerts)
 	if in.part.then != nil {
 		return in.part.then(ctx, tx)
@@ -179,7 +207,7 @@ func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findi
 // FinishPass completes the running pass runID as one run: its row gets
 // every part's counts, completed at finished; its summary, when anything
 // is new, changed, resolved or confirmed, is queued first; and the parts'
-// held alerts are queued after it in the order a one-process pass queues
+// alerts are queued after it in the order a one-process pass queues
 // them (the findings it found, most severe first by
 // reconcile.CompareFindings, then those it resolved, by fingerprint), due
 // at once. A pass no longer running (finished or failed already) is left
@@ -230,7 +258,7 @@ func (s *Store) FinishPass(ctx context.Context, runID string, finished time.Time
 		if sum, err = summarize(ctx, tx, applyInput{run: run}, p, confirmed); err != nil {
 			return err
 		}
-		rows, err := heldAlerts(ctx, tx, runID)
+		rows, err := passAlerts(parts)
 		if err != nil {
 			return err
 		}
@@ -241,10 +269,7 @@ func (s *Store) FinishPass(ctx context.Context, runID string, finished time.Time
 			}
 			rows = slices.Insert(rows, 0, outboxRow{event: reconcile.AlertSummary, payload: string(payload)})
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.outbox WHERE run_id = $1 AND sent_at IS NULL AND next_attempt_at = 'infinity'`, runID); err != nil {
-			return fmt.Errorf("finish pass %s: %w", runID, err)
-		}
-		if err := insertAlerts(ctx, tx, rows, runID, run.Started, false); err != nil {
+		if err := insertAlerts(ctx, tx, rows, runID, run.Started); err != nil {
 			return err
 		}
 		if err := upsertRun(ctx, tx, run, reconcile.RunCompleted, findings, transitions, skipped); err != nil {
@@ -266,7 +291,7 @@ func (s *Store) FinishPass(ctx context.Context, runID string, finished time.Time
 }
 
 // FailPass ends the running pass runID as failed, with its cause: nothing
-// more of it is applied. The alerts its applied parts queued are released,
+// more of it is applied. The alerts its applied parts decided are queued,
 // due at once, since their findings are stored: a finding applied is
 // never left untold; the run has no summary. A pass no longer running is
 // left as it is. then runs last in the transaction.
@@ -284,8 +309,15 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 				runID, cause, finished); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE reconcile.outbox SET next_attempt_at = $2
-				WHERE run_id = $1 AND sent_at IS NULL AND next_attempt_at = 'infinity'`, runID, finished); err != nil {
+			parts, err := readParts(ctx, tx, runID)
+			if err != nil {
+				return err
+			}
+			rows, err := passAlerts(parts)
+			if err != nil {
+				return err
+			}
+			if err := insertAlerts(ctx, tx, rows, runID, finished); err != nil {
 				return err
 			}
 		}
@@ -324,13 +356,14 @@ func readPass(ctx context.Context, tx pgx.Tx, runID, lock string) (reconcile.Run
 }
 
 type storedPart struct {
+	account                        string
 	counts                         reconcile.Counts
 	findings, transitions, skipped int
 	sum                            partSummary
 }
 
 func readParts(ctx context.Context, tx pgx.Tx, runID string) ([]storedPart, error) {
-	rows, err := tx.Query(ctx, `SELECT obligations, provider_objects, linked, findings, transitions, skipped, summary
+	rows, err := tx.Query(ctx, `SELECT account, obligations, provider_objects, linked, findings, transitions, skipped, summary
 		FROM reconcile.pass_parts WHERE run_id = $1 ORDER BY account`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("read the pass's parts: %w", err)
@@ -340,7 +373,7 @@ func readParts(ctx context.Context, tx pgx.Tx, runID string) ([]storedPart, erro
 		p     storedPart
 		raw   []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&p.counts.Obligations, &p.counts.ProviderObjects, &p.counts.Linked,
+	_, err = pgx.ForEachRow(rows, []any{&p.account, &p.counts.Obligations, &p.counts.ProviderObjects, &p.counts.Linked,
 		&p.findings, &p.transitions, &p.skipped, &raw}, func() error {
 		if err := json.Unmarshal(raw, &p.sum); err != nil {
 			return fmt.Errorf("decode a part's summary: %w", err)
@@ -355,42 +388,28 @@ func readParts(ctx context.Context, tx pgx.Tx, runID string) ([]storedPart, erro
 	return parts, nil
 }
 
-// heldAlerts are the alerts the parts of pass runID queued and hold, in
-// the order one Apply of the whole pass queues them: those about findings
-// the pass found, by reconcile.CompareFindings, then its resolutions, by
-// fingerprint (the ids break ties between a finding's own alerts).
-func heldAlerts(ctx context.Context, tx pgx.Tx, runID string) ([]outboxRow, error) {
-	rows, err := tx.Query(ctx, `SELECT id, fingerprint, event, changed, payload FROM reconcile.outbox
-		WHERE run_id = $1 AND sent_at IS NULL AND next_attempt_at = 'infinity' ORDER BY id`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("read the pass's alerts: %w", err)
-	}
+// passAlerts are the alerts the parts of a pass decided, in the order one
+// Apply of the whole pass queues them: those about findings the pass
+// found, by reconcile.CompareFindings, then its resolutions, by
+// fingerprint (a part's own order breaks ties between a finding's
+// alerts).
+func passAlerts(parts []storedPart) ([]outboxRow, error) {
 	type held struct {
-		id  int64
-		row outboxRow
-		f   reconcile.Finding
+		account string
+		a       partAlert
+		f       reconcile.Finding
 	}
-	var (
-		hs      []held
-		h       held
-		fp      *string
-		event   string
-		payload []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&h.id, &fp, &event, &h.row.changed, &payload}, func() error {
-		var j findingJSON
-		if err := json.Unmarshal(payload, &j); err != nil {
-			return fmt.Errorf("decode alert %d: %w", h.id, err)
+	var hs []held
+	for _, p := range parts {
+		for _, a := range p.sum.Alerts {
+			var j findingJSON
+			if err := json.Unmarshal(a.Payload, &j); err != nil {
+				return nil, fmt.Errorf("decode an alert of account %q: %w", p.account, err)
+			}
+			hs = append(hs, held{account: p.account, a: a, f: j.finding()})
 		}
-		h.row.fingerprint, h.row.event, h.row.payload, h.f = stringOf(fp), reconcile.AlertEvent(event), string(payload), j.finding()
-		hs = append(hs, h)
-		h = held{}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the pass's alerts: %w", err)
 	}
-	resolved := func(h held) bool { return h.row.event == reconcile.AlertResolved }
+	resolved := func(h held) bool { return h.a.Event == reconcile.AlertResolved }
 	slices.SortStableFunc(hs, func(a, b held) int {
 		ra, rb := resolved(a), resolved(b)
 		switch {
@@ -400,13 +419,13 @@ func heldAlerts(ctx context.Context, tx pgx.Tx, runID string) ([]outboxRow, erro
 			}
 			return -1
 		case ra:
-			return cmp.Or(strings.Compare(a.row.fingerprint, b.row.fingerprint), cmp.Compare(a.id, b.id))
+			return cmp.Or(strings.Compare(a.a.Fingerprint, b.a.Fingerprint), strings.Compare(a.account, b.account), cmp.Compare(a.a.Seq, b.a.Seq))
 		}
-		return cmp.Or(reconcile.CompareFindings(a.f, b.f), cmp.Compare(a.id, b.id))
+		return cmp.Or(reconcile.CompareFindings(a.f, b.f), strings.Compare(a.account, b.account), cmp.Compare(a.a.Seq, b.a.Seq))
 	})
 	out := make([]outboxRow, len(hs))
 	for i, h := range hs {
-		out[i] = h.row
+		out[i] = outboxRow{fingerprint: h.a.Fingerprint, event: h.a.Event, changed: h.a.Changed, payload: string(h.a.Payload)}
 	}
 	return out, nil
 }

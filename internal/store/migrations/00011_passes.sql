@@ -2,11 +2,11 @@
 -- however many jobs apply it: its runs row is written when it is planned,
 -- running, and completed or failed by its last job. Each account's
 -- match-and-apply job applies its conclusions in a transaction of its
--- own; what the run's summary adds up from them waits in pass_parts, and
--- the alerts they queue wait in the outbox, held (next_attempt_at
--- infinity), until the pass's last job puts the summary first and the
--- alerts in the order a one-process pass queues them. A failed pass
--- releases its held alerts: a finding applied is never left untold.
+-- own; what the run's summary adds up from them, and the alerts they
+-- decide, wait in pass_parts until the pass's last job queues the
+-- summary first and the alerts in the order a one-process pass queues
+-- them. A failed pass queues its applied parts' alerts: a finding applied
+-- is never left untold.
 
 -- +goose Up
 ALTER TABLE reconcile.runs DROP CONSTRAINT runs_status_check;
@@ -22,9 +22,9 @@ CREATE TABLE reconcile.pass_parts (
   findings         integer NOT NULL,
   transitions      integer NOT NULL,
   skipped          integer NOT NULL,
-  -- What the part adds to the run's summary: the kinds it opened,
-  -- changed and resolved, the findings whose money is at risk, and the
-  -- transitions it applied.
+  -- What the part adds to the run's summary (the kinds it opened,
+  -- changed and resolved, the findings whose money is at risk, the
+  -- unknown outcomes it confirmed) and the alerts it decided.
   summary          jsonb NOT NULL,
   PRIMARY KEY (run_id, account)
 );
