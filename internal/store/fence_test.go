@@ -30,6 +30,16 @@ func (e *env) killLock(l *Lock) {
 // first, i.e. the new holder got through without waiting.
 func (e *env) lockWaitsForRow(taken <-chan struct{}) bool {
 	e.tb.Helper()
+	return e.accountLockWaitsForRow("", taken)
+}
+
+// accountLockWaitsForRow is lockWaitsForRow for the run lock of account.
+func (e *env) accountLockWaitsForRow(account string, taken <-chan struct{}) bool {
+	e.tb.Helper()
+	app := "reconcile run lock"
+	if account != "" {
+		app += " " + account
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for {
@@ -40,8 +50,8 @@ func (e *env) lockWaitsForRow(taken <-chan struct{}) bool {
 		}
 		var waiting bool
 		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'reconcile run lock'
-				AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple'))`).Scan(&waiting)
+			WHERE datname = current_database() AND application_name = $1
+				AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple'))`, app).Scan(&waiting)
 		if err != nil {
 			e.tb.Fatalf("poll for the lock waiting on the epoch row: %v", err)
 		}
@@ -55,26 +65,29 @@ func (e *env) lockWaitsForRow(taken <-chan struct{}) bool {
 // takeLockAsync takes the run lock, waiting, in a goroutine: taken is
 // closed once Lock returned, with its result in *l and *err.
 func (e *env) takeLockAsync(l **Lock, err *error) (taken chan struct{}) {
+	return e.takeAccountLockAsync("", l, err)
+}
+
+// takeAccountLockAsync is takeLockAsync for the run lock of account.
+func (e *env) takeAccountLockAsync(account string, l **Lock, err *error) (taken chan struct{}) {
 	taken = make(chan struct{})
 	go func() {
 		defer close(taken)
-		*l, *err = e.s.Lock(context.Background(), true)
+		*l, *err = e.s.LockAccount(context.Background(), account, true)
 	}()
 	return taken
 }
 
-// Every fenced write of a holder whose lock was lost is refused, whether
-// another run took the lock since, or no one has yet, or (as a reused
-// backend pid would let it look) the session seems alive but the epoch
-// moved: the checks inside the write's own transaction refuse it, without
-// Held being asked.
-func TestFenceRefusesStaleHolder(t *testing.T) {
-	t.Parallel()
-	now := t0()
-	writes := []struct {
-		name  string
-		write func(ctx context.Context, e *env) error
-	}{
+// fencedWrite is one of the store's fenced writes, made with ctx.
+type fencedWrite struct {
+	name  string
+	write func(ctx context.Context, e *env) error
+}
+
+// fencedWrites are every write of the store that WithFence fences, each
+// as a pass makes it (see fenceTestEnv for the rows they need).
+func fencedWrites(now time.Time) []fencedWrite {
+	return []fencedWrite{
 		{"Apply", func(ctx context.Context, e *env) error {
 			o := unknownRefund("refund:1")
 			res := resultOf([]reconcile.Finding{newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1", "re_1b")},
@@ -111,6 +124,30 @@ func TestFenceRefusesStaleHolder(t *testing.T) {
 			return err
 		}},
 	}
+}
+
+// fenceTestEnv is a new database with what fencedWrites need: an
+// obligation for Apply to mark, two unsent alerts for MarkSending to claim.
+func fenceTestEnv(t *testing.T, now time.Time) *env {
+	t.Helper()
+	e := newEnv(t, nil)
+	pgtest.InsertObligations(t, e.pool, unknownRefund("refund:1"))
+	if _, err := e.s.Apply(t.Context(), testRun("run-0", now.Add(-time.Hour)),
+		resultOf([]reconcile.Finding{newFinding(reconcile.StaleLease, "refund:9", "", 0)}, nil), now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// Every fenced write of a holder whose lock was lost is refused, whether
+// another run took the lock since, or no one has yet, or (as a reused
+// backend pid would let it look) the session seems alive but the epoch
+// moved: the checks inside the write's own transaction refuse it, without
+// Held being asked.
+func TestFenceRefusesStaleHolder(t *testing.T) {
+	t.Parallel()
+	now := t0()
+	writes := fencedWrites(now)
 	losses := []struct {
 		name string
 		// lose makes stale's lock lost; it returns the lock taken since,
@@ -138,13 +175,7 @@ func TestFenceRefusesStaleHolder(t *testing.T) {
 		for _, w := range writes {
 			t.Run(loss.name+"/"+w.name, func(t *testing.T) {
 				t.Parallel()
-				e := newEnv(t, nil)
-				pgtest.InsertObligations(t, e.pool, unknownRefund("refund:1"))
-				// Two unsent alerts for MarkSending to claim.
-				if _, err := e.s.Apply(t.Context(), testRun("run-0", now.Add(-time.Hour)),
-					resultOf([]reconcile.Finding{newFinding(reconcile.StaleLease, "refund:9", "", 0)}, nil), now.Add(-time.Hour)); err != nil {
-					t.Fatal(err)
-				}
+				e := fenceTestEnv(t, now)
 				stale, err := e.s.Lock(t.Context(), false)
 				if err != nil {
 					t.Fatal(err)

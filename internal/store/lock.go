@@ -121,8 +121,9 @@ func (s *Store) LockAccount(ctx context.Context, account string, wait bool) (*Lo
 // in pg_locks as two oids, which they compute from a key that is not
 // negative), and moved off the keys of the platform's lock and of migrate
 // in the unlikely case it falls on one. Two accounts whose keys collide
-// exclude each other, which costs waiting and nothing else: each lock
-// still has its own epoch.
+// (a chance of about n²/2⁶⁴ among n accounts) exclude each other, which
+// costs waiting, forever for one process taking both with wait, and
+// nothing else: each lock still has its own epoch.
 func lockKey(account string) int64 {
 	if account == "" {
 		return runLockKey
