@@ -355,7 +355,7 @@ func TestMigrateAddsAccountLocks(t *testing.T) {
 	if err := createSchema(t.Context(), db); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(t.Context(), 10); err != nil {
+	if _, err := p.UpTo(t.Context(), 11); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -364,14 +364,14 @@ func TestMigrateAddsAccountLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.CheckSchema(t.Context()); !errors.Is(err, ErrSchemaOutdated) {
-		t.Errorf("CheckSchema at version 10 = %v, want ErrSchemaOutdated", err)
+		t.Errorf("CheckSchema at version 11 = %v, want ErrSchemaOutdated", err)
 	}
 	rep, err := Up(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Applied) == 0 || rep.Applied[0] != "00011_account_locks.sql" {
-		t.Errorf("Up on version 10 applied %v, want the account locks first", rep.Applied)
+	if len(rep.Applied) == 0 || rep.Applied[0] != "00012_account_locks.sql" {
+		t.Errorf("Up on version 11 applied %v, want the account locks first", rep.Applied)
 	}
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Errorf("CheckSchema after Up: %v", err)
