@@ -60,7 +60,16 @@ func TestReadmeKubernetesManifests(t *testing.T) {
 			var d appsv1.Deployment
 			strict(t, doc, &d)
 			c := d.Spec.Template.Spec.Containers[0]
-			if len(c.Args) == 0 || c.Args[0] != "serve" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/healthz" {
+			switch {
+			case len(c.Args) > 0 && c.Args[0] == "worker":
+				// A worker lets its running jobs finish for 20s on
+				// SIGTERM (queue.DefaultStopTimeout): the pod must wait
+				// longer before it is killed.
+				if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
+					t.Errorf("the workers' Deployment gives them %v seconds to stop, want more than 30", g)
+				}
+				kinds["worker Deployment"]++
+			case len(c.Args) == 0 || c.Args[0] != "serve" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/healthz":
 				t.Errorf("the Deployment runs %q with readiness %+v, want serve probed on /healthz", c.Args, c.ReadinessProbe)
 			}
 			nonRoot(t, head.Kind, d.Spec.Template.Spec.SecurityContext)
@@ -68,9 +77,9 @@ func TestReadmeKubernetesManifests(t *testing.T) {
 			t.Errorf("README shows a %s %s this test does not check", head.APIVersion, head.Kind)
 		}
 	}
-	for _, k := range []string{"CronJob", "Job", "Deployment"} {
-		if kinds[k] != 1 {
-			t.Errorf("README shows %d %s manifests, want 1", kinds[k], k)
+	for k, n := range map[string]int{"CronJob": 1, "Job": 1, "Deployment": 2, "worker Deployment": 1} {
+		if kinds[k] != n {
+			t.Errorf("README shows %d %s manifests, want %d", kinds[k], k, n)
 		}
 	}
 }

@@ -83,8 +83,45 @@ func newWorkerRole(t *testing.T, admin *pgxpool.Pool, dbURL, grants string) stri
 // reindexer is off, since REINDEX needs ownership the role lacks.
 func TestLeastPrivilegeFanIn(t *testing.T) {
 	t.Parallel()
+	fanInAs(t, docGrants(t)+"\nGRANT SELECT ON reconcile.goose_db_version TO worker;")
+}
+
+// readmeGrants are README.md's grants for a pass (its block granting on
+// schema reconcile) and for the workers (its block granting DELETE on
+// River's tables), for a role named worker.
+func readmeGrants(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, block := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+		if strings.Contains(block[1], "ON ALL TABLES IN SCHEMA reconcile") || strings.Contains(block[1], "ON reconcile.river_job") {
+			for _, l := range strings.Split(block[1], "\n") {
+				if strings.HasPrefix(l, "GRANT") && !strings.Contains(l, " ON obligations ") {
+					out = append(out, strings.ReplaceAll(l, "reconciler", "worker"))
+				}
+			}
+		}
+	}
+	if len(out) < 4 {
+		t.Fatalf("README.md grants %q; want the pass's grants on schema reconcile and the workers' on River's tables", out)
+	}
+	return strings.Join(out, "\n")
+}
+
+// The grants README.md tells a platform to give the workers' role are
+// enough for a fan-in and River's maintenance.
+func TestReadmeGrantsRunWorkers(t *testing.T) {
+	t.Parallel()
+	fanInAs(t, readmeGrants(t))
+}
+
+// fanInAs runs TestLeastPrivilegeFanIn's fan-in as a role holding grants.
+func fanInAs(t *testing.T, grants string) {
 	admin, adminURL := migrated(t)
-	workerURL := newWorkerRole(t, admin, adminURL, docGrants(t)+"\nGRANT SELECT ON reconcile.goose_db_version TO worker;")
+	workerURL := newWorkerRole(t, admin, adminURL, grants)
 	pool := newPool(t, workerURL)
 
 	const n = 6
