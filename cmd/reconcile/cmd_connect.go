@@ -94,8 +94,22 @@ func checkStripe(ctx context.Context, cfg config.Config, log *slog.Logger) (stri
 	if err != nil {
 		return "", fmt.Errorf("list 1 charge: %w", err)
 	}
-	return fmt.Sprintf("STRIPE_API_BASE %s answered a list of charges (%d read) with the key (%s)",
-		redact.URL(cfg.Env.StripeAPIBase, false), n, keyKind(cfg.Env.StripeAPIKey.Reveal())), nil
+	msg := fmt.Sprintf("STRIPE_API_BASE %s answered a list of charges (%d read) with the key (%s)",
+		redact.URL(cfg.Env.StripeAPIBase, false), n, keyKind(cfg.Env.StripeAPIKey.Reveal()))
+	if want := cfg.Stripe.Accounts; len(want) > 0 {
+		// The connected accounts a run reads, listed as a run lists
+		// them (docs/design.md, "Accounts").
+		listed, err := s.Accounts(ctx)
+		if err != nil {
+			return "", fmt.Errorf("list the connected accounts: %w", err)
+		}
+		picked, err := pickAccounts(want, listed)
+		if err != nil {
+			return "", err
+		}
+		msg += fmt.Sprintf("; it reaches the %d connected account(s) stripe.accounts names", len(picked))
+	}
+	return msg, nil
 }
 
 // checkSlack asks auth.test; it posts nothing.

@@ -247,3 +247,31 @@ func TestConfigCheckRefuses(t *testing.T) {
 		}
 	}
 }
+
+// With stripe.accounts, the check lists the connected accounts as a run
+// lists them, and names an account the key cannot reach.
+func TestConfigCheckConnectAccounts(t *testing.T) {
+	e := newEnv(t)
+	if err := e.stripe.AddAccount(stripesim.Account{ID: "acct_1Shop", DisplayName: "Shop"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "reconcile.yaml")
+	for _, tt := range []struct {
+		accounts string
+		code     int
+		want     string
+	}{
+		{"all", 0, "ok   stripe: STRIPE_API_BASE http://127.0.0.1:"},
+		{"[acct_1Shop]", 0, "it reaches the 1 connected account(s) stripe.accounts names"},
+		{"[acct_1Shop, acct_2Gone]", 1, "FAIL stripe: stripe.accounts names acct_2Gone, which /v1/accounts does not list: the key cannot reach it"},
+	} {
+		writeConfig(t, path, "stripe:\n  accounts: "+tt.accounts+"\nobligations:\n  columns:\n    account: stripe_account\n")
+		code, stdout, stderr := e.run("config", "check", "--connect", "--config", path)
+		if code != tt.code || !strings.Contains(stdout, tt.want) {
+			t.Errorf("accounts %s: exit %d, stdout:\n%s\nstderr: %s\nwant exit %d and %q", tt.accounts, code, stdout, stderr, tt.code, tt.want)
+		}
+	}
+}
