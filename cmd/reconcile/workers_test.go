@@ -180,17 +180,7 @@ alerts:
 	}
 	newSide := func() side {
 		pool, url := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
-		if _, err := pool.Exec(t.Context(), `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
-			t.Fatal(err)
-		}
-		pgtest.InsertObligations(t, pool, p.Obligations...)
-		for _, o := range p.Obligations {
-			if o.Account != "" {
-				if _, err := pool.Exec(t.Context(), `UPDATE obligations SET stripe_account = $1 WHERE id = $2`, o.Account, o.ID); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		pgtest.InsertAccountObligations(t, pool, "stripe_account", p.Obligations...)
 		sl := slacktest.New(testSlackTok)
 		slackURL, stopSlack, err := sl.Start()
 		if err != nil {

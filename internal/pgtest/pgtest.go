@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
@@ -385,5 +386,31 @@ func InsertObligations(tb testing.TB, pool interface {
 	}
 	if err := pool.SendBatch(context.Background(), batch).Close(); err != nil {
 		tb.Fatalf("pgtest: insert obligations: %v", err)
+	}
+}
+
+// InsertAccountObligations adds the column column to the reference
+// obligations table, naming each obligation's Stripe connected account
+// (obligations.columns.account), and inserts obs with their accounts: a
+// platform's obligations table (docs/design.md, "Accounts").
+func InsertAccountObligations(tb testing.TB, pool interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, column string, obs ...reconcile.Obligation) {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN `+pgx.Identifier{column}.Sanitize()+` text`); err != nil {
+		tb.Fatalf("add the account column: %v", err)
+	}
+	InsertObligations(tb, pool, obs...)
+	var ids, accounts []string
+	for _, o := range obs {
+		if o.Account != "" {
+			ids, accounts = append(ids, o.ID), append(accounts, o.Account)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE obligations o SET `+pgx.Identifier{column}.Sanitize()+` = u.account
+		FROM unnest($1::text[], $2::text[]) AS u(id, account) WHERE o.id = u.id`, ids, accounts); err != nil {
+		tb.Fatalf("set the obligations' accounts: %v", err)
 	}
 }

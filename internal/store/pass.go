@@ -163,16 +163,8 @@ func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, account string
 // stagePart keeps what a part's apply adds to its pass in pass_parts:
 // the summary's figures, its alerts and its counts.
 func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, out *Applied, now time.Time) error {
-	var sum partSummary
-	if len(p.newKinds) > 0 {
-		sum.New = p.newKinds
-	}
-	if len(p.changedKinds) > 0 {
-		sum.Changed = p.changedKinds
-	}
-	if len(p.resolvedKinds) > 0 {
-		sum.Resolved = p.resolvedKinds
-	}
+	// Empty maps are left out of the JSON as nil ones are.
+	sum := partSummary{New: p.newKinds, Changed: p.changedKinds, Resolved: p.resolvedKinds}
 	for _, f := range p.atRisk {
 		sum.AtRisk = append(sum.AtRisk, partRisk{Kind: f.Kind, PaidOut: f.PaidOut, AtRisk: f.AtRisk})
 	}

@@ -64,18 +64,7 @@ type reconciler struct {
 func newReconciler(t testing.TB, p *platform) *reconciler {
 	t.Helper()
 	pool, _ := pgtest.NewMigrated(t, store.SchemaDigest(), store.Migrate)
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.InsertObligations(t, pool, p.Obligations...)
-	for _, o := range p.Obligations {
-		if o.Account != "" {
-			if _, err := pool.Exec(ctx, `UPDATE obligations SET stripe_account = $1 WHERE id = $2`, o.Account, o.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	pgtest.InsertAccountObligations(t, pool, "stripe_account", p.Obligations...)
 	st, err := store.New(pool, store.OptionsFrom(config.Default()))
 	if err != nil {
 		t.Fatal(err)
