@@ -1,4 +1,4 @@
--- Stripe Connect accounts (issue 17). A pass reads the platform's own
+-- Stripe Connect accounts. A pass reads the platform's own
 -- account and its connected accounts, and Stripe's ids are unique only
 -- within an account: the mirror's objects, keys and cursors are keyed by
 -- (account, id), and each finding says its account. The platform's

@@ -1,4 +1,4 @@
--- The fencing epochs of the connected accounts' run locks (issue 17). A
+-- The fencing epochs of the connected accounts' run locks. A
 -- pass run as jobs has one match-and-apply job per account, which holds
 -- the run lock of its account alone: an advisory lock of its own per
 -- connected account (store.LockAccount), fenced as the platform's is
