@@ -106,6 +106,10 @@ func enqueue(ctx context.Context, d *deps, cfg config.Config, r *runner.Runner, 
 // one-process pass prints (report.New, report.WriteText).
 func awaitPass(ctx context.Context, d *deps, runID string) (*runner.Outcome, error) {
 	for {
+		// A pass none of whose jobs is left is failed here (RunningPass).
+		if _, _, err := d.store.RunningPass(ctx); err != nil {
+			return nil, failed(err)
+		}
 		p, err := d.store.PassResult(ctx, runID)
 		if err != nil {
 			return nil, failed(err)

@@ -84,33 +84,6 @@ func (r *Runner) accounts(ctx context.Context, only []string) ([]reconcile.Accou
 	return append(all, connected...), nil
 }
 
-// lockAccounts takes the run lock of every connected account of
-// accounts, in order, when the store keeps one per account; it returns
-// those it took, to release, even when it fails.
-func (r *Runner) lockAccounts(ctx context.Context, accounts []reconcile.Account, wait bool) ([]*store.Lock, error) {
-	ps, ok := r.Store.(interface {
-		LockAccount(ctx context.Context, account string, wait bool) (*store.Lock, error)
-	})
-	if !ok {
-		return nil, nil
-	}
-	var held []*store.Lock
-	for _, a := range accounts {
-		if a.Platform() {
-			continue
-		}
-		l, err := ps.LockAccount(ctx, a.ID, wait)
-		if errors.Is(err, store.ErrLocked) {
-			return held, fmt.Errorf("%w: account %s", ErrLocked, a.Label())
-		}
-		if err != nil {
-			return held, err
-		}
-		held = append(held, l)
-	}
-	return held, nil
-}
-
 // noPassRunning refuses a one-process pass while a pass run as jobs is
 // running: their alerts and summaries would interleave (docs/design.md,
 // "Passes as jobs").
@@ -129,17 +102,6 @@ func (r *Runner) noPassRunning(ctx context.Context) error {
 		return fmt.Errorf("%w: the workers are running pass %s", ErrLocked, id)
 	}
 	return nil
-}
-
-// releaseAll releases locks, even when ctx was cancelled.
-func releaseAll(ctx context.Context, log *slog.Logger, locks []*store.Lock) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	for _, l := range locks {
-		if err := l.Release(rctx); err != nil {
-			log.Warn("release run lock", "account", l.Account(), "error", err)
-		}
-	}
 }
 
 // part returns a's share of a pass: the runner with a's readers when the

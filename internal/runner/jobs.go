@@ -142,17 +142,18 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 		return nil, p.failed(err)
 	}
 	out := p.out
-	if !a.Platform() {
-		if err := r.saveAccounts(ctx, log, lock, run.ID, []reconcile.Account{{}, a}, now); err != nil {
-			return nil, p.failed(err)
-		}
-	}
 	part := run
 	part.Counts = out.Result.Counts
 	applied, err := ps.ApplyPart(ctx, part, a.ID, acrossAccounts(a.ID, out.Result.Conclusions), now, then)
 	clock.mark("apply")
 	if err != nil {
 		return nil, p.failed(fmt.Errorf("apply: %w", err))
+	}
+	if !a.Platform() {
+		// After the apply, as Run keeps them.
+		if err := r.saveAccounts(ctx, log, lock, run.ID, []reconcile.Account{{}, a}, now); err != nil {
+			return nil, p.failed(err)
+		}
 	}
 	out.Applied, out.Transitions, out.Phases = applied, applied.Transitions, clock.phases
 	out.Accounts = []AccountShare{{Account: a, Counts: out.Result.Counts, Findings: len(out.Result.Findings)}}

@@ -245,15 +245,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (_ *Outcome, runErr error
 		return nil, err
 	}
 	if lock != nil {
-		// Each connected account's run lock too, so that no pass run as
-		// jobs applies one of them meanwhile; every write proves them all
-		// (docs/design.md, "Runs and the lock").
-		held, err := r.lockAccounts(ctx, accounts, req.Wait)
-		defer releaseAll(ctx, log, held)
-		if err != nil {
-			return nil, err
-		}
-		ctx = store.WithFence(ctx, append([]*store.Lock{lock}, held...)...)
+		// No pass runs as jobs meanwhile: none is running now, and none
+		// can begin while this pass holds the platform's run lock
+		// (docs/design.md, "Passes as jobs").
 		if err := r.noPassRunning(ctx); err != nil {
 			return nil, err
 		}

@@ -218,6 +218,13 @@ func sortedIDs(ids []string) []string {
 // apply is one attempt of Apply's transaction.
 func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Time) (Applied, error) {
 	var out Applied
+	if in.part != nil {
+		// A part of a pass that ended (failed) applies nothing: FailPass
+		// told what was applied before it, and nothing after it would be.
+		if err := stillRunning(ctx, tx, in.run.ID); err != nil {
+			return out, err
+		}
+	}
 	// Read first: the snapshot every later decision is taken against.
 	stored, err := readFindings(ctx, tx, in.findings)
 	if err != nil {

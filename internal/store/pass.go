@@ -26,6 +26,28 @@ import (
 // where the job completes itself: a step and its job's completion commit
 // or roll back together.
 
+// ErrPassEnded is returned (wrapped) by ApplyPart for a pass no longer
+// running: it failed, and nothing more of it is applied.
+var ErrPassEnded = errors.New("the pass is no longer running")
+
+// stillRunning holds pass runID's row FOR SHARE until tx ends, so that
+// FailPass (FOR UPDATE) waits for this transaction or this transaction
+// for it, and fails with ErrPassEnded unless the pass is running.
+func stillRunning(ctx context.Context, tx pgx.Tx, runID string) error {
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM reconcile.runs WHERE id = $1 FOR SHARE`, runID).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("pass %s: no such run: %w", runID, ErrPassEnded)
+	}
+	if err != nil {
+		return err
+	}
+	if status != string(reconcile.RunRunning) {
+		return fmt.Errorf("pass %s is %s: %w", runID, status, ErrPassEnded)
+	}
+	return nil
+}
+
 // ErrPassRunning is returned by BeginPass while another pass is running:
 // passes run one at a time, as one-process runs do.
 var ErrPassRunning = errors.New("another pass is running")
@@ -78,16 +100,27 @@ type partRisk struct {
 // RunningPass is the id of the pass run as jobs that is running, if any:
 // a one-process pass does not run beside it (docs/design.md, "Passes as
 // jobs").
+//
+// A running pass none of whose jobs is left to run is failed first
+// (reapPasses).
 func (s *Store) RunningPass(ctx context.Context) (string, bool, error) {
 	var id string
-	err := s.pool.QueryRow(ctx, `SELECT id FROM reconcile.runs WHERE status = 'running' ORDER BY started_at LIMIT 1`).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
+	found := false
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := reapPasses(ctx, tx, time.Now().UTC()); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `SELECT id FROM reconcile.runs WHERE status = 'running' ORDER BY started_at LIMIT 1`).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
 	if err != nil {
 		return "", false, fmt.Errorf("look for a running pass: %w", err)
 	}
-	return id, true, nil
+	return id, found, nil
 }
 
 // PassAccount is one account a pass run as jobs reads, and the coverage
@@ -102,6 +135,18 @@ type PassAccount struct {
 // jobs. It fails with ErrPassRunning while another pass is running.
 func (s *Store) BeginPass(ctx context.Context, tx pgx.Tx, run reconcile.Run, accounts []PassAccount) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, passLockKey); err != nil {
+		return fmt.Errorf("begin pass %s: %w", run.ID, err)
+	}
+	// Not while a one-process pass (or the last pass's drain) holds the
+	// platform's run lock: a pass as jobs never interleaves with one.
+	var free bool
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, runLockKey).Scan(&free); err != nil {
+		return fmt.Errorf("begin pass %s: %w", run.ID, err)
+	}
+	if !free {
+		return fmt.Errorf("begin pass %s: %w (a one-process run, or the last pass's drain, holds the platform's run lock)", run.ID, ErrLocked)
+	}
+	if err := reapPasses(ctx, tx, run.Started); err != nil {
 		return fmt.Errorf("begin pass %s: %w", run.ID, err)
 	}
 	var other string
@@ -292,26 +337,8 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 		cause = cause[:maxCause] + "…"
 	}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		_, running, err := runningPass(ctx, tx, runID)
-		if err != nil {
+		if err := failPass(ctx, tx, runID, cause, finished); err != nil {
 			return err
-		}
-		if running {
-			if _, err := tx.Exec(ctx, `UPDATE reconcile.runs SET status = 'failed', error = $2, finished_at = $3 WHERE id = $1`,
-				runID, cause, finished); err != nil {
-				return err
-			}
-			parts, err := readParts(ctx, tx, runID)
-			if err != nil {
-				return err
-			}
-			rows, err := passAlerts(parts)
-			if err != nil {
-				return err
-			}
-			if err := insertAlerts(ctx, tx, rows, runID, finished); err != nil {
-				return err
-			}
 		}
 		if then != nil {
 			return then(ctx, tx)
@@ -320,6 +347,53 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 	})
 	if err != nil {
 		return fmt.Errorf("fail pass %s: %w", runID, err)
+	}
+	return nil
+}
+
+// failPass is FailPass's work, in tx.
+func failPass(ctx context.Context, tx pgx.Tx, runID, cause string, finished time.Time) error {
+	_, running, err := runningPass(ctx, tx, runID)
+	if err != nil || !running {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE reconcile.runs SET status = 'failed', error = $2, finished_at = $3 WHERE id = $1`,
+		runID, cause, finished); err != nil {
+		return err
+	}
+	parts, err := readParts(ctx, tx, runID)
+	if err != nil {
+		return err
+	}
+	rows, err := passAlerts(parts)
+	if err != nil {
+		return err
+	}
+	return insertAlerts(ctx, tx, rows, runID, finished)
+}
+
+// reapPasses fails, in tx, every running pass none of whose jobs is left
+// to run: River discarded or cancelled the last of them without its
+// worker failing the pass (a job whose worker died on its last attempt
+// is discarded by the rescuer unworked). Every stage of a live pass has a
+// job waiting or running, since each stage's jobs are inserted in the
+// transaction that completes the last of the stage before, so such a
+// pass can never end otherwise (docs/design.md, "Passes as jobs").
+func reapPasses(ctx context.Context, tx pgx.Tx, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT r.id FROM reconcile.runs r WHERE r.status = 'running'
+		AND NOT EXISTS (SELECT 1 FROM reconcile.river_job j WHERE j.args->'pass'->>'id' = r.id
+			AND j.state NOT IN ('completed', 'discarded', 'cancelled'))`)
+	if err != nil {
+		return fmt.Errorf("look for passes whose jobs all ended: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("look for passes whose jobs all ended: %w", err)
+	}
+	for _, id := range ids {
+		if err := failPass(ctx, tx, id, "its jobs ended without finishing it: a job was discarded or cancelled (see reconcile.river_job)", now); err != nil {
+			return fmt.Errorf("fail pass %s: %w", id, err)
+		}
 	}
 	return nil
 }

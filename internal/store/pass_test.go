@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,7 +204,8 @@ func TestPassInPartsEqualsOneApply(t *testing.T) {
 
 // While a pass runs, another cannot begin; a failed pass releases the
 // alerts its applied parts held, so that their findings are told, and
-// queues no summary.
+// queues no summary, and applies nothing more; a running pass none of
+// whose jobs is left is failed when the next looks for one.
 func TestFailedPassReleasesItsAlerts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -211,8 +213,16 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 	now := t0()
 	run := testRun("run-f", now)
 	run.Status, run.Finished = reconcile.RunRunning, time.Time{}
+	// A pass always has a job to run until it ends: one River job here.
 	begin := func(r reconcile.Run) error {
-		return pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return e.s.BeginPass(ctx, tx, r, nil) })
+		return pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if err := e.s.BeginPass(ctx, tx, r, nil); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO reconcile.river_job (args, kind, max_attempts, queue, state)
+				VALUES (jsonb_build_object('pass', jsonb_build_object('id', $1::text)), 'reconcile_apply', 5, 'apply', 'available')`, r.ID)
+			return err
+		})
 	}
 	if err := begin(run); err != nil {
 		t.Fatal(err)
@@ -243,7 +253,25 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 	if got := e.runRow(run.ID); got[:len("failed")] != "failed" {
 		t.Errorf("run row %q; want failed", got)
 	}
+	late := accountPart("acct_2", []reconcile.Finding{newFinding(reconcile.Duplicate, "refund:a2", "", 8900, "re_c", "re_d")}, nil)
+	if _, err := e.s.ApplyPart(ctx, run, "acct_2", late, now, nil); !errors.Is(err, ErrPassEnded) {
+		t.Errorf("a part applied after its pass failed: %v; want ErrPassEnded", err)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.findings WHERE account = 'acct_2'`); n != 0 {
+		t.Errorf("%d findings of the late part stored", n)
+	}
 	if err := begin(other); err != nil {
 		t.Errorf("a pass could not begin after the failed one ended: %v", err)
+	}
+	// River discards run-g's last job unworked (its worker died on its
+	// last attempt): run-g can never end, so the next look fails it.
+	e.exec(`UPDATE reconcile.river_job SET state = 'discarded', finalized_at = now() WHERE args->'pass'->>'id' = 'run-g'`)
+	if id, running, err := e.s.RunningPass(ctx); err != nil || running {
+		t.Errorf("RunningPass = %q, %t, %v; want run-g failed, none running", id, running, err)
+	}
+	var cause string
+	if err := e.pool.QueryRow(ctx, `SELECT status || ': ' || error FROM reconcile.runs WHERE id = 'run-g'`).Scan(&cause); err != nil ||
+		!strings.HasPrefix(cause, "failed: its jobs ended without finishing it") {
+		t.Errorf("run-g: %q, %v", cause, err)
 	}
 }

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"reconcile"
+
 	"context"
 	"net/http"
 	"time"
@@ -61,11 +63,16 @@ func (s *server) figures(ctx context.Context, reg *prometheus.Registry) error {
 	if err != nil {
 		return err
 	}
-	runs, err := s.store.LastRuns(ctx, 1)
+	runs, err := s.store.LastRuns(ctx, 2)
 	if err != nil {
 		return err
 	}
 	figures.Register(reg)
+	// The last run that ended, as healthz tells it: a pass the workers
+	// are still running has no status yet.
+	if len(runs) > 0 && runs[0].Status == reconcile.RunRunning {
+		runs = runs[1:]
+	}
 	if len(runs) == 0 {
 		return nil
 	}

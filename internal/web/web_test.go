@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
@@ -547,6 +548,21 @@ func TestHealthz(t *testing.T) {
 	clock = now.Add(25 * time.Hour)
 	if code, body := probe(); code != http.StatusOK || !strings.Contains(body, "run-ok") {
 		t.Errorf("healthz 25h after a completed run = %d %q, want 200 naming it", code, body)
+	}
+	// A pass the workers are still running says nothing of health yet.
+	pass := reconcile.Run{ID: "run-jobs", Trigger: reconcile.TriggerCron, Window: run.Window, Started: now.Add(time.Minute), Status: reconcile.RunRunning}
+	if err := pgx.BeginTxFunc(t.Context(), pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := s.BeginPass(t.Context(), tx, pass, nil); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `INSERT INTO reconcile.river_job (args, kind, max_attempts, queue, state)
+			VALUES ('{"pass": {"id": "run-jobs"}}', 'reconcile_fetch', 5, 'fetch', 'available')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := probe(); code != http.StatusOK || !strings.Contains(body, "run-ok") {
+		t.Errorf("healthz while a pass runs as jobs = %d %q, want 200 naming the last completed run", code, body)
 	}
 	clock = now.Add(27 * time.Hour)
 	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "serve.max_run_age") {

@@ -153,10 +153,21 @@ func stageOpts(stage string) *river.InsertOpts {
 // the run says why rather than staying running; its error is River's to
 // record either way.
 func failing(ctx context.Context, d Deps, job *rivertype.JobRow, pass Pass, err error) error {
-	if err == nil || errors.Is(err, queue.ErrNotRunning) || job.Attempt < job.MaxAttempts {
+	switch {
+	case err == nil || errors.Is(err, queue.ErrNotRunning):
+		return err
+	case errors.Is(err, store.ErrPassEnded):
+		// Its pass failed meanwhile: nothing more of it is done.
+		return river.JobCancel(err)
+	case job.Attempt < job.MaxAttempts:
 		return err
 	}
-	if ferr := d.Store.FailPass(context.WithoutCancel(ctx), pass.ID, err.Error(), d.Now().UTC(), nil); ferr != nil {
+	ctx = context.WithoutCancel(ctx)
+	if ferr := d.Store.FailPass(ctx, pass.ID, err.Error(), d.Now().UTC(), func(ctx context.Context, tx pgx.Tx) error {
+		// The alerts of the parts applied before it failed go out now.
+		_, err := river.ClientFromContext[pgx.Tx](ctx).InsertTx(ctx, tx, DrainArgs{Pass: pass}, queue.DrainOpts())
+		return err
+	}); ferr != nil {
 		d.Logger.Error("fail the pass", "run_id", pass.ID, "error", ferr)
 	}
 	d.Logger.Error("pass failed", "run_id", pass.ID, "error", err)
@@ -219,16 +230,12 @@ type drainWorker struct {
 	d Deps
 }
 
-// Timeout lets a drain take as long as Slack's pace makes it: its own
-// limits (alerts.max_messages, retries, timeouts) bound it.
-func (w *drainWorker) Timeout(*river.Job[DrainArgs]) time.Duration { return -1 }
-
 // Work finishes the pass as one run, then delivers the alerts under the
-// platform's run lock, as a one-process pass delivers them (so that a
-// drain River hands on while this one still posts waits for it, and a
-// one-process run's drain never posts beside it): a drain that cannot
-// reach Slack leaves them in the outbox for the next (docs/design.md,
-// "Alert lifecycle").
+// platform's run lock, as a one-process pass delivers them, so that no
+// other drain or run posts beside it. A drain stopped by its job timeout
+// or its worker's death leaves the rest in the outbox, which its rescued
+// retry (or the next pass) sends; one that cannot reach Slack leaves
+// them for the next (docs/design.md, "Alert lifecycle").
 func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error {
 	p := job.Args.Pass
 	if _, _, err := w.d.Store.FinishPass(ctx, p.ID, w.d.Now().UTC(), nil); err != nil {
