@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"reconcile"
+	"reconcile/internal/alerts"
 	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/queue"
@@ -116,7 +117,12 @@ func awaitPass(ctx context.Context, d *deps, runID string) (*runner.Outcome, err
 		}
 		switch {
 		case p.Run.Status == reconcile.RunCompleted && p.Drained:
-			out := &runner.Outcome{Run: p.Run, Transitions: p.Transitions}
+			out := &runner.Outcome{Run: p.Run, Transitions: p.Transitions, Covered: p.Report.Covered, EventsFrom: p.Report.EventsFrom,
+				Context: p.Report.Context, Partial: p.Report.Partial, Unmapped: p.Report.Unmapped}
+			out.Applied.Skipped, out.Applied.Transitions = p.Skipped, p.Transitions
+			if p.AlertsError != "" {
+				out.AlertErr = fmt.Errorf("%w: %s", alerts.ErrPermanent, p.AlertsError)
+			}
 			out.Result = matcher.Result{Conclusions: reconcile.Conclusions{Findings: p.Findings, Transitions: p.Transitions, Counts: p.Run.Counts}}
 			for _, a := range p.Accounts {
 				out.Accounts = append(out.Accounts, runner.AccountShare{Account: a.Account, Counts: a.Counts, Findings: a.Findings})

@@ -251,7 +251,6 @@ alerts:
 		if err := json.Unmarshal(stamps.ReplaceAll(norm.ReplaceAll(b, []byte("RUN")), []byte(`$1"X"`)), &m); err != nil {
 			t.Fatalf("report: %v\n%s", err, b)
 		}
-		delete(m, "coverage") // what a one-process pass read; the jobs' parts report theirs apart
 		return m
 	}
 	if diff := cmp.Diff(clean(oneOut.Bytes()), clean(enqOut.Bytes())); diff != "" {

@@ -24,10 +24,12 @@ import (
 
 // PartStore is the store of a pass run as jobs (store.Store is one).
 type PartStore interface {
-	ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, now time.Time,
+	ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, rep store.PartReport, now time.Time,
 		then func(ctx context.Context, tx pgx.Tx) error) (store.Applied, error)
 	LockAccount(ctx context.Context, account string, wait bool) (*store.Lock, error)
 }
+
+var _ PartStore = (*store.Store)(nil)
 
 // Slice is one fetch job's work: the provider's records of one account
 // created in Window.
@@ -144,7 +146,8 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	out := p.out
 	part := run
 	part.Counts = out.Result.Counts
-	applied, err := ps.ApplyPart(ctx, part, a.ID, acrossAccounts(a.ID, out.Result.Conclusions), now, then)
+	rep := store.PartReport{Covered: out.Covered, EventsFrom: out.EventsFrom, Context: out.Context, Partial: out.Partial, Unmapped: out.Unmapped}
+	applied, err := ps.ApplyPart(ctx, part, a.ID, acrossAccounts(a.ID, out.Result.Conclusions), rep, now, then)
 	clock.mark("apply")
 	if err != nil {
 		return nil, p.failed(fmt.Errorf("apply: %w", err))

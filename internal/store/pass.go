@@ -58,6 +58,7 @@ const passLockKey int64 = 0x7265636f_70617373 // "recopass"
 // passPart is one account's share of a pass run as jobs.
 type passPart struct {
 	account string
+	report  PartReport
 	then    func(ctx context.Context, tx pgx.Tx) error
 }
 
@@ -74,6 +75,8 @@ type partSummary struct {
 	Confirmed []partConfirmed `json:"confirmed,omitempty"`
 	// Alerts are the alerts the part decided, in its order.
 	Alerts []partAlert `json:"alerts,omitempty"`
+	// Report is what the part read, and the findings it found.
+	Report PartReport `json:"report"`
 }
 
 // partAlert is an alert a part decided, kept with the part until the
@@ -193,6 +196,25 @@ func (s *Store) PassAccounts(ctx context.Context, tx pgx.Tx, runID string) ([]Pa
 	return as, nil
 }
 
+// PartReport is what one part read, for the pass's report: its coverage
+// and key evidence, the obligations it read only to link or decided on
+// without all their records, and the unmapped states it met.
+type PartReport struct {
+	Covered    reconcile.Window `json:"covered"`
+	EventsFrom time.Time        `json:"events_from"`
+	Context    int              `json:"context,omitempty"`
+	Partial    int              `json:"partial,omitempty"`
+	Unmapped   map[string]int   `json:"unmapped,omitempty"`
+	Skipped    []partSkipped    `json:"skipped,omitempty"`
+	Found      []string         `json:"found,omitempty"`
+}
+
+type partSkipped struct {
+	ObligationID string          `json:"obligation_id"`
+	From         reconcile.State `json:"from"`
+	Reason       string          `json:"reason"`
+}
+
 // ApplyPart applies one account's conclusions of the running pass run as
 // Apply applies a whole run's, in one fenced transaction at REPEATABLE
 // READ, with these differences: the alerts it decides are kept with the
@@ -200,9 +222,9 @@ func (s *Store) PassAccounts(ctx context.Context, tx pgx.Tx, runID string) ([]Pa
 // instead of a summary of its own, and the run row is left to FinishPass.
 // then runs last in the transaction. Each account of a pass is applied
 // once: a second ApplyPart of the same account fails.
-func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, now time.Time,
+func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, rep PartReport, now time.Time,
 	then func(ctx context.Context, tx pgx.Tx) error) (Applied, error) {
-	return s.applyWith(ctx, run, res, now, &passPart{account: account, then: then})
+	return s.applyWith(ctx, run, res, now, &passPart{account: account, report: rep, then: then})
 }
 
 // stagePart keeps what a part's apply adds to its pass in pass_parts:
@@ -217,6 +239,13 @@ func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findi
 		if t.From == reconcile.ConfirmationUnknown && t.To == reconcile.Paid {
 			sum.Confirmed = append(sum.Confirmed, partConfirmed{ObligationID: t.ObligationID, Money: t.Money})
 		}
+	}
+	sum.Report = in.part.report
+	for _, f := range in.findings {
+		sum.Report.Found = append(sum.Report.Found, f.Fingerprint)
+	}
+	for _, sk := range out.Skipped {
+		sum.Report.Skipped = append(sum.Report.Skipped, partSkipped{ObligationID: sk.Transition.ObligationID, From: sk.Transition.From, Reason: sk.Reason})
 	}
 	for i, a := range p.alerts {
 		sum.Alerts = append(sum.Alerts, partAlert{Seq: i, Fingerprint: a.fingerprint, Event: a.event, Changed: a.changed,
@@ -404,6 +433,31 @@ func runningPass(ctx context.Context, tx pgx.Tx, runID string) (reconcile.Run, b
 	return readPass(ctx, tx, runID, " FOR UPDATE")
 }
 
+// mergeReport adds a part's report to a pass's.
+func mergeReport(into *PartReport, p PartReport, first bool) {
+	if first {
+		into.Covered, into.EventsFrom = p.Covered, p.EventsFrom
+	}
+	if p.Covered.From.After(into.Covered.From) {
+		into.Covered.From = p.Covered.From
+	}
+	if p.Covered.To.Before(into.Covered.To) {
+		into.Covered.To = p.Covered.To
+	}
+	if p.EventsFrom.After(into.EventsFrom) {
+		into.EventsFrom = p.EventsFrom
+	}
+	into.Context += p.Context
+	into.Partial += p.Partial
+	for raw, n := range p.Unmapped {
+		if into.Unmapped == nil {
+			into.Unmapped = map[string]int{}
+		}
+		into.Unmapped[raw] += n
+	}
+	into.Found = append(into.Found, p.Found...)
+}
+
 // readPass reads the row of pass runID, with lock its locking clause.
 func readPass(ctx context.Context, tx pgx.Tx, runID, lock string) (reconcile.Run, bool, error) {
 	run := reconcile.Run{ID: runID}
@@ -502,10 +556,18 @@ func passAlerts(parts []storedPart) ([]outboxRow, error) {
 // outcomes it confirmed) and each account's counts. It serves the report
 // of `run --enqueue`, which reads the same as a one-process pass's.
 type PassResult struct {
-	Run reconcile.Run
+	// Report merges the parts' reports as a one-process pass reads all
+	// accounts: the coverage every account was read over (the latest
+	// start, the earliest end), the rest summed.
+	Report PartReport
+	// Skipped are the transitions a worker's change made the pass skip.
+	Skipped []Skipped
+	Run     reconcile.Run
 	// Drained is set once the pass's drain job (docs/design.md, "Passes
-	// as jobs") is no longer waiting or running.
+	// as jobs") is no longer waiting or running; AlertsError says why it
+	// could not deliver, where no retry helps (RecordAlertsError).
 	Drained     bool
+	AlertsError string
 	Error       string
 	Findings    []reconcile.Finding
 	Transitions []reconcile.Transition
@@ -517,6 +579,19 @@ type PassAccountResult struct {
 	Account  reconcile.Account
 	Counts   reconcile.Counts
 	Findings int
+}
+
+// RecordAlertsError keeps on pass runID's row why its drain could not
+// deliver its alerts where no retry helps (alerts.ErrPermanent), so that
+// `run --enqueue` exits as `run` does; empty clears it.
+func (s *Store) RecordAlertsError(ctx context.Context, runID, cause string) error {
+	if len(cause) > maxCause {
+		cause = cause[:maxCause] + "…"
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE reconcile.runs SET alerts_error = nullif($2, '') WHERE id = $1`, runID, cause); err != nil {
+		return fmt.Errorf("record pass %s's alerts error: %w", runID, err)
+	}
+	return nil
 }
 
 // PassResult reads the pass runID as it stands (Run.Status says whether
@@ -531,10 +606,12 @@ func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error
 		r.Run = run
 		var finished *time.Time
 		var cause *string
-		if err := tx.QueryRow(ctx, `SELECT finished_at, obligations, provider_objects, linked, error FROM reconcile.runs WHERE id = $1`, runID).
-			Scan(&finished, &r.Run.Counts.Obligations, &r.Run.Counts.ProviderObjects, &r.Run.Counts.Linked, &cause); err != nil {
+		var alertsErr *string
+		if err := tx.QueryRow(ctx, `SELECT finished_at, obligations, provider_objects, linked, error, alerts_error FROM reconcile.runs WHERE id = $1`, runID).
+			Scan(&finished, &r.Run.Counts.Obligations, &r.Run.Counts.ProviderObjects, &r.Run.Counts.Linked, &cause, &alertsErr); err != nil {
 			return err
 		}
+		r.AlertsError = stringOf(alertsErr)
 		r.Run.Finished, r.Error = timeOf(finished).UTC(), stringOf(cause)
 		if r.Run.Status != reconcile.RunCompleted {
 			return nil
@@ -543,18 +620,6 @@ func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error
 			AND args->'pass'->>'id' = $1 AND state NOT IN ('completed', 'discarded', 'cancelled'))`, runID).Scan(&r.Drained); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE last_seen_run = $1`, runID)
-		if err != nil {
-			return err
-		}
-		recs, err := pgx.CollectRows(rows, scanFinding)
-		if err != nil {
-			return err
-		}
-		for _, rec := range recs {
-			r.Findings = append(r.Findings, rec.Finding)
-		}
-		slices.SortFunc(r.Findings, reconcile.CompareFindings)
 		confirmed := map[string]reconcile.Money{}
 		parts, err := tx.Query(ctx, `SELECT p.account, coalesce(a.name, ''), p.obligations, p.provider_objects, p.linked, p.findings, p.summary
 			FROM reconcile.pass_parts p LEFT JOIN reconcile.pass_accounts a USING (run_id, account)
@@ -575,12 +640,29 @@ func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error
 			for _, c := range sum.Confirmed {
 				confirmed[c.ObligationID] = c.Money
 			}
+			mergeReport(&r.Report, sum.Report, len(r.Accounts) == 0)
+			for _, sk := range sum.Report.Skipped {
+				r.Skipped = append(r.Skipped, Skipped{Transition: reconcile.Transition{ObligationID: sk.ObligationID, From: sk.From}, Reason: sk.Reason})
+			}
 			r.Accounts = append(r.Accounts, a)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
+		// The findings the parts found, as the store holds them now.
+		rows, err := tx.Query(ctx, `SELECT `+findingColumns+` FROM reconcile.findings WHERE fingerprint = ANY($1::text[])`, r.Report.Found)
+		if err != nil {
+			return err
+		}
+		recs, err := pgx.CollectRows(rows, scanFinding)
+		if err != nil {
+			return err
+		}
+		for _, rec := range recs {
+			r.Findings = append(r.Findings, rec.Finding)
+		}
+		slices.SortFunc(r.Findings, reconcile.CompareFindings)
 		trs, err := tx.Query(ctx, `SELECT obligation_id, from_state, to_state, coalesce(provider_id, '') FROM reconcile.transitions
 			WHERE run_id = $1 ORDER BY obligation_id`, runID)
 		if err != nil {

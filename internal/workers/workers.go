@@ -254,12 +254,14 @@ func (w *drainWorker) Work(ctx context.Context, job *river.Job[DrainArgs]) error
 		_ = lock.Release(rctx)
 	}()
 	ctx = store.WithFence(ctx, lock)
-	if _, err := w.d.Alerts.Drain(ctx, w.d.Store, w.d.Now); err != nil {
+	_, err = w.d.Alerts.Drain(ctx, w.d.Store, w.d.Now)
+	permanent := ""
+	if err != nil {
 		level := slog.LevelWarn
 		if errors.Is(err, alerts.ErrPermanent) {
-			level = slog.LevelError
+			level, permanent = slog.LevelError, err.Error()
 		}
 		w.d.Logger.Log(ctx, level, "alerts not all delivered; the next drain sends the rest", "run_id", p.ID, "error", err)
 	}
-	return nil
+	return w.d.Store.RecordAlertsError(ctx, p.ID, permanent)
 }

@@ -15,12 +15,14 @@ import (
 	"github.com/riverqueue/river"
 
 	"reconcile"
+	"reconcile/internal/alerts"
 	"reconcile/internal/bench"
 	"reconcile/internal/config"
 	"reconcile/internal/matcher"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/queue"
 	"reconcile/internal/runner"
+	"reconcile/internal/slacktest"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
@@ -215,5 +217,53 @@ func TestJobsEqualOneProcess(t *testing.T) {
 		if diff := cmp.Diff(want[name], got[name]); diff != "" {
 			t.Errorf("%s (-one process +jobs):\n%s", name, diff)
 		}
+	}
+}
+
+// A drain that cannot deliver for a reason no retry helps (a revoked bot
+// token) keeps why on the pass's row, where `run --enqueue` reads it to
+// exit 1 as `run` does, and the alerts stay in the outbox.
+func TestDrainKeepsWhyAlertsCannotGo(t *testing.T) {
+	p := newPlatform(t, 2, 100)
+	rc := newReconciler(t, p)
+	sl := slacktest.New("xoxb-workers-test")
+	slackURL, stop, err := sl.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	sl.SetFaults(slacktest.Faults{BadAuth: true})
+	d, err := alerts.NewSlack(alerts.SlackOptions{BotToken: "xoxb-workers-test", Channel: "C0FINANCE", APIURL: slackURL + "/api/",
+		Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := river.NewWorkers()
+	workers.Register(ws, workers.Deps{Runner: rc.runner, Store: rc.store, Alerts: d, Now: func() time.Time { return t0 }})
+	q, err := queue.Open(rc.pool, queue.Config{Workers: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
+	req := runner.Request{Window: reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual}
+	plan, err := workers.Enqueue(t.Context(), rc.pool, q, rc.runner, rc.store, req, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := waitPass(t, rc, plan.Run.ID); status != string(reconcile.RunCompleted) {
+		t.Fatalf("the pass ended %s", status)
+	}
+	res, err := rc.store.PassResult(t.Context(), plan.Run.ID)
+	if err != nil || !res.Drained || !strings.Contains(res.AlertsError, "invalid_auth") {
+		t.Errorf("PassResult: drained %t, alerts error %q, %v; want the drain done and invalid_auth kept", res.Drained, res.AlertsError, err)
+	}
+	var unsent int
+	if err := rc.pool.QueryRow(t.Context(), `SELECT count(*) FROM reconcile.outbox WHERE sent_at IS NULL`).Scan(&unsent); err != nil || unsent == 0 {
+		t.Errorf("%d alerts unsent (%v); want them kept in the outbox", unsent, err)
 	}
 }

@@ -12,6 +12,10 @@
 ALTER TABLE reconcile.runs DROP CONSTRAINT runs_status_check;
 ALTER TABLE reconcile.runs ADD CONSTRAINT runs_status_check
   CHECK (status IN ('completed', 'failed', 'dry_run', 'running'));
+-- Why a pass run as jobs could not deliver its alerts, where no retry
+-- helps (a setting to fix): what `run --enqueue` exits 1 for, as `run`
+-- does.
+ALTER TABLE reconcile.runs ADD COLUMN alerts_error text;
 
 CREATE TABLE reconcile.pass_parts (
   run_id           text NOT NULL REFERENCES reconcile.runs DEFERRABLE INITIALLY DEFERRED,
@@ -41,6 +45,7 @@ CREATE TABLE reconcile.pass_accounts (
 );
 
 -- +goose Down
+ALTER TABLE reconcile.runs DROP COLUMN alerts_error;
 DROP TABLE reconcile.pass_accounts;
 DROP TABLE reconcile.pass_parts;
 UPDATE reconcile.runs SET status = 'failed', finished_at = coalesce(finished_at, now()),
