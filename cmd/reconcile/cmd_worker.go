@@ -85,12 +85,22 @@ func openQueue(d *deps, cfg config.Config, ws *river.Workers, log *slog.Logger, 
 }
 
 // enqueue plans a pass and hands it to the workers, returning its plan.
+// With req.Wait it waits, as run --wait does for the run lock, while the
+// workers are on another pass or a run holds the lock.
 func enqueue(ctx context.Context, d *deps, cfg config.Config, r *runner.Runner, log *slog.Logger, req runner.Request) (runner.PassPlan, error) {
 	q, err := openQueue(d, cfg, nil, log, "")
 	if err != nil {
 		return runner.PassPlan{}, err
 	}
 	plan, err := workers.Enqueue(ctx, d.pool, q, r, d.store, req, cfg.Workers.Slice)
+	for req.Wait && (errors.Is(err, store.ErrPassRunning) || errors.Is(err, store.ErrLocked)) {
+		select {
+		case <-ctx.Done():
+			return runner.PassPlan{}, failed(context.Cause(ctx))
+		case <-time.After(2 * time.Second):
+		}
+		plan, err = workers.Enqueue(ctx, d.pool, q, r, d.store, req, cfg.Workers.Slice)
+	}
 	if errors.Is(err, store.ErrPassRunning) {
 		return runner.PassPlan{}, failed(fmt.Errorf("%w: the workers are still on the last one; try again when it ends", err))
 	}

@@ -191,7 +191,6 @@ func mergeParts(out *Outcome, parts []*part) {
 		in.Keys = append(in.Keys, p.Input.Keys...)
 		in.Lookups = append(in.Lookups, p.Input.Lookups...)
 		in.Context = append(in.Context, p.Input.Context...)
-		in.Subject = p.Input.Subject
 
 		c := p.Result.Conclusions
 		res.Findings = append(res.Findings, c.Findings...)
@@ -207,8 +206,7 @@ func mergeParts(out *Outcome, parts []*part) {
 		}
 		res.Links = append(res.Links, p.Result.Links...)
 	}
-	in.Listed = out.Covered
-	in.EventsFrom = out.EventsFrom
+	in.Listed, in.EventsFrom, in.Subject = out.Covered, out.EventsFrom, parts[0].out.Input.Subject
 	slices.SortFunc(in.Obligations, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(out.Lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(res.Findings, reconcile.CompareFindings)
