@@ -14,6 +14,7 @@ import (
 	"reconcile/internal/config"
 	"reconcile/internal/metrics"
 	"reconcile/internal/runner"
+	"reconcile/internal/store"
 )
 
 // cmdSchedule runs a pass on the configured cron schedule until the
@@ -83,7 +84,11 @@ func (s *scheduler) pass(ctx context.Context) {
 	start := time.Now()
 	if s.cfg.Workers.Enabled {
 		req := runner.Request{Window: reconcile.Window{From: now.Add(-s.cfg.Lookback), To: now}, Trigger: reconcile.TriggerCron}
-		if _, err := enqueue(ctx, s.deps, s.cfg, s.runner, s.log, req); err != nil {
+		_, err := enqueue(ctx, s.deps, s.cfg, s.runner, s.log, req)
+		switch {
+		case errors.Is(err, store.ErrPassRunning) || errors.Is(err, store.ErrLocked):
+			s.log.Info("pass skipped: the workers are still on the last one, or a run holds the lock", "error", err)
+		case err != nil:
 			s.log.Error("pass not enqueued", "error", err)
 		}
 		return
