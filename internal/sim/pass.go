@@ -124,6 +124,7 @@ type passCtl struct {
 	cancel context.CancelFunc
 	killed atomic.Bool
 	pair   *pair // set for two passes started at once
+	jobs   bool  // run as jobs (runJobPass)
 
 	// Under w.mu from here.
 	began       bool

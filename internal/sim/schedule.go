@@ -17,7 +17,7 @@ const lookback = 72 * time.Hour
 func (w *world) reconcile() error {
 	switch w.weighted(40, 10, 8, 8, 7, 22, 10, 8) {
 	case 0: // an ordinary pass, sometimes rerun at once
-		pc, err := w.runPass(w.drawPlan(false))
+		pc, err := w.runSomePass(w.drawPlan(false))
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func (w *world) reconcile() error {
 			w.clock.Advance(time.Duration(w.rng.IntN(60)) * time.Second)
 		}
 		restart := w.drawPlan(false)
-		pc, err := w.runPass(restart)
+		pc, err := w.runSomePass(restart)
 		if err != nil {
 			return err
 		}
@@ -83,6 +83,16 @@ func (w *world) reconcile() error {
 		return err
 	}
 	return nil
+}
+
+// runSomePass runs plan's pass in one process or, in some histories with
+// a mirror, as jobs (runJobPass), drawn apart from the history's own
+// choices so that a history with no pass as jobs replays as before.
+func (w *world) runSomePass(plan passPlan) (*passCtl, error) {
+	if w.mirror && w.jobsRand().Float64() < 0.2 {
+		return w.runJobPass(plan)
+	}
+	return w.runPass(plan)
 }
 
 // drawPlan draws a pass's window and faults; kill says to draw a kill at
