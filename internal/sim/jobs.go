@@ -14,6 +14,7 @@ import (
 	"reconcile"
 	"reconcile/internal/queue"
 	"reconcile/internal/runner"
+	"reconcile/internal/sources"
 	"reconcile/internal/store"
 	"reconcile/internal/workers"
 )
@@ -98,6 +99,10 @@ type jobPass struct {
 	doneNow bool      // the running attempt's completion committed
 	failed  string    // the cause the pass was failed with
 	kills   []string  // what the fault did, for the trace
+	// crashLoop is a job whose worker dies on every attempt (a job that
+	// takes its worker's memory, say), in some passes: River's rescuer
+	// discards it after its last attempt.
+	crashLoop int
 	// drainErr is what the last drain's delivery returned.
 	drainErr error
 	outcome  *runner.Outcome
@@ -130,6 +135,7 @@ func (w *world) runJobPass(plan passPlan) (*passCtl, error) {
 	jp := &jobPass{w: w, pc: pc, rng: w.jobsRand(), r: r}
 	r.Store = &jobStore{simStore: r.Store.(*simStore), jp: jp}
 	r.Mirror = &jobMirror{Mirror: r.Mirror, jp: jp}
+	r.Provider = &jobProvider{Provider: r.Provider, jp: jp}
 	if err := pc.begin(); err != nil {
 		return nil, err
 	}
@@ -138,6 +144,9 @@ func (w *world) runJobPass(plan passPlan) (*passCtl, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	pc.runErr = runErr
+	if errors.Is(runErr, errStuck) {
+		pc.stuckRun = jp.plan.Run.ID
+	}
 	if jp.failed != "" && pc.runErr == nil {
 		pc.runErr = errors.New(jp.failed)
 	}
@@ -154,6 +163,18 @@ func (w *world) runJobPass(plan passPlan) (*passCtl, error) {
 		pc.outcome.AlertErr = jp.drainErr
 	}
 	w.tracef("pass %d as jobs: %s", pc.n, strings.Join(jp.kills, ", "))
+	w.stat("jobs_passes")
+	switch {
+	case pc.runErr == nil:
+		w.stat("jobs_completed")
+	case errors.Is(pc.runErr, errStuck):
+		w.stat("jobs_stuck")
+	default:
+		w.stat("jobs_failed")
+	}
+	for _, j := range jp.jobs {
+		w.statN("jobs_attempts_"+j.kind, j.attempt)
+	}
 	if err := w.checkPass(pc); err != nil {
 		return nil, err
 	}
@@ -175,7 +196,6 @@ func (jp *jobPass) run() error {
 	if err != nil {
 		return err
 	}
-	jp.plan = plan
 	accounts := make([]store.PassAccount, len(plan.Accounts))
 	for i, a := range plan.Accounts {
 		accounts[i] = store.PassAccount{Account: a, Cover: plan.Covers[a.ID]}
@@ -190,10 +210,29 @@ func (jp *jobPass) run() error {
 		}
 		return queue.StartStage(ctx, tx, plan.Run.ID, queue.StageFetch, len(fetches))
 	})
+	if stuck := w.stuckRun; stuck != "" {
+		// A pass left running by a job River discarded is failed when
+		// the next pass is enqueued (store.BeginPass).
+		w.stuckRun = ""
+		var status string
+		if qerr := w.env.Pool.QueryRow(ctx, `SELECT status FROM reconcile.runs WHERE id = $1`, stuck).Scan(&status); qerr != nil {
+			return qerr
+		}
+		if status != string(reconcile.RunFailed) {
+			w.mu.Lock()
+			w.violate("I7", pc.n, "pass %s, none of whose jobs is left, is still %s when the next pass is enqueued (%v)", stuck, status, err)
+			w.mu.Unlock()
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("enqueue the pass: %w", err)
 	}
+	jp.plan = plan
 	jp.enqueue(fetches)
+	if jp.rng.Float64() < 0.05 {
+		// The first fetch, or the apply (numbered after the fetches).
+		jp.crashLoop = []int{1, len(fetches) + 1}[jp.rng.IntN(2)]
+	}
 	for len(jp.queue) > 0 {
 		i := jp.rng.IntN(len(jp.queue))
 		it := jp.queue[i]
@@ -242,6 +281,9 @@ func (jp *jobPass) enqueue(js []*simJob) {
 // drawKill draws where this attempt's worker dies, if it does: at a
 // modest rate, so that most attempts complete.
 func (jp *jobPass) drawKill(j *simJob) string {
+	if j.id == jp.crashLoop && j.kind != jobDrain {
+		return "before"
+	}
 	if jp.rng.Float64() >= 0.2 {
 		return ""
 	}
@@ -321,13 +363,18 @@ func (jp *jobPass) work(it runItem) error {
 	switch {
 	case it.stale:
 		// A stale attempt's completion must find the job no longer its own.
+		jp.note(pc, j, it, "stale")
 		switch {
 		case jp.doneNow:
 			w.violate("I4", pc.n, "the stale attempt %d of %s completed it", it.attempt, j)
-		case !errors.Is(err, errNotRunning):
+		case err != nil && !errors.Is(err, errNotRunning):
 			w.tracef("pass %d: stale attempt %d of %s: %s", pc.n, it.attempt, j, short(err))
+			// Its worker fails the pass if that was the last attempt
+			// (workers: failing), as any worker does.
+			if it.attempt >= j.max {
+				return jp.fail(err)
+			}
 		}
-		jp.note(pc, j, it, "stale")
 		return nil
 	case died:
 		jp.note(pc, j, it, kill)
@@ -355,12 +402,21 @@ func (jp *jobPass) work(it runItem) error {
 	if j.kind == jobDrain {
 		return nil
 	}
+	return jp.fail(err)
+}
+
+// fail fails the pass with err's cause, as a job's last failed attempt
+// does (workers: failing).
+func (jp *jobPass) fail(err error) error {
+	w := jp.w
 	if ferr := w.store.FailPass(context.WithoutCancel(w.ctx), jp.plan.Run.ID, err.Error(), w.clock.Now().UTC(), nil); ferr != nil {
 		return ferr
 	}
-	jp.failed = err.Error()
+	if jp.failed == "" {
+		jp.failed = err.Error()
+	}
 	w.mu.Lock()
-	pc.fired["job_failed"] = true
+	jp.pc.fired["job_failed"] = true
 	w.mu.Unlock()
 	return nil
 }
@@ -371,6 +427,7 @@ func (jp *jobPass) rescue(j *simJob) {
 	if j.attempt >= j.max {
 		j.gone = true
 		jp.kills = append(jp.kills, fmt.Sprintf("%s discarded after attempt %d", j, j.attempt))
+		jp.w.stat("jobs_discarded")
 		return
 	}
 	jp.queue = append(jp.queue, runItem{job: j})
@@ -517,6 +574,21 @@ func (s *jobStore) ApplyPart(ctx context.Context, run reconcile.Run, account str
 	return applied, nil
 }
 
+// jobProvider is the provider of a pass run as jobs: a fetch's worker
+// that dies before its transaction dies before it reads, since reading
+// writes nothing.
+type jobProvider struct {
+	runner.Provider
+	jp *jobPass
+}
+
+func (p *jobProvider) List(ctx context.Context, win reconcile.Window) (*sources.Listing, error) {
+	if j := p.jp.cur.job; j != nil && j.kind == jobFetch && p.jp.die("before") {
+		return nil, errKilled
+	}
+	return p.Provider.List(ctx, win)
+}
+
 // jobMirror is the mirror of a pass run as jobs, killing the running
 // attempt around its saves where its fault says.
 type jobMirror struct {
@@ -538,7 +610,7 @@ func (m *jobMirror) Save(ctx context.Context, u store.MirrorUpdate) error {
 		}
 		return err
 	}
-	if jp.die("before") || jp.pc.killed.Load() {
+	if jp.pc.killed.Load() {
 		return errKilled
 	}
 	if err := m.Mirror.Save(ctx, u); err != nil {
@@ -554,9 +626,15 @@ func (m *jobMirror) Save(ctx context.Context, u store.MirrorUpdate) error {
 // checkJobPass holds a pass run as jobs to what store.FinishPass and
 // store.FailPass promise (docs/design.md, "Passes as jobs"): once it
 // ends, no alert of it is held back; a completed pass has one part per
-// account and its run row counts theirs; a failed pass's applied parts'
-// alerts are released, due at once, with no summary; and a pass whose
-// jobs all ended is not left running. Called under w.mu.
+// account; a failed pass releases its applied parts' alerts, due at
+// once, and queues no summary; and a pass whose jobs all ended is not
+// left running, unless River discarded one of them after its worker died
+// on its last attempt, when the next pass enqueued fails it
+// (store.BeginPass), releasing its parts' alerts then. With the
+// platform's account alone, the one part is the pass's last job but the
+// drain, so a failed pass applied nothing: checkPass holds it to I7
+// (nothing changed but what its fetches mirrored, no cursor moved).
+// Called under w.mu.
 func (w *world) checkJobPass(pc *passCtl, jp *jobPass) error {
 	if jp.plan.Run.ID == "" {
 		return nil
@@ -573,6 +651,12 @@ func (w *world) checkJobPass(pc *passCtl, jp *jobPass) error {
 		return fmt.Errorf("read pass %s: %w", id, err)
 	}
 	switch {
+	case status == string(reconcile.RunRunning) && pc.stuckRun == id:
+		// River's rescuer discarded a job whose worker died on its last
+		// attempt: no worker is left to fail the pass. It stays running,
+		// and holds its alerts, until the next pass is enqueued.
+		w.stuckRun = id
+		w.tracef("pass %d as jobs left running: a job was discarded", pc.n)
 	case status == string(reconcile.RunRunning):
 		w.violate("I7", pc.n, "no job of pass %s is left (%s), and the pass is still running", id, strings.Join(jp.kills, ", "))
 	case held > 0:
@@ -583,4 +667,14 @@ func (w *world) checkJobPass(pc *passCtl, jp *jobPass) error {
 		w.violate("I3", pc.n, "failed pass %s queued a summary", id)
 	}
 	return nil
+}
+
+// stat counts one event in the report's statistics.
+func (w *world) stat(name string) { w.statN(name, 1) }
+
+func (w *world) statN(name string, n int) {
+	if w.rep.Stats == nil {
+		w.rep.Stats = map[string]int{}
+	}
+	w.rep.Stats[name] += n
 }

@@ -125,6 +125,9 @@ type passCtl struct {
 	killed atomic.Bool
 	pair   *pair // set for two passes started at once
 	jobs   bool  // run as jobs (runJobPass)
+	// stuckRun is the run of a pass as jobs left running by a job River
+	// discarded (checkJobPass).
+	stuckRun string
 
 	// Under w.mu from here.
 	began       bool

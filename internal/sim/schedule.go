@@ -89,7 +89,9 @@ func (w *world) reconcile() error {
 // a mirror, as jobs (runJobPass), drawn apart from the history's own
 // choices so that a history with no pass as jobs replays as before.
 func (w *world) runSomePass(plan passPlan) (*passCtl, error) {
-	if w.mirror && w.jobsRand().Float64() < 0.2 {
+	// After a pass as jobs left running, the next is run as jobs too: its
+	// enqueue must fail the other (store.BeginPass).
+	if w.mirror && (w.jobsRand().Float64() < 0.2 || w.stuckRun != "") {
 		return w.runJobPass(plan)
 	}
 	return w.runPass(plan)
@@ -249,6 +251,12 @@ func (w *world) quiesce() error {
 	w.slack.SetFaults(slacktest.Faults{})
 	w.clock.Advance(3 * time.Hour)
 	w.tracef("quiesce")
+	if w.stuckRun != "" {
+		// A pass as jobs left running is failed by the next enqueued.
+		if _, err := w.runJobPass(w.quiet()); err != nil {
+			return err
+		}
+	}
 	var last *passCtl
 	for range 3 {
 		pc, err := w.runPass(w.quiet())

@@ -194,12 +194,15 @@ type Report struct {
 
 // world is one history.
 type world struct {
-	ctx   context.Context
-	env   *Env
-	seed  uint64
-	rng   *rand.Rand
-	jrng  *rand.Rand // the choices about passes run as jobs (jobsRand)
-	clock *clock
+	ctx  context.Context
+	env  *Env
+	seed uint64
+	rng  *rand.Rand
+	jrng *rand.Rand // the choices about passes run as jobs (jobsRand)
+	// stuckRun is a pass as jobs left running until the next is
+	// enqueued (checkJobPass).
+	stuckRun string
+	clock    *clock
 
 	stripe    *stripesim.Server
 	stripeURL string

@@ -72,18 +72,47 @@ type PassAccount struct {
 
 // BeginPass writes the row of a pass run as jobs, running, and the
 // accounts it reads, in tx: the transaction that inserts the pass's first
-// jobs. It fails with ErrPassRunning while another pass is running.
+// jobs. It fails with ErrPassRunning while another pass is running. A
+// pass still running none of whose jobs is left (River's rescuer
+// discarded a job whose worker died on its last attempt, and no worker
+// was left to fail the pass) is failed first, as FailPass fails it, at
+// the new pass's start.
 func (s *Store) BeginPass(ctx context.Context, tx pgx.Tx, run reconcile.Run, accounts []PassAccount) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, passLockKey); err != nil {
 		return fmt.Errorf("begin pass %s: %w", run.ID, err)
 	}
-	var other string
-	err := tx.QueryRow(ctx, `SELECT id FROM reconcile.runs WHERE status = 'running' LIMIT 1`).Scan(&other)
-	switch {
-	case err == nil:
-		return fmt.Errorf("begin pass %s: %w (%s)", run.ID, ErrPassRunning, other)
-	case !errors.Is(err, pgx.ErrNoRows):
+	rows, err := tx.Query(ctx, `SELECT r.id, EXISTS (SELECT 1 FROM reconcile.river_job j
+			WHERE j.args @> jsonb_build_object('pass', jsonb_build_object('id', r.id))
+			AND j.state NOT IN ('completed', 'discarded', 'cancelled'))
+		FROM reconcile.runs r WHERE r.status = 'running' ORDER BY r.id`)
+	if err != nil {
 		return fmt.Errorf("begin pass %s: %w", run.ID, err)
+	}
+	type runningRun struct {
+		id   string
+		live bool
+	}
+	var (
+		others []runningRun
+		o      runningRun
+	)
+	_, err = pgx.ForEachRow(rows, []any{&o.id, &o.live}, func() error {
+		others = append(others, o)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("begin pass %s: %w", run.ID, err)
+	}
+	for _, o := range others {
+		if o.live {
+			return fmt.Errorf("begin pass %s: %w (%s)", run.ID, ErrPassRunning, o.id)
+		}
+	}
+	for _, o := range others {
+		if err := failPass(ctx, tx, o.id, "no job of the pass is left: a job was discarded after its last attempt", run.Started); err != nil {
+			return fmt.Errorf("begin pass %s: fail pass %s: %w", run.ID, o.id, err)
+		}
+		s.opts.Logger.Warn("a pass none of whose jobs is left failed", slog.String("run_id", o.id))
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, status)
 		VALUES ($1, $2, $3, $4, $5, 'running')`, run.ID, string(run.Trigger), run.Window.From, run.Window.To, run.Started)
@@ -280,12 +309,7 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 			return err
 		}
 		if running {
-			if _, err := tx.Exec(ctx, `UPDATE reconcile.runs SET status = 'failed', error = $2, finished_at = $3 WHERE id = $1`,
-				runID, cause, finished); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE reconcile.outbox SET next_attempt_at = $2
-				WHERE run_id = $1 AND sent_at IS NULL AND next_attempt_at = 'infinity'`, runID, finished); err != nil {
+			if err := failPass(ctx, tx, runID, cause, finished); err != nil {
 				return err
 			}
 		}
@@ -298,6 +322,21 @@ func (s *Store) FailPass(ctx context.Context, runID, cause string, finished time
 		return fmt.Errorf("fail pass %s: %w", runID, err)
 	}
 	return nil
+}
+
+// failPass fails the running pass runID in tx: its row failed with its
+// cause, its applied parts' held alerts released, due at finished.
+func failPass(ctx context.Context, tx pgx.Tx, runID, cause string, finished time.Time) error {
+	if len(cause) > maxCause {
+		cause = cause[:maxCause] + "…"
+	}
+	if _, err := tx.Exec(ctx, `UPDATE reconcile.runs SET status = 'failed', error = $2, finished_at = $3 WHERE id = $1`,
+		runID, cause, finished); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE reconcile.outbox SET next_attempt_at = $2
+		WHERE run_id = $1 AND sent_at IS NULL AND next_attempt_at = 'infinity'`, runID, finished)
+	return err
 }
 
 // runningPass reads the row of pass runID, locked for the transaction,
