@@ -31,9 +31,9 @@ import (
 // it to zero starts the next stage in the same transaction.
 //
 // The worker-kill fault: a job's worker dies at a seeded point of an
-// attempt — before its transaction, after an earlier commit of its own
-// (an apply's mirror save), after its writes but before its commit (the
-// transaction rolls back), or after its commit — or stalls, so that
+// attempt — before its transaction, after its writes but before its
+// commit (the transaction rolls back), after its commit, or, for an
+// apply, after its part's commit but before its mirror save — or stalls, so that
 // River's rescuer hands the job on while the stale attempt runs later
 // and must change nothing (its completion finds the job no longer its
 // own). A job whose attempt died is run again, in a seeded order among
@@ -103,6 +103,7 @@ type jobPass struct {
 	// takes its worker's memory, say), in some passes: River's rescuer
 	// discards it after its last attempt.
 	crashLoop int
+	crashAt   string // where it dies
 	// drainErr is what the last drain's delivery returned.
 	drainErr error
 	outcome  *runner.Outcome
@@ -232,6 +233,7 @@ func (jp *jobPass) run() error {
 	if jp.rng.Float64() < 0.05 {
 		// The first fetch, or the apply (numbered after the fetches).
 		jp.crashLoop = []int{1, len(fetches) + 1}[jp.rng.IntN(2)]
+		jp.crashAt = []string{"before", "rollback"}[jp.rng.IntN(2)]
 	}
 	for len(jp.queue) > 0 {
 		i := jp.rng.IntN(len(jp.queue))
@@ -282,7 +284,7 @@ func (jp *jobPass) enqueue(js []*simJob) {
 // modest rate, so that most attempts complete.
 func (jp *jobPass) drawKill(j *simJob) string {
 	if j.id == jp.crashLoop && j.kind != jobDrain {
-		return "before"
+		return jp.crashAt
 	}
 	if jp.rng.Float64() >= 0.2 {
 		return ""
@@ -599,16 +601,13 @@ type jobMirror struct {
 func (m *jobMirror) Save(ctx context.Context, u store.MirrorUpdate) error {
 	jp := m.jp
 	if u.Then == nil {
-		// An apply's save of what it read, moving the cursors: a commit of
-		// its own before its part's.
-		if jp.pc.killed.Load() {
+		// An apply's save of what it read, moving the cursors, once its
+		// part committed: a worker that dies before it leaves the cursors
+		// where they were.
+		if jp.die("mirror") || jp.pc.killed.Load() {
 			return errKilled
 		}
-		err := m.Mirror.Save(ctx, u)
-		if err == nil {
-			jp.die("mirror")
-		}
-		return err
+		return m.Mirror.Save(ctx, u)
 	}
 	if jp.pc.killed.Load() {
 		return errKilled
