@@ -106,7 +106,6 @@ type jobPass struct {
 	crashAt   string // where it dies
 	// drainErr is what the last drain's delivery returned.
 	drainErr error
-	outcome  *runner.Outcome
 }
 
 // errNotRunning is queue.ErrNotRunning: a worker whose job is no longer
@@ -148,9 +147,6 @@ func (w *world) runJobPass(plan passPlan) (*passCtl, error) {
 	if errors.Is(runErr, errStuck) {
 		pc.stuckRun = jp.plan.Run.ID
 	}
-	if jp.failed != "" && pc.runErr == nil {
-		pc.runErr = errors.New(jp.failed)
-	}
 	if pc.runErr == nil && pc.outcome == nil {
 		pc.runErr = errors.New("sim: the pass as jobs completed without an apply")
 	}
@@ -188,8 +184,8 @@ func (w *world) runJobPass(plan passPlan) (*passCtl, error) {
 }
 
 // run plans and enqueues the pass, as workers.Enqueue does, and works its
-// jobs until none is left. Its error is the pass's, when it never
-// began or failed.
+// jobs until none is left. Its error is the pass's, when it was not
+// enqueued, failed, or is still running (errStuck).
 func (jp *jobPass) run() error {
 	w, pc := jp.w, jp.pc
 	ctx := w.ctx
@@ -247,13 +243,14 @@ func (jp *jobPass) run() error {
 	if err := w.env.Pool.QueryRow(ctx, `SELECT status FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&status); err != nil {
 		return err
 	}
-	switch {
-	case jp.failed != "":
-		return errors.New(jp.failed)
-	case status == string(reconcile.RunRunning):
+	// The pass's fate is its run row's.
+	switch status {
+	case string(reconcile.RunCompleted):
+		return nil
+	case string(reconcile.RunRunning):
 		return errStuck
 	}
-	return nil
+	return fmt.Errorf("sim: the pass is %s: %s", status, jp.failed)
 }
 
 // errStuck: every job of the pass ended, but the pass is still running.
@@ -264,18 +261,21 @@ func (jp *jobPass) sliceLen() time.Duration {
 	return []time.Duration{24 * time.Hour, 12 * time.Hour, 30 * time.Hour, 72 * time.Hour}[jp.rng.IntN(4)]
 }
 
+// newJob is a job to insert; enqueue numbers it once its insert commits.
 func (jp *jobPass) newJob(kind string, s runner.Slice, a store.PassAccount) *simJob {
-	jp.nextID++
-	j := &simJob{id: jp.nextID, kind: kind, slice: s, account: a, max: workers.MaxAttempts}
+	j := &simJob{kind: kind, slice: s, account: a, max: workers.MaxAttempts}
 	if kind == jobDrain {
 		j.max = drainAttempts
 	}
-	jp.jobs = append(jp.jobs, j)
 	return j
 }
 
+// enqueue makes jobs whose insert committed available to the workers.
 func (jp *jobPass) enqueue(js []*simJob) {
 	for _, j := range js {
+		jp.nextID++
+		j.id = jp.nextID
+		jp.jobs = append(jp.jobs, j)
 		jp.queue = append(jp.queue, runItem{job: j})
 	}
 }
