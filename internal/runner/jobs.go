@@ -108,9 +108,9 @@ func (r *Runner) FetchSlice(ctx context.Context, run reconcile.Run, s Slice, the
 // the pass's clock (its start): under the account's run lock, it reads
 // the account's records from what the pass's fetches mirrored over cover
 // (the rest, as Run would, from the provider), its obligations, and
-// concludes; it saves what it read into the mirror, moving the account's
-// cursors, and applies its conclusions as the pass's part
-// (store.ApplyPart), then running last in that transaction.
+// concludes; it applies its conclusions as the pass's part
+// (store.ApplyPart), then running last in that transaction, and then
+// saves what it read into the mirror, moving the account's cursors.
 func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcile.Account, cover reconcile.Window,
 	then func(ctx context.Context, tx pgx.Tx) error) (*Outcome, error) {
 	ps, ok := r.Store.(PartStore)
@@ -140,9 +140,6 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	if err := p.r.readAndMatch(ctx, log, req, now, p); err != nil {
 		return nil, p.failed(err)
 	}
-	if err := p.r.saveMirror(ctx, log, lock, run.ID, now, p.st); err != nil {
-		return nil, p.failed(err)
-	}
 	out := p.out
 	part := run
 	part.Counts = out.Result.Counts
@@ -152,11 +149,20 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	if err != nil {
 		return nil, p.failed(fmt.Errorf("apply: %w", err))
 	}
-	if !a.Platform() {
-		// After the apply, as Run keeps them.
-		if err := r.saveAccounts(ctx, log, lock, run.ID, []reconcile.Account{{}, a}, now); err != nil {
-			return nil, p.failed(err)
-		}
+	// The part standing, what it read into the mirror, as Run saves it
+	// after its apply: only a part applied moves the cursors, so that an
+	// attempt that dies before its part commits, in a pass that then
+	// fails, vouches for nothing (docs/design.md, "Passes as jobs"). A
+	// worker that dies between the two costs the next pass more reading.
+	// The job completed itself with its part: what fails after it (a run
+	// lock lost) is logged, never returned, lest the job's last attempt
+	// fail a pass whose part stands.
+	err = p.r.saveMirror(ctx, log, lock, run.ID, now, p.st)
+	if err == nil && !a.Platform() {
+		err = r.saveAccounts(ctx, log, lock, run.ID, []reconcile.Account{{}, a}, now)
+	}
+	if err != nil {
+		log.Warn("the part is applied; its mirror or account names were not saved", "account", a.ID, "error", p.failed(err))
 	}
 	out.Applied, out.Transitions, out.Phases = applied, applied.Transitions, clock.phases
 	out.Accounts = []AccountShare{{Account: a, Counts: out.Result.Counts, Findings: len(out.Result.Findings)}}

@@ -18,6 +18,14 @@ var FaultKinds = []string{
 	"two_at_once_nowait", "two_at_once_wait", "worker_interleave",
 }
 
+// JobFaultKinds are the faults of passes run as jobs (jobs.go), printed
+// after FaultKinds: rarer, since only some passes run as jobs, so a
+// default run requires each to fire, but the 10,000-seed run no least
+// cell of them.
+var JobFaultKinds = []string{
+	"job_kill_before", "job_kill_mirror", "job_kill_rollback", "job_kill_after", "job_kill_stall", "job_kill_stale", "job_failed",
+}
+
 // Coverage counts, per fault kind and obligation state, the passes in
 // which the fault fired while an obligation in that state was in the
 // pass's scope.

@@ -124,6 +124,10 @@ type passCtl struct {
 	cancel context.CancelFunc
 	killed atomic.Bool
 	pair   *pair // set for two passes started at once
+	jobs   bool  // run as jobs (runJobPass)
+	// stuckRun is the run of a pass as jobs left running by a job River
+	// discarded (checkJobPass).
+	stuckRun string
 
 	// Under w.mu from here.
 	began       bool

@@ -17,7 +17,7 @@ const lookback = 72 * time.Hour
 func (w *world) reconcile() error {
 	switch w.weighted(40, 10, 8, 8, 7, 22, 10, 8) {
 	case 0: // an ordinary pass, sometimes rerun at once
-		pc, err := w.runPass(w.drawPlan(false))
+		pc, err := w.runSomePass(w.drawPlan(false))
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func (w *world) reconcile() error {
 			w.clock.Advance(time.Duration(w.rng.IntN(60)) * time.Second)
 		}
 		restart := w.drawPlan(false)
-		pc, err := w.runPass(restart)
+		pc, err := w.runSomePass(restart)
 		if err != nil {
 			return err
 		}
@@ -83,6 +83,18 @@ func (w *world) reconcile() error {
 		return err
 	}
 	return nil
+}
+
+// runSomePass runs plan's pass in one process or, in some histories with
+// a mirror, as jobs (runJobPass), drawn apart from the history's own
+// choices so that a history with no pass as jobs replays as before.
+func (w *world) runSomePass(plan passPlan) (*passCtl, error) {
+	// After a pass as jobs left running, the next is run as jobs too: its
+	// enqueue must fail the other (store.BeginPass).
+	if w.mirror && (w.jobsRand().Float64() < 0.2 || w.stuckRun != "") {
+		return w.runJobPass(plan)
+	}
+	return w.runPass(plan)
 }
 
 // drawPlan draws a pass's window and faults; kill says to draw a kill at
@@ -239,6 +251,12 @@ func (w *world) quiesce() error {
 	w.slack.SetFaults(slacktest.Faults{})
 	w.clock.Advance(3 * time.Hour)
 	w.tracef("quiesce")
+	if w.stuckRun != "" {
+		// A pass as jobs left running is failed by the next enqueued.
+		if _, err := w.runJobPass(w.quiet()); err != nil {
+			return err
+		}
+	}
 	var last *passCtl
 	for range 3 {
 		pc, err := w.runPass(w.quiet())

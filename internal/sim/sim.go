@@ -194,11 +194,15 @@ type Report struct {
 
 // world is one history.
 type world struct {
-	ctx   context.Context
-	env   *Env
-	seed  uint64
-	rng   *rand.Rand
-	clock *clock
+	ctx  context.Context
+	env  *Env
+	seed uint64
+	rng  *rand.Rand
+	jrng *rand.Rand // the choices about passes run as jobs (jobsRand)
+	// stuckRun is a pass as jobs left running until the next is
+	// enqueued (checkJobPass).
+	stuckRun string
+	clock    *clock
 
 	stripe    *stripesim.Server
 	stripeURL string
@@ -281,6 +285,7 @@ func (w *world) setUp() error {
 	// DELETE rather than TRUNCATE: a handful of rows, and TRUNCATE's new
 	// files cost a tenth of a second per history.
 	if _, err := w.env.Pool.Exec(w.ctx, `DELETE FROM reconcile.outbox; DELETE FROM reconcile.findings;
+		DELETE FROM reconcile.pass_parts; DELETE FROM reconcile.pass_accounts; DELETE FROM reconcile.pass_fanin;
 		DELETE FROM reconcile.transitions; DELETE FROM reconcile.runs; DELETE FROM obligations;
 		DELETE FROM reconcile.provider_objects; DELETE FROM reconcile.provider_keys; DELETE FROM reconcile.sync_cursors;
 		DELETE FROM reconcile.accounts;

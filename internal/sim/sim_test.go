@@ -144,7 +144,7 @@ func TestSim(t *testing.T) {
 	// prove nothing: each fault must fire in a default run, and at 10,000
 	// seeds every cell of the table must reach 100.
 	if n >= defaultSeeds {
-		for _, f := range FaultKinds {
+		for _, f := range append(slices.Clone(FaultKinds), JobFaultKinds...) {
 			fired := 0
 			for _, c := range cov[f] {
 				fired += c

@@ -19,6 +19,8 @@ type dbState struct {
 	runs        map[string]runRow
 	// mirror digests the provider mirror: its objects and its cursors.
 	mirror string
+	// cursors digests the mirror's cursors alone.
+	cursors string
 }
 
 type oblRow struct {
@@ -69,7 +71,8 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	b.Queue(`SELECT id, status FROM reconcile.runs`)
 	b.Queue(`SELECT coalesce(md5(string_agg(t::text, ',' ORDER BY t.account, t.id)), '') || '/' ||
 		coalesce((SELECT md5(string_agg(c::text, ',' ORDER BY c.account, c.name)) FROM reconcile.sync_cursors c), '') ||
-		coalesce((SELECT md5(string_agg(k::text, ',' ORDER BY k.account, k.object_id, k.key)) FROM reconcile.provider_keys k), '')
+		coalesce((SELECT md5(string_agg(k::text, ',' ORDER BY k.account, k.object_id, k.key)) FROM reconcile.provider_keys k), ''),
+		coalesce((SELECT md5(string_agg(c::text, ',' ORDER BY c.account, c.name)) FROM reconcile.sync_cursors c), '')
 		FROM reconcile.provider_objects t`)
 	br := w.env.Pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -153,7 +156,7 @@ func (w *world) snapshot(ctx context.Context) (dbState, error) {
 	}); err != nil {
 		return s, fmt.Errorf("snapshot runs: %w", err)
 	}
-	if err := br.QueryRow().Scan(&s.mirror); err != nil {
+	if err := br.QueryRow().Scan(&s.mirror, &s.cursors); err != nil {
 		return s, fmt.Errorf("snapshot mirror: %w", err)
 	}
 	return s, nil

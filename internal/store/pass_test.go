@@ -227,6 +227,7 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 	if err := begin(run); err != nil {
 		t.Fatal(err)
 	}
+	passJob(t, e, run.ID, "available")
 	other := run
 	other.ID = "run-g"
 	if err := begin(other); err == nil || !errors.Is(err, ErrPassRunning) {
@@ -273,5 +274,53 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `SELECT status || ': ' || error FROM reconcile.runs WHERE id = 'run-g'`).Scan(&cause); err != nil ||
 		!strings.HasPrefix(cause, "failed: its jobs ended without finishing it") {
 		t.Errorf("run-g: %q, %v", cause, err)
+	}
+}
+
+// passJob inserts a River job of pass runID in state, as the workers'
+// jobs name their pass.
+func passJob(t *testing.T, e *env, runID, state string) {
+	t.Helper()
+	if _, err := e.pool.Exec(t.Context(), `INSERT INTO reconcile.river_job (kind, args, state, finalized_at)
+		VALUES ('reconcile_fetch', jsonb_build_object('pass', jsonb_build_object('id', $1::text)), $2::reconcile.river_job_state,
+		CASE WHEN $2 IN ('completed', 'discarded', 'cancelled') THEN now() END)`, runID, state); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A pass none of whose jobs is left (River's rescuer discarded a job
+// whose worker died on its last attempt) is failed by the next pass's
+// BeginPass, its applied part's alerts queued, rather than refusing every pass
+// after it.
+func TestBeginPassFailsAPassWithNoJobLeft(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	now := t0()
+	run := testRun("run-d", now)
+	run.Status, run.Finished = reconcile.RunRunning, time.Time{}
+	begin := func(r reconcile.Run) error {
+		return pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return e.s.BeginPass(ctx, tx, r, nil) })
+	}
+	if err := begin(run); err != nil {
+		t.Fatal(err)
+	}
+	shop := accountPart("acct_1", []reconcile.Finding{newFinding(reconcile.Duplicate, "refund:a1", "", 8900, "re_a", "re_b")}, nil)
+	if _, err := e.s.ApplyPart(ctx, run, "acct_1", shop, PartReport{}, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	passJob(t, e, run.ID, "completed")
+	passJob(t, e, run.ID, "discarded")
+	next := run
+	next.ID, next.Started = "run-e", now.Add(time.Hour)
+	if err := begin(next); err != nil {
+		t.Fatalf("a pass could not begin after one none of whose jobs is left: %v", err)
+	}
+	if got := e.runRow(run.ID); !strings.HasPrefix(got, "failed") {
+		t.Errorf("run row %q; want failed", got)
+	}
+	due, err := e.s.Due(ctx, next.Started, 100)
+	if err != nil || len(due) != 1 || due[0].Event != reconcile.AlertFiring {
+		t.Errorf("due after the pass was failed: %+v, %v; want the shop's duplicate alone, no summary", due, err)
 	}
 }
