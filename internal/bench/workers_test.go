@@ -54,7 +54,7 @@ obligations:
     account: stripe_account
 workers:
   enabled: true
-  slice: 90h
+  slice: 120h
   fetchers: 4
   appliers: 2
 `
@@ -125,6 +125,9 @@ func BenchmarkWorkers(b *testing.B) {
 				b.ReportMetric(one.rssMB, "one_rss_MB")
 				b.ReportMetric(float64(one.requests), "one_requests")
 				b.ReportMetric(float64(one.limited), "one_429s")
+				for phase, secs := range one.phases {
+					b.ReportMetric(secs, "one_"+phase+"_phase_s")
+				}
 				b.Logf("one process: %s, %.0f MB, %d requests, %d 429s", one.wall.Round(time.Millisecond), one.rssMB, one.requests, one.limited)
 				for _, n := range []int{1, 2, 4} {
 					pool, dbURL := platformDatabase(b, p)
@@ -137,6 +140,7 @@ func BenchmarkWorkers(b *testing.B) {
 					r.served(srv)
 					peaks := fleet.peaks()
 					jobs := jobsBy(b, pool)
+					st := stagesOf(b, pool)
 					fleet.stop()
 					name := fmt.Sprintf("w%d", n)
 					b.ReportMetric(r.wall.Seconds(), name+"_s")
@@ -151,6 +155,10 @@ func BenchmarkWorkers(b *testing.B) {
 						b.ReportMetric(float64(j.apply), fmt.Sprintf("%s_apply%d", name, i))
 					}
 					b.ReportMetric(float64(slices.Max(peaks))/1024, name+"_rss_max_MB")
+					for _, kind := range []string{"fetch", "apply", "drain"} {
+						b.ReportMetric(st[kind].span.Seconds(), name+"_"+kind+"_stage_s")
+						b.ReportMetric(st[kind].mean.Seconds(), name+"_"+kind+"_job_s")
+					}
 					b.Logf("%d workers: %s (%.2f× one process), worker peaks %v kB, jobs %v, %d requests, %d 429s", n,
 						r.wall.Round(time.Millisecond), one.wall.Seconds()/r.wall.Seconds(), peaks, jobs, r.requests, r.limited)
 				}
@@ -220,6 +228,7 @@ type pass struct {
 	wall              time.Duration
 	rssMB             float64 // the run process's own peak
 	requests, limited int     // answered by the server, and 429s among them
+	phases            map[string]float64
 }
 
 func (p *pass) served(srv *stripesim.Server) {
@@ -257,7 +266,7 @@ func runPass(b *testing.B, bin string, env []string, cfg string, enqueue bool) p
 		name := filepath.Join(dir, fmt.Sprintf("workers-pass-%s.log", time.Now().Format("150405.000")))
 		_ = os.WriteFile(name, stderr.Bytes(), 0o600)
 	}
-	return pass{wall: wall, rssMB: float64(peak) / 1024}
+	return pass{wall: wall, rssMB: float64(peak) / 1024, phases: phasesOf(stderr.String())}
 }
 
 // fleet is n `reconcile worker` processes.
@@ -369,6 +378,34 @@ func jobsBy(b *testing.B, pool *pgxpool.Pool) map[string]jobCounts {
 			c.apply += n
 		}
 		out[client] = c
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// stage is when a pass's jobs of one kind ran: from the first's start to
+// the last's end, and one job's mean time.
+type stage struct{ span, mean time.Duration }
+
+// stagesOf are the completed jobs' stages by kind (fetch, apply, drain).
+func stagesOf(b *testing.B, pool *pgxpool.Pool) map[string]stage {
+	b.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT replace(kind, 'reconcile_', ''),
+		extract(epoch FROM max(finalized_at) - min(attempted_at))::float8,
+		extract(epoch FROM avg(finalized_at - attempted_at))::float8
+		FROM reconcile.river_job WHERE state = 'completed' GROUP BY 1`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]stage{}
+	var (
+		kind       string
+		span, mean float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&kind, &span, &mean}, func() error {
+		out[kind] = stage{time.Duration(span * float64(time.Second)), time.Duration(mean * float64(time.Second))}
 		return nil
 	}); err != nil {
 		b.Fatal(err)
