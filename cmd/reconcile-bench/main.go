@@ -5,7 +5,7 @@
 // 100k transitions batched and row by row and reading a million
 // obligations, (d) `reconcile run` end to end over a million obligations
 // and provider objects, twice, the second incrementally, and, when asked
-// for (-only e; about 15 minutes at 24x20k), (e) one pass over a platform
+// for (-only e; about 25 minutes at 24x20k on 2 cores), (e) one pass over a platform
 // of 24 Stripe accounts in one process and with 1, 2 and 4 `reconcile
 // worker` processes.
 //
@@ -19,7 +19,7 @@
 //	go run ./cmd/reconcile-bench            # the whole table (3 to 15 minutes on 2 cores, by load)
 //	go run ./cmd/reconcile-bench -only a,c  # some sections
 //	go run ./cmd/reconcile-bench -e2e 100k  # a smaller end-to-end history
-//	go run ./cmd/reconcile-bench -only e    # workers: 24 accounts × 20k (about 15 minutes)
+//	go run ./cmd/reconcile-bench -only e    # workers: 24 accounts × 20k (about 25 minutes)
 //	go run ./cmd/reconcile-bench -only e -workers 24x5k
 package main
 
@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reps := fs.Int("reps", 3, "processes per matcher row; the median is shown")
 	e2e := fs.String("e2e", "1M", "end-to-end size: 10k, 100k or 1M")
 	workers := fs.String("workers", "24x20k", "workers platform: accounts x obligations each, 24x20k, 24x5k or 24x1k")
-	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers; not by default: about 15 minutes)")
+	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers; not by default: about 25 minutes)")
 	keep := fs.Bool("keep", false, "keep the built test binaries and the raw benchmark output")
 	if err := fs.Parse(args); err != nil {
 		return err
