@@ -4,10 +4,14 @@
 // server paced under the test-mode rate limit and unpaced, (c) applying
 // 100k transitions batched and row by row and reading a million
 // obligations, (d) `reconcile run` end to end over a million obligations
-// and provider objects, twice, the second incrementally.
+// and provider objects, twice, the second incrementally, and, when asked
+// for (-only e; about 25 minutes at 24x20k on 2 cores), (e) one pass over a platform
+// of 24 Stripe accounts in one process and with 1, 2 and 4 `reconcile
+// worker` processes.
 //
 // It runs the packages' own benchmarks (BenchmarkMatch, BenchmarkFetch,
-// BenchmarkApplyTransitions, BenchmarkReadObligations, BenchmarkEndToEnd),
+// BenchmarkApplyTransitions, BenchmarkReadObligations, BenchmarkEndToEnd,
+// BenchmarkWorkers),
 // each in a process of its own, so that every row's peak RSS is its own:
 // it builds the test binaries with `go test -c` and reads the standard
 // benchmark output. From the module root:
@@ -15,6 +19,8 @@
 //	go run ./cmd/reconcile-bench            # the whole table (3 to 15 minutes on 2 cores, by load)
 //	go run ./cmd/reconcile-bench -only a,c  # some sections
 //	go run ./cmd/reconcile-bench -e2e 100k  # a smaller end-to-end history
+//	go run ./cmd/reconcile-bench -only e    # workers: 24 accounts × 20k (about 25 minutes)
+//	go run ./cmd/reconcile-bench -only e -workers 24x5k
 package main
 
 import (
@@ -53,6 +59,7 @@ type options struct {
 	sizes    []string // matcher sizes
 	reps     int      // processes per matcher row
 	e2e      string   // end-to-end size
+	workers  string   // workers platform size
 	sections map[string]bool
 	keep     bool
 }
@@ -63,12 +70,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sizes := fs.String("sizes", "10k,100k,1M", "matcher sizes: obligations (and about as many provider objects)")
 	reps := fs.Int("reps", 3, "processes per matcher row; the median is shown")
 	e2e := fs.String("e2e", "1M", "end-to-end size: 10k, 100k or 1M")
-	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end)")
+	workers := fs.String("workers", "24x20k", "workers platform: accounts x obligations each, 24x20k, 24x5k or 24x1k")
+	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers; not by default: about 25 minutes)")
 	keep := fs.Bool("keep", false, "keep the built test binaries and the raw benchmark output")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{sizes: strings.Split(*sizes, ","), reps: max(1, *reps), e2e: *e2e, sections: map[string]bool{}, keep: *keep}
+	o := options{sizes: strings.Split(*sizes, ","), reps: max(1, *reps), e2e: *e2e, workers: *workers, sections: map[string]bool{}, keep: *keep}
 	for _, s := range strings.Split(*only, ",") {
 		o.sections[strings.TrimSpace(s)] = true
 	}
@@ -88,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, step := range []struct {
 		section string
 		run     func(*bench, *table, options) error
-	}{{"a", matcherRows}, {"b", fetchRows}, {"c", applyRows}, {"d", e2eRows}} {
+	}{{"a", matcherRows}, {"b", fetchRows}, {"c", applyRows}, {"d", e2eRows}, {"e", workersRows}} {
 		if !o.sections[step.section] {
 			continue
 		}

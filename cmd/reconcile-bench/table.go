@@ -19,6 +19,8 @@ type table struct {
 	read    *result
 	e2e     *result
 	e2eSize string
+	workers *result
+	wSize   string
 	// commands reproduce each section, from the module root.
 	commands []string
 }
@@ -90,6 +92,16 @@ func e2eRows(b *bench, t *table, o options) error {
 	}
 	t.e2e, t.e2eSize = &rs[0], o.e2e
 	t.commands = append(t.commands, "(d) go test ./internal/bench -run '^$' -bench '^BenchmarkEndToEnd$/^"+o.e2e+"$/^command$' -benchtime 1x -timeout 0")
+	return nil
+}
+
+func workersRows(b *bench, t *table, o options) error {
+	rs, err := b.run("internal/bench", "^BenchmarkWorkers$/^"+o.workers+"$", "1x")
+	if err != nil {
+		return err
+	}
+	t.workers, t.wSize = &rs[0], o.workers
+	t.commands = append(t.commands, "(e) go test ./internal/bench -run '^$' -bench '^BenchmarkWorkers$/^"+o.workers+"$' -benchtime 1x -timeout 0")
 	return nil
 }
 
@@ -192,6 +204,10 @@ func (t *table) write(w io.Writer, o options) {
 		targets = append(targets, verdict(m["read_pct"] <= 1, fmt.Sprintf("(3) a second pass over an unchanged %s history reads ≤ 1%% of the first: %.3f%%", t.e2eSize, m["read_pct"])))
 	}
 
+	if t.workers != nil {
+		writeWorkers(w, t.workers.metrics, t.wSize)
+	}
+
 	if len(targets) > 0 {
 		fmt.Fprintf(w, "## Targets\n\n")
 		for _, s := range targets {
@@ -199,8 +215,8 @@ func (t *table) write(w io.Writer, o options) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "## Reproduce\n\n```\ngo run ./cmd/reconcile-bench -only %s -sizes %s -reps %d -e2e %s\n", keys(o.sections),
-		strings.Join(o.sizes, ","), o.reps, o.e2e)
+	fmt.Fprintf(w, "## Reproduce\n\n```\ngo run ./cmd/reconcile-bench -only %s -sizes %s -reps %d -e2e %s -workers %s\n", keys(o.sections),
+		strings.Join(o.sizes, ","), o.reps, o.e2e, o.workers)
 	for _, c := range t.commands {
 		fmt.Fprintln(w, c)
 	}
@@ -223,10 +239,45 @@ func verdict(ok bool, s string) string {
 
 func keys(m map[string]bool) string {
 	var out []string
-	for _, k := range []string{"a", "b", "c", "d"} {
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
 		if m[k] {
 			out = append(out, k)
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// writeWorkers prints section (e): BenchmarkWorkers's metrics.
+func writeWorkers(w io.Writer, m map[string]float64, size string) {
+	fmt.Fprintf(w, "## (e) workers: one pass over %.0f Stripe accounts, %.0f obligations / %.0f provider objects (%s)\n\n",
+		m["accounts"], m["obligations"], m["objects"], size)
+	fmt.Fprintf(w, "`reconcile run --since 360h` in one process, then `reconcile run --enqueue --since 360h` with 1, 2 and 4 `reconcile worker` processes "+
+		"(started and ready before the enqueue), each row on a fresh database with the same history, against the Stripe test server in the benchmark's process: "+
+		"every response after 50 ms, each account (the platform's own included) limited to 25 requests/s by the server (429 above). "+
+		"Configuration of every process: `stripe.rate: 100` (the live key's read limit; the pacer is one per key per process and a 429 halves it, "+
+		"so the workers together may send up to N × 100/s, which the test server does not refuse: it enforces only the per-account limit), "+
+		"`stripe.concurrency: 4` (the default), `workers.slice: 120h`, `workers.fetchers: 4`, `workers.appliers: 2`. "+
+		"Wall: from the start of the command to its exit (for the workers, from the enqueue to run --enqueue's exit). "+
+		"Peak RSS: each process's VmHWM, the run's and each worker's.\n\n")
+	fmt.Fprintf(w, "| pass | wall | × one process (speed-up) | requests served (429s among them) | fetch stage / mean fetch job | apply stage / mean apply job | peak RSS (max) | peak RSS per worker | fetch, apply jobs per worker |\n")
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+	fmt.Fprintf(w, "| one process (`reconcile run`) | %.1f s | 1.00 | %.0f (%.0f) | provider %.1f s | apply %.1f s | %.0f MB | — | — |\n",
+		m["one_s"], m["one_requests"], m["one_429s"], m["one_provider_phase_s"], m["one_apply_phase_s"], m["one_rss_MB"])
+	for _, n := range []int{1, 2, 4} {
+		p := fmt.Sprintf("w%d", n)
+		if _, ok := m[p+"_s"]; !ok {
+			continue
+		}
+		var rss, jobs []string
+		for i := range n {
+			rss = append(rss, fmt.Sprintf("%.0f", m[fmt.Sprintf("%s_rss%d_MB", p, i)]))
+			jobs = append(jobs, fmt.Sprintf("%.0f, %.0f", m[fmt.Sprintf("%s_fetch%d", p, i)], m[fmt.Sprintf("%s_apply%d", p, i)]))
+		}
+		fmt.Fprintf(w, "| %d worker%s (`run --enqueue`) | %.1f s | %.2f | %.0f (%.0f) | %.1f s / %.2f s | %.1f s / %.2f s | %.0f MB | %s MB | %s |\n",
+			n, map[bool]string{true: "s"}[n > 1], m[p+"_s"], m[p+"_speedup"], m[p+"_requests"], m[p+"_429s"],
+			m[p+"_fetch_stage_s"], m[p+"_fetch_job_s"], m[p+"_apply_stage_s"], m[p+"_apply_job_s"], m[p+"_rss_max_MB"],
+			strings.Join(rss, " / "), strings.Join(jobs, " / "))
+	}
+	fmt.Fprintf(w, "\nThe one-process row's provider and apply are the pass's phases from its log; the workers' stages run from the first job's start to the last one's end. "+
+		"`run --enqueue`'s own peak RSS: %.0f / %.0f / %.0f MB.\n\n", m["w1_enqueue_rss_MB"], m["w2_enqueue_rss_MB"], m["w4_enqueue_rss_MB"])
 }
