@@ -215,18 +215,7 @@ func runCommand(b *testing.B, s *server, dbURL string, args ...string) passResul
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	s.srv.ResetStats()
-	start := time.Now()
-	err := cmd.Start()
-	var peak int64
-	if err == nil {
-		done := make(chan struct{})
-		polled := make(chan int64)
-		go func() { polled <- pollPeakRSS(cmd.Process.Pid, done) }()
-		err = cmd.Wait()
-		close(done)
-		peak = <-polled
-	}
-	wall := time.Since(start)
+	wall, peak, err := runMeasured(cmd)
 	if err != nil {
 		b.Fatalf("reconcile run %v: %v\n%s", args, err, tail(stderr.String(), 2000))
 	}
@@ -241,6 +230,22 @@ func runCommand(b *testing.B, s *server, dbURL string, args ...string) passResul
 	entries, requests := reads(s.srv)
 	return passResult{wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), rssMB: float64(peak) / 1024,
 		reads: entries, requests: requests, stderr: stderr.String(), phases: phasesOf(stderr.String())}
+}
+
+// runMeasured runs cmd to its end, and returns how long it took and its
+// peak resident set (KiB, pollPeakRSS).
+func runMeasured(cmd *exec.Cmd) (time.Duration, int64, error) {
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	done := make(chan struct{})
+	polled := make(chan int64)
+	go func() { polled <- pollPeakRSS(cmd.Process.Pid, done) }()
+	err := cmd.Wait()
+	close(done)
+	peak := <-polled
+	return time.Since(start), peak, err
 }
 
 // pollPeakRSS returns the highest VmHWM (peak resident set, KiB) of

@@ -247,18 +247,7 @@ func runPass(b *testing.B, bin string, env []string, cfg string, enqueue bool) p
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Start()
-	var peak int64
-	if err == nil {
-		done := make(chan struct{})
-		polled := make(chan int64)
-		go func() { polled <- pollPeakRSS(cmd.Process.Pid, done) }()
-		err = cmd.Wait()
-		close(done)
-		peak = <-polled
-	}
-	wall := time.Since(start)
+	wall, peak, err := runMeasured(cmd)
 	if err != nil {
 		b.Fatalf("reconcile %v: %v\n%s", args, err, tail(stderr.String(), 3000))
 	}
