@@ -69,7 +69,8 @@ func (r *Runner) PlanPass(ctx context.Context, req Request, slice time.Duration)
 		return PassPlan{}, err
 	}
 	plan.Accounts = accounts
-	for _, a := range accounts {
+	perAccount := make([][]Slice, len(accounts))
+	for i, a := range accounts {
 		p := r.part(a, plan.Run, &phaseClock{})
 		cover, err := p.r.coverage(ctx, req.Window, started)
 		if err != nil {
@@ -77,10 +78,28 @@ func (r *Runner) PlanPass(ctx context.Context, req Request, slice time.Duration)
 		}
 		plan.Covers[a.ID] = cover
 		for from := cover.From; from.Before(cover.To); from = from.Add(slice) {
-			plan.Slices = append(plan.Slices, Slice{Account: a.ID, Window: reconcile.Window{From: from, To: earlier(from.Add(slice), cover.To)}})
+			perAccount[i] = append(perAccount[i], Slice{Account: a.ID, Window: reconcile.Window{From: from, To: earlier(from.Add(slice), cover.To)}})
+		}
+	}
+	// Round the accounts: workers take jobs in insert order, and one
+	// account's slices side by side would meet that account's rate limit
+	// together while the key's other accounts wait.
+	for k := 0; len(plan.Slices) < countSlices(perAccount); k++ {
+		for _, ss := range perAccount {
+			if k < len(ss) {
+				plan.Slices = append(plan.Slices, ss[k])
+			}
 		}
 	}
 	return plan, nil
+}
+
+func countSlices(perAccount [][]Slice) int {
+	n := 0
+	for _, ss := range perAccount {
+		n += len(ss)
+	}
+	return n
 }
 
 // FetchSlice reads the provider's records of one slice of pass run into

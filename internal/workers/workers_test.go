@@ -207,6 +207,13 @@ func TestJobsEqualOneProcess(t *testing.T) {
 	if len(plan.Slices) < 4*16 {
 		t.Errorf("the plan has %d fetch slices; want one per 6 hours of every account's four days", len(plan.Slices))
 	}
+	// The accounts taken in turn, so that workers do not meet one
+	// account's rate limit with all their fetchers at once.
+	for i := 1; i < 4; i++ {
+		if plan.Slices[i].Account == plan.Slices[i-1].Account {
+			t.Errorf("fetch jobs %d and %d are both of account %q; want the accounts in turn", i-1, i, plan.Slices[i].Account)
+		}
+	}
 	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
 		var cause string
 		_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
