@@ -55,22 +55,3 @@ func (s *Store) SaveAccounts(ctx context.Context, runID string, accounts []recon
 	}
 	return nil
 }
-
-// AccountNames returns the display name of every connected account a
-// pass recorded (SaveAccounts), by account id; a name is empty where
-// Stripe gave none. The platform's account is never among them.
-func (s *Store) AccountNames(ctx context.Context) (map[string]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name FROM reconcile.accounts`)
-	if err != nil {
-		return nil, fmt.Errorf("account names: %w", err)
-	}
-	names := map[string]string{}
-	var id, name string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &name}, func() error {
-		names[id] = name
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("account names: %w", err)
-	}
-	return names, nil
-}

@@ -1,12 +1,14 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"reconcile"
 )
@@ -190,7 +192,7 @@ func TestFindingsKeepTheirAccount(t *testing.T) {
 }
 
 // SaveAccounts keeps each connected account's name as the last pass
-// read it, never the platform's; AccountNames returns them all.
+// read it, never the platform's, and findings name their accounts by them.
 func TestSaveAccounts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -208,13 +210,10 @@ func TestSaveAccounts(t *testing.T) {
 	}, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	names, err := e.s.AccountNames(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names := e.accountNames()
 	want := map[string]string{"acct_1": "Shop Ltd", "acct_2": "", "acct_3": "", "acct_4": "New"}
 	if diff := cmp.Diff(want, names); diff != "" {
-		t.Errorf("AccountNames (-want +got):\n%s", diff)
+		t.Errorf("account names (-want +got):\n%s", diff)
 	}
 	if n := e.count(`SELECT count(*) FROM reconcile.accounts WHERE run_id = 'run-2' AND seen_at = $1`, now.Add(time.Hour)); n != 3 {
 		t.Errorf("%d accounts recorded as read by run-2, want 3", n)
@@ -225,11 +224,27 @@ func TestSaveAccounts(t *testing.T) {
 	if err := e.s.SaveAccounts(ctx, "", []reconcile.Account{{ID: "acct_9"}}, now); err == nil {
 		t.Errorf("SaveAccounts without a run id succeeded")
 	}
-	after, err := e.s.AccountNames(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := e.accountNames()
 	if !maps.Equal(want, after) {
-		t.Errorf("AccountNames after saves of nothing = %v, want %v", after, want)
+		t.Errorf("account names after saves of nothing = %v, want %v", after, want)
 	}
+}
+
+// accountNames are the names reconcile.accounts keeps, by account id:
+// what the pages and messages name accounts by (findingColumns).
+func (e *env) accountNames() map[string]string {
+	e.tb.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT id, name FROM reconcile.accounts`)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	names := map[string]string{}
+	var id, name string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+		names[id] = name
+		return nil
+	}); err != nil {
+		e.tb.Fatal(err)
+	}
+	return names
 }

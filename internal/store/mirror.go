@@ -51,8 +51,6 @@ func (m *Mirror) ForAccount(account string) *Mirror {
 	return &Mirror{pool: m.pool, account: account}
 }
 
-// Account is the Stripe account of the view: empty for the platform's.
-func (m *Mirror) Account() string { return m.account }
 
 // The cursor names of the sync_cursors table besides the object kinds.
 const (
