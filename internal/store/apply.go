@@ -260,7 +260,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 	}
 	alerts := plan.alerts
 	if in.part != nil {
-		return out, s.stagePart(ctx, tx, in, plan, &out, now)
+		return out, s.stagePart(ctx, tx, in, plan, &out)
 	}
 	if len(out.Summary.New)+len(out.Summary.Changed)+len(out.Summary.Resolved)+out.Summary.Confirmed > 0 {
 		// The summary goes first so that it has the smallest id of its

@@ -229,7 +229,7 @@ func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, account string
 
 // stagePart keeps what a part's apply adds to its pass in pass_parts:
 // the summary's figures, its alerts and its counts.
-func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, out *Applied, now time.Time) error {
+func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findingPlan, out *Applied) error {
 	// Empty maps are left out of the JSON as nil ones are.
 	sum := partSummary{New: p.newKinds, Changed: p.changedKinds, Resolved: p.resolvedKinds}
 	for _, f := range p.atRisk {
