@@ -51,7 +51,6 @@ func (m *Mirror) ForAccount(account string) *Mirror {
 	return &Mirror{pool: m.pool, account: account}
 }
 
-
 // The cursor names of the sync_cursors table besides the object kinds.
 const (
 	cursorKeys    = "keys"
