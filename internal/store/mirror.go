@@ -370,8 +370,9 @@ func (q Related) empty() bool {
 // relatedSQL finds the ids of the objects a Related asks for, each term
 // by an index of migration 00013 (or the primary key), and reads them
 // once each. The mirror stores an absent intent, charge, target or
-// customer as NULL (saveObjects), as the indexes' predicates say; '' is
-// never asked for. $1 account, $2 created from, $3 created to, $4 seen
+// customer as NULL (saveObjects), as the indexes' predicates say: an
+// empty id or customer asked for matches nothing. $1 account, $2 created
+// from, $3 created to, $4 seen
 // since, $5 ids, $6 intents, $7 charges, $8 customers and $9 amounts.
 const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_objects
 	WHERE account = $1 AND created >= $2 AND created < $3 AND seen_at >= $4 AND id IN (
