@@ -372,8 +372,8 @@ func (q Related) empty() bool {
 // once each. The mirror stores an absent intent, charge, target or
 // customer as NULL (saveObjects), as the indexes' predicates say: an
 // empty id or customer asked for matches nothing. $1 account, $2 created
-// from, $3 created to, $4 seen
-// since, $5 ids, $6 intents, $7 charges, $8 customers and $9 amounts.
+// from, $3 created to, $4 seen since, $5 ids, $6 intents, $7 charges, $8
+// customers and $9 amounts.
 const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_objects
 	WHERE account = $1 AND created >= $2 AND created < $3 AND seen_at >= $4 AND id IN (
 		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND id = ANY($5::text[])
