@@ -24,7 +24,7 @@ import (
 
 // PartStore is the store of a pass run as jobs (store.Store is one).
 type PartStore interface {
-	ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, rep store.PartReport, now time.Time,
+	ApplyPart(ctx context.Context, run reconcile.Run, part store.Part, res reconcile.Conclusions, rep store.PartReport, now time.Time,
 		then func(ctx context.Context, tx pgx.Tx) error) (store.Applied, error)
 	LockAccount(ctx context.Context, account string, wait bool) (*store.Lock, error)
 }
@@ -163,7 +163,7 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	part := run
 	part.Counts = out.Result.Counts
 	rep := store.PartReport{Covered: out.Covered, EventsFrom: out.EventsFrom, Context: out.Context, Partial: out.Partial, Unmapped: out.Unmapped}
-	applied, err := ps.ApplyPart(ctx, part, a.ID, acrossAccounts(a.ID, out.Result.Conclusions), rep, now, then)
+	applied, err := ps.ApplyPart(ctx, part, store.Part{Account: a.ID}, acrossAccounts(a.ID, out.Result.Conclusions), rep, now, then)
 	clock.mark("apply")
 	if err != nil {
 		return nil, p.failed(fmt.Errorf("apply: %w", err))

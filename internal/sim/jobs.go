@@ -554,13 +554,13 @@ func (s *jobStore) LockAccount(ctx context.Context, account string, wait bool) (
 	return s.inner.LockAccount(ctx, account, wait)
 }
 
-func (s *jobStore) ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, rep store.PartReport, now time.Time,
+func (s *jobStore) ApplyPart(ctx context.Context, run reconcile.Run, part store.Part, res reconcile.Conclusions, rep store.PartReport, now time.Time,
 	then func(ctx context.Context, tx pgx.Tx) error) (store.Applied, error) {
 	jp, pc, w := s.jp, s.pc, s.pc.w
 	if pc.killed.Load() {
 		return store.Applied{}, errKilled
 	}
-	applied, err := s.inner.ApplyPart(ctx, run, account, res, rep, now, then)
+	applied, err := s.inner.ApplyPart(ctx, run, part, res, rep, now, then)
 	if err != nil {
 		return applied, err
 	}

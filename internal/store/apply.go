@@ -588,7 +588,13 @@ func (sf storedFinding) lifecycle() *alerts.Stored {
 // up in its own account (reconcile.AccountObject, as Settled.Objects
 // holds them): settling ch_1 on the platform settles nothing of a
 // connected account's ch_1.
+//
+// A shard's part (Part) covers only the findings it owns: another shard's
+// are that shard's to settle, whatever this one examined.
 func (in applyInput) covers(f reconcile.Finding) bool {
+	if in.part != nil && !in.part.owns(f) {
+		return false
+	}
 	if _, ok := slices.BinarySearch(in.obligations, f.ObligationID); ok && f.ObligationID != "" {
 		return true
 	}

@@ -317,3 +317,65 @@ func TestMigrateAccounts(t *testing.T) {
 		t.Fatalf("Up after the Down: %v", err)
 	}
 }
+
+// Migration 00013 makes every part of old shard 0 of 1 and keys the
+// parts by shard; its Down fails a pass left running, keeps shard 0's
+// part of each account and drops the mirror's indexes for shards.
+func TestMigrateShards(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	ctx := t.Context()
+	p, db, err := newProvider(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := createSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 12); err != nil {
+		t.Fatalf("UpTo 12: %v", err)
+	}
+	e := &env{tb: t, pool: pool}
+	e.exec(`INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, status)
+		VALUES ('run_1', 'manual', now(), now(), now(), 'running')`)
+	part := `INSERT INTO reconcile.pass_parts (run_id, account%s, obligations, provider_objects, linked, findings, transitions,
+		skipped, summary) VALUES ('run_1', %s, 1, 1, 1, 0, 0, 0, '{}')`
+	e.exec(fmt.Sprintf(part, "", "'acct_1'"))
+	if _, err := p.UpTo(ctx, 13); err != nil {
+		t.Fatalf("UpTo 13: %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.pass_parts WHERE shard = 0 AND shards = 1`); n != 1 {
+		t.Errorf("%d parts of old are shard 0 of 1, want the 1", n)
+	}
+	e.exec(fmt.Sprintf(part, ", shard, shards", "'acct_2', 0, 2"))
+	e.exec(fmt.Sprintf(part, ", shard, shards", "'acct_2', 1, 2"))
+	for _, bad := range []string{"'acct_2', 1, 2", "'acct_3', 2, 2", "'acct_3', -1, 2", "'acct_3', 0, 0"} {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(part, ", shard, shards", bad)); err == nil {
+			t.Errorf("pass_parts took the part (%s)", bad)
+		}
+	}
+	indexes := `SELECT count(*) FROM pg_indexes WHERE schemaname = 'reconcile' AND indexname IN ('provider_objects_intent_idx',
+		'provider_objects_charge_idx', 'provider_objects_target_idx', 'provider_objects_customer_idx')`
+	if n := e.count(indexes); n != 4 {
+		t.Errorf("%d of the 4 indexes for shards", n)
+	}
+	if _, err := p.DownTo(ctx, 12); err != nil {
+		t.Fatalf("DownTo 12: %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.pass_parts`); n != 2 {
+		t.Errorf("%d parts after the Down, want one per account, 2", n)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.runs WHERE status = 'failed'`); n != 1 {
+		t.Errorf("the running pass was not failed by the Down")
+	}
+	if n := e.count(indexes); n != 0 {
+		t.Errorf("%d indexes for shards after the Down", n)
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(part, "", "'acct_1'")); err == nil {
+		t.Errorf("after the Down, pass_parts took a second part of one account")
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("Up after the Down: %v", err)
+	}
+}

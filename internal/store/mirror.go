@@ -277,12 +277,46 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 	if !w.Valid() {
 		return nil, nil
 	}
-	rows, err := m.pool.Query(ctx, `SELECT object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')
+	rows, err := m.pool.Query(ctx, `SELECT `+mirrorKeyColumns+`
 		FROM reconcile.provider_keys WHERE account = $3 AND created >= $1 AND created < $2`,
 		ceilSecond(w.From), ceilSecond(w.To), m.account)
 	if err != nil {
 		return nil, fmt.Errorf("read mirrored keys: %w", err)
 	}
+	keys, err := scanMirrorKeys(rows, m.account)
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored keys: %w", err)
+	}
+	return keys, nil
+}
+
+// KeysOf returns the key evidence of the view's account about the objects
+// ids told by the events created in w (whole seconds, as Keys reads w),
+// in no particular order: what a shard's closure needs of the keys
+// (docs/design.md, "Passes as jobs"), looked up by provider_keys'
+// primary key rather than read whole.
+func (m *Mirror) KeysOf(ctx context.Context, ids []string, w reconcile.Window) ([]reconcile.KeyEvidence, error) {
+	if len(ids) == 0 || !w.Valid() {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, `SELECT `+mirrorKeyColumns+`
+		FROM reconcile.provider_keys WHERE account = $3 AND object_id = ANY($4::text[]) AND created >= $1 AND created < $2`,
+		ceilSecond(w.From), ceilSecond(w.To), m.account, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored keys by object: %w", err)
+	}
+	keys, err := scanMirrorKeys(rows, m.account)
+	if err != nil {
+		return nil, fmt.Errorf("read mirrored keys by object: %w", err)
+	}
+	return keys, nil
+}
+
+const mirrorKeyColumns = `object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')`
+
+// scanMirrorKeys reads the key evidence of one account's rows (of
+// mirrorKeyColumns), with room for a few percent more.
+func scanMirrorKeys(rows pgx.Rows, account string) ([]reconcile.KeyEvidence, error) {
 	defer rows.Close()
 	var (
 		objectID, key, eventID, requestID mirrorText
@@ -292,15 +326,101 @@ func (m *Mirror) Keys(ctx context.Context, w reconcile.Window) ([]reconcile.KeyE
 	var keys chunks[reconcile.KeyEvidence]
 	for rows.Next() {
 		if err := rows.Scan(&objectID, &key, &kind, &eventID, &eventType, &created, &requestID); err != nil {
-			return nil, fmt.Errorf("read mirrored keys: %w", err)
+			return nil, err
 		}
-		keys.add(reconcile.KeyEvidence{Account: m.account, ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
+		keys.add(reconcile.KeyEvidence{Account: account, ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
 			Key: key.s, EventID: eventID.s, EventType: eventType.s, RequestID: requestID.s, Created: created.UTC()})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read mirrored keys: %w", err)
+		return nil, err
 	}
 	return keys.slice(), nil
+}
+
+// Related names what a shard's closure asks of the mirror (docs/design.md,
+// "Passes as jobs"): each term a set of objects, Mirror.Related returns
+// their union.
+type Related struct {
+	// IDs: the objects of these ids.
+	IDs []string
+	// Intents: the objects whose payment intent is one of these (an
+	// intent's charges, the refunds of it).
+	Intents []string
+	// Charges: the objects whose charge or target is one of these (a
+	// charge's refunds, an intent naming it as its latest charge).
+	Charges []string
+	// Twins: the objects whose (customer, amount) is one of these pairs;
+	// and the charges with no customer whose payment intent, in the
+	// mirror and seen at or after Related's since, has that customer and
+	// the charge that amount.
+	Twins []CustomerAmount
+}
+
+// CustomerAmount is a customer and an amount in minor units.
+type CustomerAmount struct {
+	Customer string
+	Amount   int64
+}
+
+// empty reports whether q asks for nothing.
+func (q Related) empty() bool {
+	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins) == 0
+}
+
+// relatedSQL finds the ids of the objects a Related asks for, each term
+// by an index of migration 00013 (or the primary key), and reads them
+// once each. The mirror stores an absent intent, charge, target or
+// customer as NULL (saveObjects), as the indexes' predicates say: an
+// empty id or customer asked for matches nothing. $1 account, $2 created
+// from, $3 created to, $4 seen since, $5 ids, $6 intents, $7 charges, $8
+// customers and $9 amounts.
+const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_objects
+	WHERE account = $1 AND created >= $2 AND created < $3 AND seen_at >= $4 AND id IN (
+		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND id = ANY($5::text[])
+		UNION
+		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND payment_intent = ANY($6::text[])
+			AND payment_intent IS NOT NULL
+		UNION
+		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND charge = ANY($7::text[]) AND charge IS NOT NULL
+		UNION
+		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND target = ANY($7::text[]) AND target IS NOT NULL
+		UNION
+		SELECT o.id FROM unnest($8::text[], $9::bigint[]) AS t(customer, amount)
+			JOIN reconcile.provider_objects o ON o.account = $1 AND o.customer = t.customer AND o.amount = t.amount
+				AND o.customer IS NOT NULL
+		UNION
+		SELECT c.id FROM unnest($8::text[], $9::bigint[]) AS t(customer, amount)
+			JOIN reconcile.provider_objects pi ON pi.account = $1 AND pi.customer = t.customer AND pi.customer IS NOT NULL
+				AND pi.kind = 'payment_intent' AND pi.seen_at >= $4
+			JOIN reconcile.provider_objects c ON c.account = $1 AND c.payment_intent = pi.id AND c.payment_intent IS NOT NULL
+				AND c.kind = 'charge' AND c.customer IS NULL AND c.amount = t.amount)`
+
+// Related returns, in no particular order and each once, the view's
+// account's mirrored objects created in w (whole seconds, as Objects
+// reads w) and seen at or after since that match any term of q: what one
+// shard's closure needs of the mirror, looked up by index rather than by
+// reading the account's whole copy (docs/design.md, "Passes as jobs").
+func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, since time.Time) ([]reconcile.ProviderObject, error) {
+	if q.empty() || !w.Valid() {
+		return nil, nil
+	}
+	customers, amounts := make([]string, len(q.Twins)), make([]int64, len(q.Twins))
+	for i, t := range q.Twins {
+		customers[i], amounts[i] = t.Customer, t.Amount
+	}
+	// Non-nil slices: pgx sends a nil one as NULL, which matches nothing
+	// either, but an empty array says what is meant.
+	rows, err := m.pool.Query(ctx, relatedSQL, m.account, ceilSecond(w.From), ceilSecond(w.To), since,
+		orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts)
+	if err != nil {
+		return nil, fmt.Errorf("read related mirrored objects: %w", err)
+	}
+	var out []reconcile.ProviderObject
+	err = scanMirrorObjects(rows, m.account, func(o reconcile.ProviderObject, _ time.Time) { out = append(out, o) })
+	if err != nil {
+		return nil, fmt.Errorf("read related mirrored objects: %w", err)
+	}
+	return out, nil
 }
 
 // Save writes one completed pass's reads of the view's account and moves

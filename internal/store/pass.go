@@ -55,11 +55,39 @@ var ErrPassRunning = errors.New("another pass is running")
 // passLockKey serialises BeginPass's check for a running pass.
 const passLockKey int64 = 0x7265636f_70617373 // "recopass"
 
-// passPart is one account's share of a pass run as jobs.
+// Part names one part of a pass run as jobs (docs/design.md, "Passes as
+// jobs"): one Stripe account's share of it, or one shard of that share.
+// Shards 0 or 1 is the account unsharded, one part (Shard 0); Shards > 1
+// splits the account into that many parts, this one Shard, in
+// [0, Shards): the findings owned by reconcile.FindingShard(f, Shards) ==
+// Shard are this part's to find and to settle, the others' are not.
+type Part struct {
+	Account       string
+	Shard, Shards int
+}
+
+// shards is the number of shards p is one of: 1 for an unsharded part.
+func (p Part) shards() int { return max(p.Shards, 1) }
+
+// check refuses a part whose shard is not one of its shards.
+func (p Part) check() error {
+	if p.Shards < 0 || p.Shard < 0 || p.Shard >= p.shards() {
+		return fmt.Errorf("part of account %q: shard %d of %d is not a shard", p.Account, p.Shard, p.Shards)
+	}
+	return nil
+}
+
+// owns reports whether finding f is this part's: every finding is an
+// unsharded part's; a shard's are those reconcile.FindingShard gives it.
+func (p Part) owns(f reconcile.Finding) bool {
+	return p.shards() == 1 || reconcile.FindingShard(f, p.shards()) == p.Shard
+}
+
+// passPart is one part of a pass run as jobs, as ApplyPart applies it.
 type passPart struct {
-	account string
-	report  PartReport
-	then    func(ctx context.Context, tx pgx.Tx) error
+	Part
+	report PartReport
+	then   func(ctx context.Context, tx pgx.Tx) error
 }
 
 // partSummary is what one part adds to its run's summary, as
@@ -215,16 +243,32 @@ type partSkipped struct {
 	Reason       string          `json:"reason"`
 }
 
-// ApplyPart applies one account's conclusions of the running pass run as
-// Apply applies a whole run's, in one fenced transaction at REPEATABLE
-// READ, with these differences: the alerts it decides are kept with the
-// part until FinishPass queues them, what the summary adds up from it is kept for FinishPass
-// instead of a summary of its own, and the run row is left to FinishPass.
-// then runs last in the transaction. Each account of a pass is applied
-// once: a second ApplyPart of the same account fails.
-func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, account string, res reconcile.Conclusions, rep PartReport, now time.Time,
+// ApplyPart applies one part's conclusions of the running pass run (one
+// account's, or one shard of it: Part) as Apply applies a whole run's, in
+// one fenced transaction at REPEATABLE READ, with these differences: the
+// alerts it decides are kept with the part until FinishPass queues them,
+// what the summary adds up from it is kept for FinishPass instead of a
+// summary of its own, and the run row is left to FinishPass. then runs
+// last in the transaction. Each part of a pass is applied once: a second
+// ApplyPart of the same account and shard fails.
+//
+// A shard (part.Shards > 1) settles only the stored findings it owns
+// (Part): another shard's open finding is left as it stands, whatever
+// res.Settled names, since that shard decides it. The findings res holds
+// must all be the shard's own (the runner keeps only those); one that is
+// not is refused, and nothing is applied.
+func (s *Store) ApplyPart(ctx context.Context, run reconcile.Run, part Part, res reconcile.Conclusions, rep PartReport, now time.Time,
 	then func(ctx context.Context, tx pgx.Tx) error) (Applied, error) {
-	return s.applyWith(ctx, run, res, now, &passPart{account: account, report: rep, then: then})
+	if err := part.check(); err != nil {
+		return Applied{}, fmt.Errorf("apply run %s: %w", run.ID, err)
+	}
+	for _, f := range res.Findings {
+		if !part.owns(f) {
+			return Applied{}, fmt.Errorf("apply run %s: finding %s belongs to shard %d of %d, not to the part's shard %d",
+				run.ID, f.Fingerprint, reconcile.FindingShard(f, part.shards()), part.shards(), part.Shard)
+		}
+	}
+	return s.applyWith(ctx, run, res, now, &passPart{Part: part, report: rep, then: then})
 }
 
 // stagePart keeps what a part's apply adds to its pass in pass_parts:
@@ -256,12 +300,12 @@ func (s *Store) stagePart(ctx context.Context, tx pgx.Tx, in applyInput, p findi
 		return fmt.Errorf("encode the part's summary: %w", err)
 	}
 	c := in.run.Counts
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.pass_parts (run_id, account, obligations, provider_objects, linked,
-		findings, transitions, skipped, summary) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		in.run.ID, in.part.account, c.Obligations, c.ProviderObjects, c.Linked,
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.pass_parts (run_id, account, shard, shards, obligations, provider_objects, linked,
+		findings, transitions, skipped, summary) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		in.run.ID, in.part.Account, in.part.Shard, in.part.shards(), c.Obligations, c.ProviderObjects, c.Linked,
 		len(in.findings), len(out.Transitions), len(out.Skipped), string(b))
 	if err != nil {
-		return fmt.Errorf("keep the part of account %q: %w", in.part.account, err)
+		return fmt.Errorf("keep the part of account %q, shard %d of %d: %w", in.part.Account, in.part.Shard, in.part.shards(), err)
 	}
 	out.Alerts = len(p.alerts)
 	if in.part.then != nil {
@@ -477,14 +521,15 @@ func readPass(ctx context.Context, tx pgx.Tx, runID, lock string) (reconcile.Run
 
 type storedPart struct {
 	account                        string
+	shard                          int
 	counts                         reconcile.Counts
 	findings, transitions, skipped int
 	sum                            partSummary
 }
 
 func readParts(ctx context.Context, tx pgx.Tx, runID string) ([]storedPart, error) {
-	rows, err := tx.Query(ctx, `SELECT account, obligations, provider_objects, linked, findings, transitions, skipped, summary
-		FROM reconcile.pass_parts WHERE run_id = $1 ORDER BY account`, runID)
+	rows, err := tx.Query(ctx, `SELECT account, shard, obligations, provider_objects, linked, findings, transitions, skipped, summary
+		FROM reconcile.pass_parts WHERE run_id = $1 ORDER BY account, shard`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("read the pass's parts: %w", err)
 	}
@@ -493,7 +538,7 @@ func readParts(ctx context.Context, tx pgx.Tx, runID string) ([]storedPart, erro
 		p     storedPart
 		raw   []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&p.account, &p.counts.Obligations, &p.counts.ProviderObjects, &p.counts.Linked,
+	_, err = pgx.ForEachRow(rows, []any{&p.account, &p.shard, &p.counts.Obligations, &p.counts.ProviderObjects, &p.counts.Linked,
 		&p.findings, &p.transitions, &p.skipped, &raw}, func() error {
 		if err := json.Unmarshal(raw, &p.sum); err != nil {
 			return fmt.Errorf("decode a part's summary: %w", err)
@@ -511,11 +556,13 @@ func readParts(ctx context.Context, tx pgx.Tx, runID string) ([]storedPart, erro
 // passAlerts are the alerts the parts of a pass decided, in the order one
 // Apply of the whole pass queues them: those about findings the pass
 // found, by reconcile.CompareFindings, then its resolutions, by
-// fingerprint (a part's own order breaks ties between a finding's
-// alerts).
+// fingerprint (the account, the shard and a part's own order break ties
+// between a finding's alerts, so that the order is one however many
+// shards an account is split into: a finding is one shard's).
 func passAlerts(parts []storedPart) ([]outboxRow, error) {
 	type held struct {
 		account string
+		shard   int
 		a       partAlert
 		f       reconcile.Finding
 	}
@@ -526,7 +573,7 @@ func passAlerts(parts []storedPart) ([]outboxRow, error) {
 			if err := json.Unmarshal(a.Payload, &j); err != nil {
 				return nil, fmt.Errorf("decode an alert of account %q: %w", p.account, err)
 			}
-			hs = append(hs, held{account: p.account, a: a, f: j.finding()})
+			hs = append(hs, held{account: p.account, shard: p.shard, a: a, f: j.finding()})
 		}
 	}
 	resolved := func(h held) bool { return h.a.Event == reconcile.AlertResolved }
@@ -539,9 +586,11 @@ func passAlerts(parts []storedPart) ([]outboxRow, error) {
 			}
 			return -1
 		case ra:
-			return cmp.Or(strings.Compare(a.a.Fingerprint, b.a.Fingerprint), strings.Compare(a.account, b.account), cmp.Compare(a.a.Seq, b.a.Seq))
+			return cmp.Or(strings.Compare(a.a.Fingerprint, b.a.Fingerprint), strings.Compare(a.account, b.account),
+				cmp.Compare(a.shard, b.shard), cmp.Compare(a.a.Seq, b.a.Seq))
 		}
-		return cmp.Or(reconcile.CompareFindings(a.f, b.f), strings.Compare(a.account, b.account), cmp.Compare(a.a.Seq, b.a.Seq))
+		return cmp.Or(reconcile.CompareFindings(a.f, b.f), strings.Compare(a.account, b.account),
+			cmp.Compare(a.shard, b.shard), cmp.Compare(a.a.Seq, b.a.Seq))
 	})
 	out := make([]outboxRow, len(hs))
 	for i, h := range hs {
@@ -574,7 +623,8 @@ type PassResult struct {
 	Accounts    []PassAccountResult
 }
 
-// PassAccountResult is one account's share of a pass.
+// PassAccountResult is one account's share of a pass: its parts' (one
+// per shard) counts and findings summed.
 type PassAccountResult struct {
 	Account  reconcile.Account
 	Counts   reconcile.Counts
@@ -623,13 +673,14 @@ func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error
 		confirmed := map[string]reconcile.Money{}
 		parts, err := tx.Query(ctx, `SELECT p.account, coalesce(a.name, ''), p.obligations, p.provider_objects, p.linked, p.findings, p.summary
 			FROM reconcile.pass_parts p LEFT JOIN reconcile.pass_accounts a USING (run_id, account)
-			WHERE p.run_id = $1 ORDER BY p.account`, runID)
+			WHERE p.run_id = $1 ORDER BY p.account, p.shard`, runID)
 		if err != nil {
 			return err
 		}
 		var (
-			a   PassAccountResult
-			raw []byte
+			a     PassAccountResult
+			raw   []byte
+			first = true
 		)
 		_, err = pgx.ForEachRow(parts, []any{&a.Account.ID, &a.Account.Name, &a.Counts.Obligations, &a.Counts.ProviderObjects,
 			&a.Counts.Linked, &a.Findings, &raw}, func() error {
@@ -640,9 +691,19 @@ func (s *Store) PassResult(ctx context.Context, runID string) (PassResult, error
 			for _, c := range sum.Confirmed {
 				confirmed[c.ObligationID] = c.Money
 			}
-			mergeReport(&r.Report, sum.Report, len(r.Accounts) == 0)
+			mergeReport(&r.Report, sum.Report, first)
+			first = false
 			for _, sk := range sum.Report.Skipped {
 				r.Skipped = append(r.Skipped, Skipped{Transition: reconcile.Transition{ObligationID: sk.ObligationID, From: sk.From}, Reason: sk.Reason})
+			}
+			// An account's shards, in a row: one account's share.
+			if n := len(r.Accounts); n > 0 && r.Accounts[n-1].Account.ID == a.Account.ID {
+				last := &r.Accounts[n-1]
+				last.Counts.Obligations += a.Counts.Obligations
+				last.Counts.ProviderObjects += a.Counts.ProviderObjects
+				last.Counts.Linked += a.Counts.Linked
+				last.Findings += a.Findings
+				return nil
 			}
 			r.Accounts = append(r.Accounts, a)
 			return nil

@@ -168,7 +168,7 @@ func TestPassInPartsEqualsOneApply(t *testing.T) {
 			r := begin
 			r.Counts = p.c.Counts
 			thenRan := false
-			if _, err := parts.s.ApplyPart(ctx, r, p.account, p.c, PartReport{}, now, func(context.Context, pgx.Tx) error {
+			if _, err := parts.s.ApplyPart(ctx, r, Part{Account: p.account}, p.c, PartReport{}, now, func(context.Context, pgx.Tx) error {
 				thenRan = true
 				return nil
 			}); err != nil {
@@ -234,10 +234,10 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 		t.Errorf("a second pass began while one runs: %v; want ErrPassRunning", err)
 	}
 	shop := accountPart("acct_1", []reconcile.Finding{newFinding(reconcile.Duplicate, "refund:a1", "", 8900, "re_a", "re_b")}, nil)
-	if _, err := e.s.ApplyPart(ctx, run, "acct_1", shop, PartReport{}, now, nil); err != nil {
+	if _, err := e.s.ApplyPart(ctx, run, Part{Account: "acct_1"}, shop, PartReport{}, now, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.ApplyPart(ctx, run, "acct_1", shop, PartReport{}, now, nil); err == nil {
+	if _, err := e.s.ApplyPart(ctx, run, Part{Account: "acct_1"}, shop, PartReport{}, now, nil); err == nil {
 		t.Errorf("the same account's part applied twice")
 	}
 	due, err := e.s.Due(ctx, now.Add(time.Hour), 100)
@@ -255,7 +255,7 @@ func TestFailedPassReleasesItsAlerts(t *testing.T) {
 		t.Errorf("run row %q; want failed", got)
 	}
 	late := accountPart("acct_2", []reconcile.Finding{newFinding(reconcile.Duplicate, "refund:a2", "", 8900, "re_c", "re_d")}, nil)
-	if _, err := e.s.ApplyPart(ctx, run, "acct_2", late, PartReport{}, now, nil); !errors.Is(err, ErrPassEnded) {
+	if _, err := e.s.ApplyPart(ctx, run, Part{Account: "acct_2"}, late, PartReport{}, now, nil); !errors.Is(err, ErrPassEnded) {
 		t.Errorf("a part applied after its pass failed: %v; want ErrPassEnded", err)
 	}
 	if n := e.count(`SELECT count(*) FROM reconcile.findings WHERE account = 'acct_2'`); n != 0 {
@@ -306,7 +306,7 @@ func TestBeginPassFailsAPassWithNoJobLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	shop := accountPart("acct_1", []reconcile.Finding{newFinding(reconcile.Duplicate, "refund:a1", "", 8900, "re_a", "re_b")}, nil)
-	if _, err := e.s.ApplyPart(ctx, run, "acct_1", shop, PartReport{}, now, nil); err != nil {
+	if _, err := e.s.ApplyPart(ctx, run, Part{Account: "acct_1"}, shop, PartReport{}, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	passJob(t, e, run.ID, "completed")

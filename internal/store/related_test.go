@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"reconcile"
+)
+
+// ids are the objects' ids, sorted.
+func ids(objs []reconcile.ProviderObject) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.ID
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Related finds a shard's closure in the view's account's mirror: by id,
+// by intent, by charge or target, and by (customer, amount), the latter
+// also for a charge with no customer through its intent's; each object
+// once, only those created in the window and seen since, and none of
+// another account's. KeysOf finds the keys of the objects asked for told
+// in the window, of the view's account alone.
+func TestMirrorRelated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	since := at.Add(-10 * time.Minute)
+	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}
+	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
+	obj := func(id string, kind reconcile.ObjectKind, amount int64, customer, pi, charge, target string) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: id, Kind: kind, Money: usd(amount), Status: reconcile.Succeeded, RawStatus: "succeeded",
+			Customer: customer, PaymentIntent: pi, Charge: charge, Target: target, Created: at.Add(-time.Hour)}
+	}
+	fresh := []reconcile.ProviderObject{
+		obj("pi_1", reconcile.PaymentIntent, 5000, "cus_1", "", "", "ch_1"),
+		obj("ch_1", reconcile.Charge, 5000, "cus_1", "pi_1", "", ""),
+		obj("re_1", reconcile.Refund, 100, "", "", "ch_1", "ch_1"),
+		obj("re_2", reconcile.Refund, 200, "", "pi_2", "", ""),
+		obj("pi_3", reconcile.PaymentIntent, 7000, "cus_2", "", "", ""),
+		obj("ch_2", reconcile.Charge, 7000, "", "pi_3", "", ""), // no customer: its intent's
+		obj("ch_3", reconcile.Charge, 7000, "cus_2", "", "", ""),
+		obj("ch_4", reconcile.Charge, 100, "cus_2", "", "", ""), // another amount
+		obj("pi_4", reconcile.PaymentIntent, 100, "cus_2", "", "", ""),
+		obj("ch_5", reconcile.Charge, 7000, "", "pi_4", "", ""), // its intent's amount is not its own, but the pair is
+		obj("ch_6", reconcile.Charge, 100, "", "pi_3", "", ""),  // the intent's customer, another amount
+	}
+	old := obj("ch_old", reconcile.Charge, 5000, "cus_1", "pi_1", "", "")
+	old.Created = at.Add(-100 * time.Hour)
+	stale := obj("ch_stale", reconcile.Charge, 5000, "cus_1", "pi_1", "", "")
+	// A customer's intent seen before since tells no charge its customer.
+	staleIntent := obj("pi_5", reconcile.PaymentIntent, 9000, "cus_3", "", "", "")
+	orphanCharge := obj("ch_7", reconcile.Charge, 9000, "", "pi_5", "", "")
+	fresh = append(fresh, orphanCharge, old)
+	key := func(id string, created time.Time) reconcile.KeyEvidence {
+		return reconcile.KeyEvidence{ObjectID: id, ObjectKind: reconcile.Charge, Key: "k-" + id, EventID: "evt_" + id,
+			EventType: "charge.succeeded", RequestID: "req_" + id, Created: created}
+	}
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen: []SeenObjects{{At: since, Objects: fresh}, {At: since.Add(-time.Hour), Objects: []reconcile.ProviderObject{stale, staleIntent}}},
+		Keys: []reconcile.KeyEvidence{key("ch_1", at.Add(-time.Hour)), key("ch_3", at.Add(-time.Hour)), key("ch_old", old.Created)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Another account: the same ids, every term matching.
+	other := NewMirror(e.pool).ForAccount("acct_2")
+	var theirs []reconcile.ProviderObject
+	for _, o := range fresh {
+		o.ID += "_2"
+		theirs = append(theirs, o)
+	}
+	theirs = append(theirs, obj("ch_1", reconcile.Charge, 5000, "cus_1", "pi_1", "ch_1", "ch_1"),
+		obj("ch_x", reconcile.Charge, 7000, "", "pi_3", "", ""))
+	if err := other.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at, Seen: []SeenObjects{{At: since, Objects: theirs}},
+		Keys: []reconcile.KeyEvidence{key("ch_1", at.Add(-time.Hour))}}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		q    Related
+		want []string
+	}{
+		{"empty", Related{}, nil},
+		{"empty terms", Related{IDs: []string{}, Twins: []CustomerAmount{}}, nil},
+		{"ids", Related{IDs: []string{"ch_1", "ch_old", "ch_none", "ch_stale", "ch_1"}}, []string{"ch_1"}},
+		{"intents", Related{Intents: []string{"pi_1", "pi_2"}}, []string{"ch_1", "re_2"}},
+		{"charges", Related{Charges: []string{"ch_1"}}, []string{"pi_1", "re_1"}},
+		{"twins", Related{Twins: []CustomerAmount{{"cus_2", 7000}}}, []string{"ch_2", "ch_3", "ch_5", "pi_3"}},
+		{"twins through a stale intent", Related{Twins: []CustomerAmount{{"cus_3", 9000}}}, nil},
+		{"no customer asked for", Related{Twins: []CustomerAmount{{"", 7000}}}, nil},
+		{"no charge asked for", Related{Charges: []string{""}, Intents: []string{""}}, nil},
+		{"all", Related{IDs: []string{"ch_1", "ch_4"}, Intents: []string{"pi_1"}, Charges: []string{"ch_1"},
+			Twins: []CustomerAmount{{"cus_2", 7000}, {"cus_1", 5000}}},
+			[]string{"ch_1", "ch_2", "ch_3", "ch_4", "ch_5", "pi_1", "pi_3", "re_1"}},
+	} {
+		got, err := m.Related(ctx, w, c.q, since)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if diff := cmp.Diff(c.want, ids(got), cmpEmpty); diff != "" {
+			t.Errorf("%s: Related (-want +got):\n%s", c.name, diff)
+		}
+		for _, o := range got {
+			if o.Account != "acct_1" {
+				t.Errorf("%s: %s of account %q", c.name, o.ID, o.Account)
+			}
+		}
+	}
+	// The objects as Objects reads them.
+	got, err := m.Related(ctx, w, Related{IDs: []string{"ch_1", "re_1"}}, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := m.Objects(ctx, w, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = slices.DeleteFunc(all, func(o reconcile.ProviderObject) bool { return o.ID != "ch_1" && o.ID != "re_1" })
+	byID(got)
+	byID(all)
+	if diff := cmp.Diff(all, got); diff != "" {
+		t.Errorf("Related's objects (-as Objects reads them +got):\n%s", diff)
+	}
+	// A window of whole seconds: one starting a fraction after ch_1's
+	// creation does not hold it.
+	if got, err := m.Related(ctx, reconcile.Window{From: at.Add(-time.Hour + time.Millisecond), To: at}, Related{IDs: []string{"ch_1"}}, since); err != nil || len(got) != 0 {
+		t.Errorf("Related of a window starting after ch_1 = %v, %v; want nothing", ids(got), err)
+	}
+
+	keys, err := m.KeysOf(ctx, []string{"ch_1", "ch_old", "ch_2"}, reconcile.Window{From: at.Add(-2 * time.Hour), To: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := key("ch_1", at.Add(-time.Hour))
+	want.Account = "acct_1"
+	if diff := cmp.Diff([]reconcile.KeyEvidence{want}, keys); diff != "" {
+		t.Errorf("KeysOf (-want +got):\n%s", diff)
+	}
+	if keys, err := m.KeysOf(ctx, nil, w); err != nil || len(keys) != 0 {
+		t.Errorf("KeysOf of no ids = %v, %v; want nothing", keys, err)
+	}
+	if keys, err := m.KeysOf(ctx, []string{"ch_3"}, reconcile.Window{From: at.Add(-time.Hour).Add(time.Millisecond), To: at}); err != nil || len(keys) != 0 {
+		t.Errorf("KeysOf of a window starting after ch_3's event = %v, %v; want nothing", keys, err)
+	}
+}
+
+// cmpEmpty takes a nil slice for an empty one.
+var cmpEmpty = cmp.Comparer(func(a, b []string) bool { return slices.Equal(a, b) })
+
+// On an account's mirror of 20,000 objects and keys, analysed, Related
+// and KeysOf look their terms up by index (migration 00013, and
+// provider_keys' primary key): no sequential scan of the mirror.
+func TestMirrorRelatedUsesIndexes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	// 20,000 objects of acct_1 and 2,000 of the platform: intents, their
+	// charges (every fifth with no customer) and refunds of the charges.
+	e.exec(`INSERT INTO reconcile.provider_objects (account, id, kind, amount, currency, status, raw_status, target,
+			payment_intent, charge, customer, created, seen_at)
+		SELECT a, k || '_' || n, CASE k WHEN 'pi' THEN 'payment_intent' WHEN 'ch' THEN 'charge' ELSE 'refund' END,
+			1000 + n, 'usd', 'succeeded', 'succeeded',
+			CASE k WHEN 'pi' THEN 'ch_' || n WHEN 're' THEN 'ch_' || n END,
+			CASE k WHEN 're' THEN NULL ELSE CASE WHEN k = 'ch' THEN 'pi_' || n END END,
+			CASE k WHEN 're' THEN 'ch_' || n END,
+			CASE WHEN k = 'ch' AND n % 5 = 0 THEN NULL WHEN k = 're' THEN NULL ELSE 'cus_' || n % 2000 END,
+			$1::timestamptz - (n % 3000) * interval '1 minute', $1::timestamptz
+		FROM (VALUES ('acct_1', 6667), ('', 667)) AS acc(a, total), generate_series(1, total) AS n,
+			(VALUES ('pi'), ('ch'), ('re')) AS kinds(k)`, at)
+	e.exec(`INSERT INTO reconcile.provider_keys (account, object_id, key, object_kind, event_id, event_type, created)
+		SELECT 'acct_1', 'ch_' || n, 'k-' || n, 'charge', 'evt_' || n, 'charge.succeeded', $1::timestamptz - (n % 3000) * interval '1 minute'
+		FROM generate_series(1, 20000) AS n`, at)
+	e.exec(`ANALYZE reconcile.provider_objects`)
+	e.exec(`ANALYZE reconcile.provider_keys`)
+	if n := e.count(`SELECT count(*) FROM reconcile.provider_objects WHERE account = 'acct_1'`); n < 20000 {
+		t.Fatalf("%d objects of acct_1", n)
+	}
+
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at.Add(time.Second)}
+	q := Related{IDs: []string{"ch_7", "pi_8"}, Intents: []string{"pi_9", "pi_10"}, Charges: []string{"ch_11", "ch_12"},
+		Twins: []CustomerAmount{{"cus_13", 1013}, {"cus_15", 1015}}}
+	got, err := m.Related(ctx, w, q, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ch_15 has no customer: its intent pi_15's, cus_15, with its amount.
+	want := []string{"ch_10", "ch_13", "ch_15", "ch_7", "ch_9", "pi_11", "pi_12", "pi_13", "pi_15", "pi_8", "re_11", "re_12"}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, ids(got)); diff != "" {
+		t.Errorf("Related (-want +got):\n%s", diff)
+	}
+	customers, amounts := []string{"cus_13", "cus_15"}, []int64{1013, 1015}
+	plans := map[string]struct {
+		sql     string
+		args    []any
+		indexes []string
+	}{
+		"Related": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, q.Intents, q.Charges, customers, amounts},
+			[]string{"provider_objects_pkey", "provider_objects_intent_idx", "provider_objects_charge_idx",
+				"provider_objects_target_idx", "provider_objects_customer_idx"}},
+		"KeysOf": {`SELECT ` + mirrorKeyColumns + ` FROM reconcile.provider_keys WHERE account = $3 AND object_id = ANY($4::text[])
+			AND created >= $1 AND created < $2`, []any{w.From, w.To, "acct_1", []string{"ch_1", "ch_2"}},
+			[]string{"provider_keys_pkey"}},
+	}
+	for name, p := range plans {
+		// As planned for these values, and as a prepared statement's
+		// generic plan, which pgx may come to run.
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := explainPlan(t, e, mode, p.sql, p.args)
+			if strings.Contains(plan, "Seq Scan") {
+				t.Errorf("%s (%s) scans the mirror sequentially:\n%s", name, mode, plan)
+			}
+			for _, ix := range p.indexes {
+				if !strings.Contains(plan, ix) {
+					t.Errorf("%s (%s) does not use %s:\n%s", name, mode, ix, plan)
+				}
+			}
+		}
+	}
+	keys, err := m.KeysOf(ctx, []string{"ch_1", "ch_2"}, w)
+	if err != nil || len(keys) != 2 {
+		t.Errorf("KeysOf = %d keys, %v; want 2", len(keys), err)
+	}
+}
+
+// explainPlan is the plan PostgreSQL chooses for sql with args, in text,
+// under plan_cache_mode mode: prepared by name and executed, so that a
+// generic plan is the one a prepared statement runs.
+func explainPlan(tb testing.TB, e *env, mode, sql string, args []any) string {
+	tb.Helper()
+	ctx := context.Background()
+	var lines []string
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Release()
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "PREPARE explained AS "+sql); err != nil {
+			return err
+		}
+		params := make([]string, len(args))
+		for i := range args {
+			params[i] = fmt.Sprintf("$%d", i+1)
+		}
+		// EXECUTE takes no bound parameters: pgx writes them in.
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE explained("+strings.Join(params, ", ")+")",
+			append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+		if err != nil {
+			return err
+		}
+		if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "DEALLOCATE explained")
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("explain (%s): %v", mode, err)
+	}
+	return strings.Join(lines, "\n")
+}
