@@ -20,7 +20,7 @@
 //	go run ./cmd/reconcile-bench -only a,c  # some sections
 //	go run ./cmd/reconcile-bench -e2e 100k  # a smaller end-to-end history
 //	go run ./cmd/reconcile-bench -only e    # workers: 24 accounts × 20k (about 25 minutes)
-//	go run ./cmd/reconcile-bench -only e -workers 24x5k
+//	go run ./cmd/reconcile-bench -only e -workers 24x5k -shards 100k
 package main
 
 import (
@@ -60,6 +60,7 @@ type options struct {
 	reps     int      // processes per matcher row
 	e2e      string   // end-to-end size
 	workers  string   // workers platform size
+	shards   string   // the single account BenchmarkShards passes over
 	sections map[string]bool
 	keep     bool
 }
@@ -71,12 +72,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reps := fs.Int("reps", 3, "processes per matcher row; the median is shown")
 	e2e := fs.String("e2e", "1M", "end-to-end size: 10k, 100k or 1M")
 	workers := fs.String("workers", "24x20k", "workers platform: accounts x obligations each, 24x20k, 24x5k or 24x1k")
+	shards := fs.String("shards", "1M", "the single account the shards rows of (e) pass over: 1M, 100k or 10k obligations")
 	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers; not by default: about 25 minutes)")
 	keep := fs.Bool("keep", false, "keep the built test binaries and the raw benchmark output")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{sizes: strings.Split(*sizes, ","), reps: max(1, *reps), e2e: *e2e, workers: *workers, sections: map[string]bool{}, keep: *keep}
+	o := options{sizes: strings.Split(*sizes, ","), reps: max(1, *reps), e2e: *e2e, workers: *workers, shards: *shards, sections: map[string]bool{}, keep: *keep}
 	for _, s := range strings.Split(*only, ",") {
 		o.sections[strings.TrimSpace(s)] = true
 	}

@@ -21,6 +21,8 @@ type table struct {
 	e2eSize string
 	workers *result
 	wSize   string
+	shards  *result
+	sSize   string
 	// commands reproduce each section, from the module root.
 	commands []string
 }
@@ -102,6 +104,12 @@ func workersRows(b *bench, t *table, o options) error {
 	}
 	t.workers, t.wSize = &rs[0], o.workers
 	t.commands = append(t.commands, "(e) go test ./internal/bench -run '^$' -bench '^BenchmarkWorkers$/^"+o.workers+"$' -benchtime 1x -timeout 0")
+	rs, err = b.run("internal/bench", "^BenchmarkShards$/^"+o.shards+"$", "1x")
+	if err != nil {
+		return err
+	}
+	t.shards, t.sSize = &rs[0], o.shards
+	t.commands = append(t.commands, "(e) go test ./internal/bench -run '^$' -bench '^BenchmarkShards$/^"+o.shards+"$' -benchtime 1x -timeout 0")
 	return nil
 }
 
@@ -207,6 +215,9 @@ func (t *table) write(w io.Writer, o options) {
 	if t.workers != nil {
 		writeWorkers(w, t.workers.metrics, t.wSize)
 	}
+	if t.shards != nil {
+		writeShards(w, t.shards.metrics, t.sSize)
+	}
 
 	if len(targets) > 0 {
 		fmt.Fprintf(w, "## Targets\n\n")
@@ -215,8 +226,8 @@ func (t *table) write(w io.Writer, o options) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "## Reproduce\n\n```\ngo run ./cmd/reconcile-bench -only %s -sizes %s -reps %d -e2e %s -workers %s\n", keys(o.sections),
-		strings.Join(o.sizes, ","), o.reps, o.e2e, o.workers)
+	fmt.Fprintf(w, "## Reproduce\n\n```\ngo run ./cmd/reconcile-bench -only %s -sizes %s -reps %d -e2e %s -workers %s -shards %s\n", keys(o.sections),
+		strings.Join(o.sizes, ","), o.reps, o.e2e, o.workers, o.shards)
 	for _, c := range t.commands {
 		fmt.Fprintln(w, c)
 	}
@@ -280,4 +291,24 @@ func writeWorkers(w io.Writer, m map[string]float64, size string) {
 	}
 	fmt.Fprintf(w, "\nThe one-process row's provider and apply are the pass's phases from its log; the workers' stages run from the first job's start to the last one's end. "+
 		"`run --enqueue`'s own peak RSS: %.0f / %.0f / %.0f MB.\n\n", m["w1_enqueue_rss_MB"], m["w2_enqueue_rss_MB"], m["w4_enqueue_rss_MB"])
+}
+
+func writeShards(w io.Writer, m map[string]float64, size string) {
+	fmt.Fprintf(w, "## (e) shards: one pass as jobs over a single account of %.0f obligations / %.0f provider objects (%s)\n\n",
+		m["obligations"], m["objects"], size)
+	fmt.Fprintf(w, "`reconcile run --enqueue --since 720h` (the whole history) with `workers.shards` 1, 2 and 4, each on a fresh database, "+
+		"one `reconcile worker` working one job at a time (`workers.fetchers: 2`, `workers.appliers: 1`, `workers.slice: 24h`), "+
+		"against the Stripe test server in the benchmark's process with no latency and no limit (`stripe.rate: 10000`). "+
+		"Peak RSS: the worker's VmHWM, the largest of its jobs (a fetch job holds one day of the account; an apply job one shard).\n\n")
+	fmt.Fprintf(w, "| shards | peak RSS per job (the worker's) | × one shard | wall (enqueue to exit) | apply jobs / mean apply job | mean fetch job |\n")
+	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range []int{1, 2, 4} {
+		p := fmt.Sprintf("s%d", n)
+		if _, ok := m[p+"_s"]; !ok {
+			continue
+		}
+		fmt.Fprintf(w, "| %d | %.0f MB | %.2f | %.1f s | %.0f / %.1f s | %.2f s |\n", n, m[p+"_rss_MB"], ratio(m[p+"_rss_MB"], m["s1_rss_MB"]),
+			m[p+"_s"], m[p+"_apply_jobs"], m[p+"_apply_job_s"], m[p+"_fetch_job_s"])
+	}
+	fmt.Fprintln(w)
 }

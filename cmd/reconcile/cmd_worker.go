@@ -43,7 +43,7 @@ func cmdWorker(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	ws := river.NewWorkers()
-	workers.Register(ws, workers.Deps{Runner: r, Store: d.store, Alerts: r.Alerts, Logger: log})
+	workers.Register(ws, workers.Deps{Runner: r, Store: d.store, Alerts: r.Alerts, Logger: log, Shards: cfg.Workers.Shards})
 	host, _ := os.Hostname()
 	q, err := openQueue(d, cfg, ws, log, fmt.Sprintf("%s-%d", host, os.Getpid()))
 	if err != nil {

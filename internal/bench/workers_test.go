@@ -118,7 +118,7 @@ func BenchmarkWorkers(b *testing.B) {
 				env := workersEnv(dbURL, url)
 				faults()
 				b.StartTimer()
-				one := runPass(b, bin, env, cfg, false)
+				one := runPass(b, bin, env, cfg, workersSince, false)
 				b.StopTimer()
 				one.served(srv)
 				b.ReportMetric(one.wall.Seconds(), "one_s")
@@ -135,7 +135,7 @@ func BenchmarkWorkers(b *testing.B) {
 					fleet := startWorkers(b, bin, env, cfg, n)
 					faults()
 					b.StartTimer()
-					r := runPass(b, bin, env, cfg, true)
+					r := runPass(b, bin, env, cfg, workersSince, true)
 					b.StopTimer()
 					r.served(srv)
 					peaks := fleet.peaks()
@@ -236,10 +236,11 @@ func (p *pass) served(srv *stripesim.Server) {
 	p.requests, p.limited = st.Requests, st.RateLimited
 }
 
-// runPass runs `reconcile run` (or run --enqueue) once and waits for it.
-func runPass(b *testing.B, bin string, env []string, cfg string, enqueue bool) pass {
+// runPass runs `reconcile run --since since` (or run --enqueue) once and
+// waits for it.
+func runPass(b *testing.B, bin string, env []string, cfg, since string, enqueue bool) pass {
 	b.Helper()
-	args := []string{"run", "--config", cfg, "--since", workersSince, "--format", "json"}
+	args := []string{"run", "--config", cfg, "--since", since, "--format", "json"}
 	if enqueue {
 		args = append(args, "--enqueue")
 	}

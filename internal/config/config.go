@@ -145,6 +145,11 @@ type WorkersConfig struct {
 	// one worker works at once.
 	Fetchers int `yaml:"fetchers"`
 	Appliers int `yaml:"appliers"`
+	// Shards splits each account's match and apply into that many jobs,
+	// each holding the obligations whose id hashes to it and what they
+	// rest on (docs/design.md, "Shards"): for an account too large for
+	// one job's memory. 1: one job an account.
+	Shards int `yaml:"shards"`
 	// JobTimeout bounds one job; RescueAfter is how long a job may stay
 	// running before River hands it to another worker as a dead one's
 	// (more than JobTimeout).
@@ -235,7 +240,7 @@ func Default() Config {
 		},
 		Store:   StoreConfig{ApplyAttempts: 5},
 		Serve:   ServeConfig{Listen: "127.0.0.1:8080", Auth: "none", ProxyHeader: "X-Forwarded-Email", MaxRunAge: 26 * time.Hour},
-		Workers: WorkersConfig{Slice: 6 * time.Hour, Fetchers: 4, Appliers: 1, JobTimeout: 30 * time.Minute, RescueAfter: time.Hour},
+		Workers: WorkersConfig{Slice: 6 * time.Hour, Fetchers: 4, Appliers: 1, Shards: 1, JobTimeout: 30 * time.Minute, RescueAfter: time.Hour},
 		Env: Env{
 			StripeAPIBase: "https://api.stripe.com",
 			SlackAPIURL:   "https://slack.com/api/",
@@ -503,6 +508,7 @@ func (c Config) Validate() error {
 		{"store.apply_attempts", c.Store.ApplyAttempts, 1, 20},
 		{"workers.fetchers", c.Workers.Fetchers, 1, 64},
 		{"workers.appliers", c.Workers.Appliers, 1, 16},
+		{"workers.shards", c.Workers.Shards, 1, 256},
 	}
 	for _, i := range ints {
 		if i.v < i.lo || i.v > i.hi {

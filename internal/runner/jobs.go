@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reconcile"
+	"reconcile/internal/matcher"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
 )
@@ -130,7 +131,7 @@ func (r *Runner) FetchSlice(ctx context.Context, run reconcile.Run, s Slice, the
 // concludes; it applies its conclusions as the pass's part
 // (store.ApplyPart), then running last in that transaction, and then
 // saves what it read into the mirror, moving the account's cursors.
-func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcile.Account, cover reconcile.Window,
+func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcile.Account, cover reconcile.Window, sh Shard,
 	then func(ctx context.Context, tx pgx.Tx) error) (*Outcome, error) {
 	ps, ok := r.Store.(PartStore)
 	if !ok {
@@ -153,7 +154,17 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	if p.r.Mirror == nil {
 		return nil, errors.New("apply: a pass run as jobs needs the mirror")
 	}
-	p.r.Provider = &prefetched{inner: p.r.Provider, mirror: p.r.Mirror, cover: cover, since: run.Started, now: run.Started}
+	pf := &prefetched{inner: p.r.Provider, mirror: p.r.Mirror, cover: cover, since: run.Started, now: run.Started}
+	if !sh.whole() {
+		// One shard of the account (docs/design.md, "Shards").
+		if err := shardReaders(Readers{Mirror: p.r.Mirror, Obligations: p.r.Obligations}); err != nil {
+			return nil, err
+		}
+		p.st.shard = &shardRead{Shard: sh}
+		pf.shard, pf.obligations, pf.subject, pf.opts = p.st.shard, p.r.Obligations.(ShardObligations), run.Window, r.Matcher
+		p.r.Obligations = shardObligations{Obligations: p.r.Obligations, sh: p.st.shard}
+	}
+	p.r.Provider = pf
 	now := run.Started
 	req := Request{Window: run.Window, Trigger: run.Trigger, Full: true}
 	if err := p.r.readAndMatch(ctx, log, req, now, p); err != nil {
@@ -163,7 +174,7 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 	part := run
 	part.Counts = out.Result.Counts
 	rep := store.PartReport{Covered: out.Covered, EventsFrom: out.EventsFrom, Context: out.Context, Partial: out.Partial, Unmapped: out.Unmapped}
-	applied, err := ps.ApplyPart(ctx, part, store.Part{Account: a.ID}, acrossAccounts(a.ID, out.Result.Conclusions), rep, now, then)
+	applied, err := ps.ApplyPart(ctx, part, store.Part{Account: a.ID, Shard: sh.Index, Shards: sh.Of}, acrossAccounts(a.ID, out.Result.Conclusions), rep, now, then)
 	clock.mark("apply")
 	if err != nil {
 		return nil, p.failed(fmt.Errorf("apply: %w", err))
@@ -198,6 +209,13 @@ type prefetched struct {
 	mirror     Mirror
 	cover      reconcile.Window
 	since, now time.Time
+	// shard, when set, makes the records read from the mirror those of
+	// one shard (shardListing), routed by the obligations the account's
+	// records name (obligations), decided on over subject.
+	shard       *shardRead
+	obligations ShardObligations
+	subject     reconcile.Window
+	opts        matcher.Options
 }
 
 func (p *prefetched) List(ctx context.Context, w reconcile.Window) (*sources.Listing, error) {
@@ -205,17 +223,27 @@ func (p *prefetched) List(ctx context.Context, w reconcile.Window) (*sources.Lis
 	if !mid.Valid() {
 		return p.inner.List(ctx, w)
 	}
-	objs, err := p.mirror.Objects(ctx, mid, p.since)
-	if err != nil {
-		return nil, fmt.Errorf("read the pass's fetches: %w", err)
-	}
 	// The key evidence a listing of mid holds: its events (and a
 	// minute's grace after it), as far back as Stripe keeps them.
 	kw := reconcile.Window{From: later(mid.From, p.now.Add(-sources.EventRetention)), To: mid.To.Add(time.Minute)}
-	var keys []reconcile.KeyEvidence
-	if kw.Valid() {
-		if keys, err = p.mirror.Keys(ctx, kw); err != nil {
+	var (
+		objs []reconcile.ProviderObject
+		keys []reconcile.KeyEvidence
+		err  error
+	)
+	switch {
+	case p.shard != nil:
+		if objs, keys, err = p.shardListing(ctx, mid, kw); err != nil {
+			return nil, err
+		}
+	default:
+		if objs, err = p.mirror.Objects(ctx, mid, p.since); err != nil {
 			return nil, fmt.Errorf("read the pass's fetches: %w", err)
+		}
+		if kw.Valid() {
+			if keys, err = p.mirror.Keys(ctx, kw); err != nil {
+				return nil, fmt.Errorf("read the pass's fetches: %w", err)
+			}
 		}
 	}
 	l := &sources.Listing{Objects: objs, Keys: keys}

@@ -309,8 +309,12 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 	if err != nil {
 		return err
 	}
+	own := in.Obligations
+	if sh := p.st.shard; sh != nil {
+		res, own = ownShare(res, &in, sh.Shard), ownObligations(in.Obligations, sh.Shard)
+	}
 	p.out.Input, p.out.Result = in, res
-	p.out.Unmapped = unmappedStates(log, in.Obligations)
+	p.out.Unmapped = unmappedStates(log, own)
 	p.out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
 	if p.out.Partial > 0 {
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
@@ -418,6 +422,11 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 			oldest = obs[i].CreatedAt
 		}
 	}
+	if sh := st.shard; sh != nil && !sh.oldest.IsZero() && (oldest.IsZero() || sh.oldest.Before(oldest)) {
+		// A shard reads back as far as its whole account does: to the
+		// oldest obligation any of the subject's objects names.
+		oldest = sh.oldest
+	}
 	if from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback); from.Before(cover.From) {
 		// An obligation only the subject names began before the coverage:
 		// read back to it, and the obligations that stretch names.
@@ -439,12 +448,18 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	}
 	decided := make([]bool, len(obs))
 	var linkOnly []string // read only to link the records
+	out.Context = 0
 	for i := range obs {
-		if decided[i] = decides(&obs[i], w, subject); !decided[i] {
+		// A shard decides on its own obligations only; it reads the
+		// others' to link its records (docs/design.md, "Shards").
+		own := st.shard == nil || st.shard.owns(obs[i].ID)
+		if decided[i] = own && decides(&obs[i], w, subject); !decided[i] {
 			linkOnly = append(linkOnly, obs[i].ID)
+			if own {
+				out.Context++
+			}
 		}
 	}
-	out.Context = len(linkOnly)
 	st.phases.mark("obligations")
 
 	// Every listed object's id, sorted, to find what the listing lacks.

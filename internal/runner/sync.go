@@ -90,6 +90,9 @@ type readState struct {
 	// phases time the pass's steps: the whole pass's clock, shared by
 	// every account's share.
 	phases *phaseClock
+	// shard, when set, is the shard of the account's share this reads
+	// (docs/design.md, "Shards").
+	shard *shardRead
 }
 
 // Phase is one step of a pass and how long it took.

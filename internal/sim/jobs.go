@@ -339,7 +339,7 @@ func (jp *jobPass) work(it runItem) error {
 		_, err = jp.r.FetchSlice(ctx, jp.plan.Run, j.slice, jp.then(j, queue.StageFetch))
 	case jobApply:
 		var out *runner.Outcome
-		out, err = jp.r.ApplyAccount(ctx, jp.plan.Run, j.account.Account, j.account.Cover, jp.then(j, queue.StageApply))
+		out, err = jp.r.ApplyAccount(ctx, jp.plan.Run, j.account.Account, j.account.Cover, runner.Shard{}, jp.then(j, queue.StageApply))
 		if err == nil && !it.stale {
 			w.mu.Lock()
 			pc.outcome = out

@@ -319,6 +319,20 @@ type Named struct {
 // leaving it out would turn its money into orphans. Read runs Check first
 // if it never ran. A view (ForAccount) reads its account's alone.
 func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named) ([]reconcile.Obligation, error) {
+	return r.read(ctx, w, named, nil)
+}
+
+// ReadShard returns, sorted by id, the obligations in scope of w by state
+// and window (Read's, without names) whose id hashes to shard of shards
+// (reconcile.ShardOf): one shard's own of a pass split in shards
+// (docs/design.md, "Shards"). Every row is still read and checked, as
+// Read checks it, so that a row no shard could read fails each of them;
+// only the shard's own are kept.
+func (r *Obligations) ReadShard(ctx context.Context, w reconcile.Window, shard, shards int) ([]reconcile.Obligation, error) {
+	return r.read(ctx, w, Named{}, func(id string) bool { return reconcile.ShardOf(id, shards) == shard })
+}
+
+func (r *Obligations) read(ctx context.Context, w reconcile.Window, named Named, keep func(id string) bool) ([]reconcile.Obligation, error) {
 	if w.To.Before(w.From) {
 		return nil, fmt.Errorf("read obligations: window from %s is after to %s",
 			w.From.Format(time.RFC3339Nano), w.To.Format(time.RFC3339Nano))
@@ -332,7 +346,7 @@ func (r *Obligations) Read(ctx context.Context, w reconcile.Window, named Named)
 	}
 	sql, extra := r.statements(q)
 	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, q.namedArgs(named)...)
-	obs, err := r.query(ctx, sql.read, append(args, extra...)...)
+	obs, err := r.query(ctx, keep, sql.read, append(args, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
@@ -363,7 +377,7 @@ func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.O
 		return nil, fmt.Errorf("read named obligations: %w", err)
 	}
 	sql, extra := r.statements(q)
-	obs, err := r.query(ctx, sql.named, append(q.namedArgs(named), extra...)...)
+	obs, err := r.query(ctx, nil, sql.named, append(q.namedArgs(named), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
 	}
@@ -398,7 +412,7 @@ func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time
 
 // query runs one of the reading statements in a read-only transaction and
 // collects its rows.
-func (r *Obligations) query(ctx context.Context, sql string, args ...any) ([]reconcile.Obligation, error) {
+func (r *Obligations) query(ctx context.Context, keep func(id string) bool, sql string, args ...any) ([]reconcile.Obligation, error) {
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
@@ -418,7 +432,7 @@ func (r *Obligations) query(ctx context.Context, sql string, args ...any) ([]rec
 	if err != nil {
 		return nil, err
 	}
-	return r.collect(rows)
+	return r.collect(rows, keep)
 }
 
 // Get returns the obligation with id, or an error wrapping ErrNotFound when
@@ -440,7 +454,7 @@ func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation,
 	}
 	// collect refuses a second row with the same id: the id column is then
 	// not unique.
-	obs, err := r.collect(rows)
+	obs, err := r.collect(rows, nil)
 	if err != nil {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
 	}
@@ -720,7 +734,7 @@ func (r *Obligations) checkStates(ctx context.Context, col catalogColumn) []stri
 // A row that cannot be mapped fails the whole read, its error naming the
 // obligation (or, without a usable id, the row's number and idempotency
 // key) and the column by its configuration field.
-func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
+func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool) ([]reconcile.Obligation, error) {
 	defer rows.Close()
 	// Kind, provider, currency, state and lease owner take a handful of
 	// values over a whole table: one string each instead of one per row.
@@ -805,6 +819,9 @@ func (r *Obligations) collect(rows pgx.Rows) ([]reconcile.Obligation, error) {
 			if t.t.infinite {
 				return nil, fmt.Errorf("%s: obligations.columns.%s is infinite", which(true), t.field)
 			}
+		}
+		if keep != nil && !keep(id.s) {
+			continue
 		}
 		if len(next) == cap(next) {
 			chunks = append(chunks, next)

@@ -69,6 +69,10 @@ type ApplyArgs struct {
 	AccountName string    `json:"account_name,omitempty"`
 	CoverFrom   time.Time `json:"cover_from"`
 	CoverTo     time.Time `json:"cover_to"`
+	// Shard of Shards, when Shards > 1: the job applies that shard of
+	// the account's share (docs/design.md, "Shards").
+	Shard  int `json:"shard,omitempty"`
+	Shards int `json:"shards,omitempty"`
 }
 
 // Kind is the job's kind in River.
@@ -96,6 +100,9 @@ type Deps struct {
 	Alerts runner.Deliverer
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Shards splits every account's match and apply into that many jobs
+	// (workers.shards); 0 or 1 is one job an account.
+	Shards int
 }
 
 // Register adds the pass's workers to ws.
@@ -188,15 +195,23 @@ func (w *fetchWorker) Work(ctx context.Context, job *river.Job[FetchArgs]) error
 			if err != nil || !last {
 				return err
 			}
-			// Every fetch is in: one match-and-apply job per account.
+			// Every fetch is in: one match-and-apply job per account, or
+			// per shard of each.
 			accounts, err := w.d.Store.PassAccounts(ctx, tx, a.Pass.ID)
 			if err != nil {
 				return err
 			}
-			jobs := make([]river.InsertManyParams, len(accounts))
-			for i, pa := range accounts {
-				jobs[i] = river.InsertManyParams{Args: ApplyArgs{Pass: a.Pass, Account: pa.Account.ID, AccountName: pa.Account.Name,
-					CoverFrom: pa.Cover.From, CoverTo: pa.Cover.To}, InsertOpts: stageOpts(queue.StageApply)}
+			shards := max(w.d.Shards, 1)
+			jobs := make([]river.InsertManyParams, 0, len(accounts)*shards)
+			for _, pa := range accounts {
+				for k := range shards {
+					args := ApplyArgs{Pass: a.Pass, Account: pa.Account.ID, AccountName: pa.Account.Name,
+						CoverFrom: pa.Cover.From, CoverTo: pa.Cover.To}
+					if shards > 1 {
+						args.Shard, args.Shards = k, shards
+					}
+					jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: stageOpts(queue.StageApply)})
+				}
 			}
 			return queue.InsertStage(ctx, river.ClientFromContext[pgx.Tx](ctx), tx, a.Pass.ID, queue.StageApply, jobs)
 		})
@@ -213,6 +228,7 @@ func (w *applyWorker) Work(ctx context.Context, job *river.Job[ApplyArgs]) error
 	run := a.Pass.run()
 	acct := reconcile.Account{ID: a.Account, Name: a.AccountName}
 	_, err := w.d.Runner.ApplyAccount(ctx, run, acct, reconcile.Window{From: a.CoverFrom, To: a.CoverTo},
+		runner.Shard{Index: a.Shard, Of: a.Shards},
 		func(ctx context.Context, tx pgx.Tx) error {
 			last, err := queue.CompleteInStage(ctx, tx, job.JobRow, a.Pass.ID, queue.StageApply)
 			if err != nil || !last {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,9 +40,12 @@ type platform struct {
 	base string
 }
 
-func newPlatform(t testing.TB, accounts, n int) *platform {
+func newPlatform(t testing.TB, accounts, n int, more ...func(*bench.Platform)) *platform {
 	t.Helper()
 	p := &platform{Platform: bench.NewPlatform(accounts, n, t0)}
+	for _, f := range more {
+		f(&p.Platform)
+	}
 	srv := stripesim.New(testKey)
 	if err := p.Serve(srv); err != nil {
 		t.Fatal(err)
@@ -132,12 +136,12 @@ func (rc *reconciler) state(t testing.TB, runID string) map[string][]string {
 
 // workersOn starts n River clients, each with its own workers, on rc's
 // database, stopped when the test ends.
-func workersOn(t testing.TB, rc *reconciler, n int) *queue.Queue {
+func workersOn(t testing.TB, rc *reconciler, n, shards int) *queue.Queue {
 	t.Helper()
 	var first *queue.Queue
 	for i := range n {
 		ws := river.NewWorkers()
-		workers.Register(ws, workers.Deps{Runner: rc.runner, Store: rc.store, Now: func() time.Time { return t0 }})
+		workers.Register(ws, workers.Deps{Runner: rc.runner, Store: rc.store, Now: func() time.Time { return t0 }, Shards: shards})
 		q, err := queue.Open(rc.pool, queue.Config{Workers: ws, ID: fmt.Sprintf("worker-%d", i)})
 		if err != nil {
 			t.Fatal(err)
@@ -199,7 +203,7 @@ func TestJobsEqualOneProcess(t *testing.T) {
 			len(out.Result.Findings), len(out.Transitions))
 	}
 
-	q := workersOn(t, dist, 3)
+	q := workersOn(t, dist, 3, 1)
 	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 6*time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +227,95 @@ func TestJobsEqualOneProcess(t *testing.T) {
 	for name := range want {
 		if diff := cmp.Diff(want[name], got[name]); diff != "" {
 			t.Errorf("%s (-one process +jobs):\n%s", name, diff)
+		}
+	}
+}
+
+// An account's match and apply split in shards concludes, writes and
+// tells what its one share does (docs/design.md, "Shards"): the
+// history's conflicts, twins, refunds and intents fall across shards,
+// and each shard holds a part of the account.
+func TestShardsEqualOneProcess(t *testing.T) {
+	// A charge of the subject naming by metadata an obligation paid three
+	// weeks ago, outside the window: both passes read back to it, and
+	// find it paid twice.
+	late := func(p *bench.Platform) {
+		paid := t0.Add(-21 * 24 * time.Hour)
+		money := reconcile.Money{Amount: 4242, Currency: "usd"}
+		for i, a := range p.Accounts {
+			id := fmt.Sprintf("a%02d-old", i)
+			p.Obligations = append(p.Obligations, reconcile.Obligation{ID: id, Account: a.ID, Kind: reconcile.Charge,
+				IdempotencyKey: id + "-key", Provider: "stripe", ProviderID: "ch_old", Money: money, State: reconcile.Paid,
+				RawState: "PAID", CreatedAt: paid, UpdatedAt: paid, PaidAt: paid})
+			for _, o := range []reconcile.ProviderObject{
+				{ID: "ch_old", Created: paid},
+				{ID: "ch_late", Metadata: map[string]string{"obligation_id": id}, Created: t0.Add(-time.Hour)},
+			} {
+				o.Account, o.Kind, o.Money, o.Status, o.RawStatus = a.ID, reconcile.Charge, money, reconcile.Succeeded, "succeeded"
+				p.Objects[a.ID] = append(p.Objects[a.ID], o)
+			}
+		}
+	}
+	p := newPlatform(t, 2, 3000, late)
+	one, dist := newReconciler(t, p), newReconciler(t, p)
+	req := runner.Request{Window: reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual}
+	out, err := one.runner.Run(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shards = 3
+	q := workersOn(t, dist, 2, shards)
+	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
+		var cause string
+		_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
+		t.Fatalf("the pass ended %s: %s", status, cause)
+	}
+	want, got := one.state(t, out.Run.ID), dist.state(t, plan.Run.ID)
+	for name := range want {
+		if diff := cmp.Diff(want[name], got[name]); diff != "" {
+			t.Errorf("%s (-one process +shards):\n%s", name, diff)
+		}
+	}
+	// Every account applied in three parts, each holding about a third
+	// of the account's obligations decided on and of its objects.
+	rows, err := dist.pool.Query(t.Context(), `SELECT account, shard, obligations, provider_objects FROM reconcile.pass_parts
+		WHERE run_id = $1 ORDER BY account, shard`, plan.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type part struct {
+		Account                  string
+		Shard, Obls, ProviderObj int
+	}
+	parts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[part])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The report reads as the one-process pass's: the coverage (read
+	// back as far for every shard) and the counts of obligations read to
+	// link and decided on partially.
+	res, err := dist.store.PassResult(t.Context(), plan.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Report.Covered != out.Covered || res.Report.Context != out.Context || res.Report.Partial != out.Partial {
+		t.Errorf("the shards' report: covered %v, context %d, partial %d; the one process's: covered %v, context %d, partial %d",
+			res.Report.Covered, res.Report.Context, res.Report.Partial, out.Covered, out.Context, out.Partial)
+	}
+	if !slices.ContainsFunc(want["findings"], func(f string) bool { return strings.Contains(f, "|duplicate|") && strings.Contains(f, "a00-old") }) {
+		t.Errorf("the one-process pass did not find a00-old paid twice: the history does not test reading back")
+	}
+	if len(parts) != 2*shards {
+		t.Fatalf("%d parts applied; want %d (2 accounts × %d shards): %v", len(parts), 2*shards, shards, parts)
+	}
+	whole := out.Run.Counts.ProviderObjects / 2
+	for _, pt := range parts {
+		if pt.ProviderObj == 0 || pt.ProviderObj > whole/2 {
+			t.Errorf("shard %d of account %q counted %d of its account's %d objects; want about a third", pt.Shard, pt.Account, pt.ProviderObj, whole)
 		}
 	}
 }

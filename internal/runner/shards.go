@@ -1,0 +1,356 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+)
+
+// A shard is one part of one account's share of a pass run as jobs
+// (docs/design.md, "Shards"), so that a match-and-apply job of a very
+// large account holds a part of it: the obligations whose id hashes to
+// the shard (reconcile.ShardOf), every provider object that could link to
+// one of them, the objects whose own id hashes to it, and what a decision
+// about any of those rests on (the rest of their movements, their
+// suspected-duplicate twins, the obligations those name). Over that the
+// matcher concludes as over the whole account; the shard keeps only what
+// is its own: the findings about its obligations and, of those about
+// objects alone, the ones whose least object is its, and the counts of its
+// obligations and objects. The shards of an account together conclude
+// what the account's one share concludes.
+
+// Shard is shard Index of Of of an account's share; Of ≤ 1 is the whole.
+type Shard struct {
+	Index, Of int
+}
+
+// Whole is the unsharded share.
+func (s Shard) whole() bool { return s.Of <= 1 }
+
+func (s Shard) owns(id string) bool { return reconcile.ShardOf(id, s.Of) == s.Index }
+
+// ShardMirror is a mirror a shard reads from by relation, with indexed
+// queries (store.Mirror is one).
+type ShardMirror interface {
+	Mirror
+	Related(ctx context.Context, w reconcile.Window, q store.Related, since time.Time) ([]reconcile.ProviderObject, error)
+	KeysOf(ctx context.Context, ids []string, w reconcile.Window) ([]reconcile.KeyEvidence, error)
+}
+
+// ShardObligations reads a shard's own obligations in scope
+// (sources.Obligations is one).
+type ShardObligations interface {
+	Obligations
+	ReadShard(ctx context.Context, w reconcile.Window, shard, shards int) ([]reconcile.Obligation, error)
+}
+
+// shardRead is what a shard's reading learns for its matching: its own
+// obligations in scope (read once), and the oldest creation among the
+// obligations the subject's objects name in the whole account, which the
+// whole share would decide on and read back to.
+type shardRead struct {
+	Shard
+	own    []reconcile.Obligation
+	oldest time.Time
+}
+
+// shardScan is how much of the mirror a shard's routing reads at once.
+const shardScan = 24 * time.Hour
+
+// ownNames are the names by which an object reaches one of a shard's
+// obligations (docs/design.md, "Linking"): their provider and target ids,
+// their ids and their idempotency keys.
+type ownNames struct {
+	providerIDs, ids, keys map[string]struct{}
+}
+
+func (n *ownNames) add(o *reconcile.Obligation) {
+	if n.providerIDs == nil {
+		n.providerIDs, n.ids, n.keys = map[string]struct{}{}, map[string]struct{}{}, map[string]struct{}{}
+	}
+	for set, v := range map[*map[string]struct{}]string{&n.ids: o.ID, &n.keys: o.IdempotencyKey} {
+		if v != "" {
+			(*set)[v] = struct{}{}
+		}
+	}
+	for _, v := range []string{o.ProviderID, o.TargetID} {
+		if v != "" {
+			n.providerIDs[v] = struct{}{}
+		}
+	}
+}
+
+func has(set map[string]struct{}, v string) bool {
+	_, ok := set[v]
+	return v != "" && ok
+}
+
+// reaches reports whether object o names one of the shard's obligations:
+// by its id or its intent's (an intent stands for its charges), or by
+// its metadata.
+func (n *ownNames) reaches(o *reconcile.ProviderObject, opts matcher.Options) bool {
+	return has(n.providerIDs, o.ID) || has(n.providerIDs, o.PaymentIntent) ||
+		has(n.ids, o.Metadata[opts.MetadataObligationID]) || has(n.keys, o.Metadata[opts.MetadataIdempotencyKey])
+}
+
+// shardListing reads shard sh's records of mid (within the pass's
+// coverage, from what its fetches mirrored) and their key evidence told
+// in kw. It scans the mirror a day at a time, keeping only the objects
+// whose own id is the shard's or that name one of its obligations (the
+// obligations every day's objects name are read to tell), then closes
+// what it kept over movements and twins with indexed queries.
+func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window) ([]reconcile.ProviderObject, []reconcile.KeyEvidence, error) {
+	sh, mirror, obls := p.shard, p.mirror.(ShardMirror), p.obligations
+	own, err := obls.ReadShard(ctx, p.subject, sh.Index, sh.Of)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read obligations: %w", err)
+	}
+	sh.own = own
+	var names ownNames
+	for i := range own {
+		names.add(&own[i])
+	}
+	var kept []reconcile.ProviderObject
+	keyed := map[string]struct{}{} // objects whose key evidence names one
+	for from := mid.From; from.Before(mid.To); from = from.Add(shardScan) {
+		day := reconcile.Window{From: from, To: earlier(from.Add(shardScan), mid.To)}
+		objs, err := p.mirror.Objects(ctx, day, p.since)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
+		}
+		// The key evidence told in this day of kw; the last day takes
+		// kw's tail after mid.
+		kd := reconcile.Window{From: later(day.From, kw.From), To: earlier(day.To, kw.To)}
+		if !day.To.Before(mid.To) {
+			kd.To = kw.To
+		}
+		var keys []reconcile.KeyEvidence
+		if kd.Valid() {
+			if keys, err = p.mirror.Keys(ctx, kd); err != nil {
+				return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
+			}
+		}
+		l := &sources.Listing{Objects: objs, Keys: keys}
+		named, err := obls.ReadNamed(ctx, Named(l, p.opts))
+		if err != nil {
+			return nil, nil, fmt.Errorf("read named obligations: %w", err)
+		}
+		subject := namedIf(l, p.opts, func(o reconcile.ProviderObject) bool { return p.subject.Contains(o.Created) })
+		for i := range named {
+			o := &named[i]
+			if decides(o, p.subject, subject) && (sh.oldest.IsZero() || o.CreatedAt.Before(sh.oldest)) {
+				sh.oldest = o.CreatedAt
+			}
+			if sh.owns(o.ID) {
+				names.add(o)
+			}
+		}
+		for i := range objs {
+			if sh.owns(objs[i].ID) || names.reaches(&objs[i], p.opts) {
+				kept = append(kept, objs[i])
+			}
+		}
+		for _, k := range keys {
+			if has(names.keys, k.Key) {
+				keyed[k.ObjectID] = struct{}{}
+			}
+		}
+	}
+	kept, err = closeShard(ctx, mirror, mid, p.since, kept, keyed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
+	}
+	ids := make([]string, len(kept))
+	for i := range kept {
+		ids[i] = kept[i].ID
+	}
+	var keys []reconcile.KeyEvidence
+	if kw.Valid() {
+		if keys, err = mirror.KeysOf(ctx, ids, kw); err != nil {
+			return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
+		}
+	}
+	return kept, keys, nil
+}
+
+// closeShard adds to kept, from the mirror's records of w, the objects of
+// ids and what a decision about any kept object rests on, until nothing
+// more is added: the rest of its movement (an intent's charges, a charge's
+// intent, a refund's refunded movement), the refunds of its movement, and
+// its possible twins (docs/design.md, "Findings": the same class, target
+// and money), found by customer and amount, a refund's by its movement.
+func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, kept []reconcile.ProviderObject,
+	ids map[string]struct{}) ([]reconcile.ProviderObject, error) {
+	have := make(map[string]struct{}, len(kept))
+	for i := range kept {
+		have[kept[i].ID] = struct{}{}
+	}
+	asked := map[string]struct{}{} // every id, intent, charge and pair asked for
+	ask := func(list *[]string, tag, v string) {
+		if v == "" {
+			return
+		}
+		if _, ok := asked[tag+v]; !ok {
+			asked[tag+v] = struct{}{}
+			*list = append(*list, v)
+		}
+	}
+	customers := map[string]string{} // an intent's customer, for its charges that name none
+	var q store.Related
+	for id := range ids {
+		if _, ok := have[id]; !ok {
+			ask(&q.IDs, "i", id)
+		}
+	}
+	frontier := kept
+	for {
+		for i := range kept {
+			if o := &kept[i]; o.Kind == reconcile.PaymentIntent && o.Customer != "" {
+				customers[o.ID] = o.Customer
+			}
+		}
+		for i := range frontier {
+			o := &frontier[i]
+			switch o.Kind {
+			case reconcile.PaymentIntent:
+				ask(&q.Intents, "p", o.ID)
+				ask(&q.IDs, "i", o.Charge)
+			case reconcile.Charge:
+				ask(&q.Charges, "c", o.ID)
+				ask(&q.IDs, "i", o.PaymentIntent)
+				ask(&q.Intents, "p", o.PaymentIntent)
+			case reconcile.Refund:
+				for _, t := range []string{o.Target, o.Charge, o.PaymentIntent} {
+					ask(&q.IDs, "i", t)
+					ask(&q.Charges, "c", t)
+					ask(&q.Intents, "p", t)
+				}
+			}
+		}
+		// Pairs from every kept object: an intent read later gives its
+		// charges without a customer the one they move money for.
+		for i := range kept {
+			o := &kept[i]
+			if o.Kind == reconcile.Refund {
+				continue
+			}
+			c := o.Customer
+			if c == "" {
+				c = customers[o.PaymentIntent]
+			}
+			if c == "" {
+				continue
+			}
+			key := fmt.Sprintf("t%s\x00%d", c, o.Money.Amount)
+			if _, ok := asked[key]; !ok {
+				asked[key] = struct{}{}
+				q.Twins = append(q.Twins, store.CustomerAmount{Customer: c, Amount: o.Money.Amount})
+			}
+		}
+		if len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins) == 0 {
+			return kept, nil
+		}
+		got, err := mirror.Related(ctx, w, q, since)
+		if err != nil {
+			return nil, err
+		}
+		q = store.Related{}
+		n := len(kept)
+		for _, o := range got {
+			if _, ok := have[o.ID]; !ok {
+				have[o.ID] = struct{}{}
+				kept = append(kept, o)
+			}
+		}
+		frontier = kept[n:]
+	}
+}
+
+// shardObligations reads a shard's obligations: its own in scope (read
+// once, by the routing) and every one the shard's records name, whatever
+// its shard, so that each of those records links as it links in the
+// whole account.
+type shardObligations struct {
+	Obligations
+	sh *shardRead
+}
+
+func (o shardObligations) Read(ctx context.Context, w reconcile.Window, named sources.Named) ([]reconcile.Obligation, error) {
+	if o.sh.own == nil {
+		own, err := o.Obligations.(ShardObligations).ReadShard(ctx, w, o.sh.Index, o.sh.Of)
+		if err != nil {
+			return nil, err
+		}
+		o.sh.own = own
+	}
+	more, err := o.ReadNamed(ctx, named)
+	if err != nil {
+		return nil, err
+	}
+	return mergeObligations(slices.Clone(o.sh.own), more), nil
+}
+
+// ownShare keeps of res, concluded over shard sh's records, what is the
+// shard's own: the findings reconcile.FindingShard gives it, its
+// obligations' transitions, and its objects (their own id its, or
+// retrieved by id for one of its obligations) with their links and
+// counts (docs/design.md, "Shards").
+func ownShare(res matcher.Result, in *matcher.Input, sh Shard) matcher.Result {
+	out := res
+	out.Findings = slices.DeleteFunc(slices.Clone(res.Findings), func(f reconcile.Finding) bool {
+		return reconcile.FindingShard(f, sh.Of) != sh.Index
+	})
+	out.Transitions = slices.DeleteFunc(slices.Clone(res.Transitions), func(t reconcile.Transition) bool { return !sh.owns(t.ObligationID) })
+	ownObl := func(ids []string) []string {
+		return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !sh.owns(id) })
+	}
+	out.ObligationIDs, out.Settled.Obligations = ownObl(res.ObligationIDs), ownObl(res.Settled.Obligations)
+	retrieved := map[string]struct{}{}
+	for _, l := range in.Lookups {
+		retrieved[l.ID] = struct{}{}
+	}
+	ownObj := func(id string) bool {
+		_, r := retrieved[id]
+		return r || sh.owns(id)
+	}
+	out.ObjectIDs, out.Buckets, out.Counts = nil, nil, reconcile.Counts{}
+	for i, id := range res.ObjectIDs {
+		if ownObj(id) {
+			out.ObjectIDs = append(out.ObjectIDs, id)
+			out.Buckets = append(out.Buckets, res.Buckets[i])
+			if res.Buckets[i] == matcher.BucketLinked {
+				out.Counts.Linked++
+			}
+		}
+	}
+	out.Settled.Objects = slices.DeleteFunc(slices.Clone(res.Settled.Objects), func(id string) bool { return !ownObj(id) })
+	out.Links = slices.DeleteFunc(slices.Clone(res.Links), func(l reconcile.Link) bool { return !ownObj(l.ObjectID) })
+	out.Counts.Obligations, out.Counts.ProviderObjects = len(out.ObligationIDs), len(out.ObjectIDs)
+	return out
+}
+
+// ownObligations are those of obs that are shard sh's.
+func ownObligations(obs []reconcile.Obligation, sh Shard) []reconcile.Obligation {
+	if sh.whole() {
+		return obs
+	}
+	return slices.DeleteFunc(slices.Clone(obs), func(o reconcile.Obligation) bool { return !sh.owns(o.ID) })
+}
+
+// shardReaders checks that a's readers can read shards.
+func shardReaders(rd Readers) error {
+	if _, ok := rd.Mirror.(ShardMirror); !ok {
+		return errors.New("apply: a sharded pass needs a mirror that reads related objects")
+	}
+	if _, ok := rd.Obligations.(ShardObligations); !ok {
+		return errors.New("apply: a sharded pass needs obligations read by shard")
+	}
+	return nil
+}
