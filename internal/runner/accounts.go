@@ -104,17 +104,18 @@ func (r *Runner) noPassRunning(ctx context.Context) error {
 	return nil
 }
 
-// part returns a's share of a pass: the runner with a's readers when the
-// runner reads accounts apart (Scope), else the runner itself.
+// part returns a's share of a pass: a copy of the runner, with a's
+// readers when the runner reads accounts apart (Scope).
 func (r *Runner) part(a reconcile.Account, run reconcile.Run, clock *phaseClock) *part {
-	ar := r
+	// A copy either way: a part's readers are its own to wrap (a pass
+	// run as jobs reads its fetches through them), and jobs of one
+	// worker share the runner.
+	c := *r
 	if r.Scope != nil {
-		c := *r
 		rd := r.Scope(a.ID)
 		c.Provider, c.Obligations, c.Mirror = rd.Provider, rd.Obligations, rd.Mirror
-		ar = &c
 	}
-	return &part{acct: a, r: ar, st: &readState{phases: clock}, out: &Outcome{Run: run}}
+	return &part{acct: a, r: &c, st: &readState{phases: clock}, out: &Outcome{Run: run}}
 }
 
 // failed names the account in the error of a connected account's share.

@@ -101,10 +101,10 @@ func newReconciler(t testing.TB, p *platform) *reconciler {
 }
 
 // state is what a pass leaves that people and the next pass read, with
-// the run's id replaced by RUN: every finding, every outbox row in order
+// the runs' ids replaced by RUN0, RUN1, …: every finding, every outbox row in order
 // (what Slack is told), every obligation's state and every transition's
 // audit, the run row's counts, and the mirror's cursors.
-func (rc *reconciler) state(t testing.TB, runID string) map[string][]string {
+func (rc *reconciler) state(t testing.TB, runIDs ...string) map[string][]string {
 	t.Helper()
 	queries := map[string]string{
 		"findings": `SELECT concat_ws('|', fingerprint, account, kind, severity, status, obligation_id, provider_ids::text,
@@ -127,7 +127,14 @@ func (rc *reconciler) state(t testing.TB, runID string) map[string][]string {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for i := range lines {
-			lines[i] = strings.ReplaceAll(lines[i], runID, "RUN")
+			for k, id := range runIDs {
+				lines[i] = strings.ReplaceAll(lines[i], id, fmt.Sprintf("RUN%d", k))
+			}
+		}
+		if name == "runs" {
+			// Passes of one clock start in the same second: their ids
+			// order them at random.
+			slices.Sort(lines)
 		}
 		out[name] = lines
 	}
@@ -316,6 +323,45 @@ func TestShardsEqualOneProcess(t *testing.T) {
 	for _, pt := range parts {
 		if pt.ProviderObj == 0 || pt.ProviderObj > whole/2 {
 			t.Errorf("shard %d of account %q counted %d of its account's %d objects; want about a third", pt.Shard, pt.Account, pt.ProviderObj, whole)
+		}
+	}
+}
+
+// A worker of a reconciler that reads the platform's account alone
+// works pass after pass with the readers it was given: a job's wrapping
+// of them (its fetches, its shard) is its own, so that the second pass
+// of the same workers reads and concludes what a one-process second pass
+// does.
+func TestShardsPassAfterPassOnThePlatformAlone(t *testing.T) {
+	p := newPlatform(t, 1, 2000)
+	one, dist := newReconciler(t, p), newReconciler(t, p)
+	for _, rc := range []*reconciler{one, dist} {
+		rc.runner.Accounts, rc.runner.Scope = nil, nil
+	}
+	q := workersOn(t, dist, 2, 2)
+	var oneIDs, distIDs []string
+	for _, since := range []time.Duration{72 * time.Hour, 24 * time.Hour} {
+		req := runner.Request{Window: reconcile.Window{From: t0.Add(-since), To: t0}, Trigger: reconcile.TriggerManual, Full: true}
+		out, err := one.runner.Run(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oneIDs = append(oneIDs, out.Run.ID)
+		plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 12*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
+			var cause string
+			_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
+			t.Fatalf("pass %d ended %s: %s", len(distIDs)+1, status, cause)
+		}
+		distIDs = append(distIDs, plan.Run.ID)
+	}
+	want, got := one.state(t, oneIDs...), dist.state(t, distIDs...)
+	for name := range want {
+		if diff := cmp.Diff(want[name], got[name]); diff != "" {
+			t.Errorf("%s (-one process +shards):\n%s", name, diff)
 		}
 	}
 }
