@@ -171,6 +171,13 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 		return nil, p.failed(err)
 	}
 	out := p.out
+	if !sh.whole() {
+		// What the shard held, against what is its own: the cost of
+		// reading what its decisions rest on (docs/design.md, "Shards").
+		log.Info("shard read", "account", a.ID, "shard", sh.Index, "shards", sh.Of,
+			"obligations_read", len(out.Input.Obligations), "obligations_decided", out.Result.Counts.Obligations,
+			"objects_read", len(out.Input.Objects), "objects_own", out.Result.Counts.ProviderObjects)
+	}
 	part := run
 	part.Counts = out.Result.Counts
 	rep := store.PartReport{Covered: out.Covered, EventsFrom: out.EventsFrom, Context: out.Context, Partial: out.Partial, Unmapped: out.Unmapped}
