@@ -71,6 +71,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		return usageError("run: --enqueue and --dry-run: a dry run writes nothing and runs here; drop one")
 	}
 	log := newLogger(stderr, slog.LevelInfo)
+	// The run's own peak memory, its last line however it ends.
+	defer logPeak(log)
 	// From the database on, the run leaves its metrics, completed or
 	// failed (docs/design.md, "Metrics of batch runs").
 	bm := newBatchMetrics(cfg, log, f.dryRun)
@@ -231,5 +233,13 @@ func (p *progressLine) done() {
 	defer p.mu.Unlock()
 	if p.shown {
 		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+// logPeak logs the process's peak resident set (where the platform
+// tells it), so that a run's memory is read from its own log.
+func logPeak(log *slog.Logger) {
+	if b, ok := peakRSS(); ok {
+		log.Info("peak memory", "peak_rss_bytes", b, "peak_rss_mib", b>>20)
 	}
 }

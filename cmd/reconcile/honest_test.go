@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -101,6 +102,15 @@ func TestPassLogCountsEveryAttempt(t *testing.T) {
 		retries, _ := phases["stripe_retries"].(float64)
 		if wantRetries := tt.faults.ServerErrorEvery != 0; (retries > 0) != wantRetries || int(retries) >= st.Requests {
 			t.Errorf("%s: pass log says stripe_retries %v of %d requests", tt.name, phases["stripe_retries"], st.Requests)
+		}
+		// Failed or not, the run logs its own peak memory last; this
+		// process's, which the run shares, holds at least its heap.
+		peak := logLine(t, stderr, "peak memory")
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if b, _ := peak["peak_rss_bytes"].(float64); b < float64(ms.HeapInuse) || peak["peak_rss_mib"] != float64(int64(b)>>20) {
+			t.Errorf("%s: peak memory logged as %v bytes (%v MiB); the heap in use alone is %d bytes", tt.name,
+				peak["peak_rss_bytes"], peak["peak_rss_mib"], ms.HeapInuse)
 		}
 	}
 }
