@@ -453,6 +453,14 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
 			return err
 		}
+		// One save of an account at a time: the fetch jobs of a pass run
+		// as jobs save side by side, without the run lock, and their
+		// slices' events overlap, so two may carry the same key; the
+		// update-then-insert below is right only for one saver
+		// (docs/design.md, "Passes as jobs").
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, mirrorSaveLockClass, m.account); err != nil {
+			return err
+		}
 		if err := saveObjects(ctx, tx, m.account, u.Seen, u.LinkKeys); err != nil {
 			return err
 		}
@@ -472,6 +480,10 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 	}
 	return nil
 }
+
+// mirrorSaveLockClass is the first key of the advisory lock that
+// serialises one account's mirror saves (the second: the account's hash).
+const mirrorSaveLockClass int32 = 0x6d697272 // "mirr"
 
 // ownsAll refuses an update holding an object or a key of an account
 // other than the view's.
@@ -552,7 +564,7 @@ func saveKeys(ctx context.Context, tx pgx.Tx, account string, keys []reconcile.K
 	}
 	// A listing's keys are one per object and key (the reader keeps the
 	// earliest event of each), so the batch inserts each once; the mirror
-	// keeps the earliest of all.
+	// keeps the earliest of all. Saves of one account take turns (Save).
 	_, err = tx.Exec(ctx, `UPDATE reconcile.provider_keys p SET object_kind = i.object_kind, event_id = i.event_id,
 			event_type = i.event_type, created = i.created, request_id = i.request_id
 		FROM mirror_keys_in i WHERE p.account = i.account AND p.object_id = i.object_id AND p.key = i.key

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,6 +175,49 @@ func TestMirrorSaveIsAtomic(t *testing.T) {
 		if n := e.count(`SELECT count(*) FROM reconcile.` + table); n != 0 {
 			t.Errorf("%s holds %d rows after a failed save, want 0", table, n)
 		}
+	}
+}
+
+// Saves of one account side by side (a pass's fetch jobs, whose
+// slices' events overlap) carry the same keys; each save succeeds and
+// the mirror keeps each key once, from its earliest event.
+func TestMirrorSavesSideBySide(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	at := t0()
+	keys := func(evt string, created time.Time) []reconcile.KeyEvidence {
+		ks := make([]reconcile.KeyEvidence, 500)
+		for i := range ks {
+			ks[i] = reconcile.KeyEvidence{ObjectID: fmt.Sprintf("ch_%d", i), ObjectKind: reconcile.Charge, Key: fmt.Sprintf("k-%d", i),
+				EventID: evt, EventType: "charge.succeeded", Created: created}
+		}
+		return ks
+	}
+	for round := range 10 {
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				created := at.Add(time.Duration(g-round) * time.Second)
+				errs[g] = m.Save(t.Context(), MirrorUpdate{RunID: "run", Now: at, Keys: keys(fmt.Sprintf("evt_%d_%d", round, g), created)})
+			}()
+		}
+		wg.Wait()
+		for g, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, save %d: %v", round, g, err)
+			}
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.provider_keys`); n != 500 {
+		t.Errorf("%d keys kept, want 500", n)
+	}
+	// The earliest event of all: round 9's first save, 9 s before at.
+	if n := e.count(`SELECT count(*) FROM reconcile.provider_keys WHERE event_id = 'evt_9_0'`); n != 500 {
+		t.Errorf("%d keys from the earliest event, want 500", n)
 	}
 }
 
