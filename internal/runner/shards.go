@@ -163,7 +163,9 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 			}
 		}
 	}
-	kept, err = closeShard(ctx, mirror, mid, p.since, kept, keyed)
+	// A twin is within the duplicate window of its suspect, and the
+	// suspect within it of the kept object's movement.
+	kept, err = closeShard(ctx, mirror, mid, p.since, 2*p.opts.DuplicateWindow, kept, keyed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
 	}
@@ -185,9 +187,10 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 // more is added: the rest of its movement (an intent's charges, a charge's
 // intent, a refund's refunded movement), the refunds of its movement, and
 // its possible twins (docs/design.md, "Findings": the same class, target
-// and money), found by customer and amount, a refund's by its movement.
-func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, kept []reconcile.ProviderObject,
-	ids map[string]struct{}) ([]reconcile.ProviderObject, error) {
+// and money, created within the duplicate window), found by customer and
+// amount created within twinReach of it, a refund's by its movement.
+func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, twinReach time.Duration,
+	kept []reconcile.ProviderObject, ids map[string]struct{}) ([]reconcile.ProviderObject, error) {
 	have := make(map[string]struct{}, len(kept))
 	for i := range kept {
 		have[kept[i].ID] = struct{}{}
@@ -248,10 +251,11 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 			if c == "" {
 				continue
 			}
-			key := fmt.Sprintf("t%s\x00%d", c, o.Money.Amount)
+			key := fmt.Sprintf("t%s\x00%d\x00%d", c, o.Money.Amount, o.Created.Unix())
 			if _, ok := asked[key]; !ok {
 				asked[key] = struct{}{}
-				q.Twins = append(q.Twins, store.CustomerAmount{Customer: c, Amount: o.Money.Amount})
+				q.Twins = append(q.Twins, store.CustomerAmount{Customer: c, Amount: o.Money.Amount,
+					From: o.Created.Add(-twinReach), To: o.Created.Add(twinReach)})
 			}
 		}
 		if len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins) == 0 {

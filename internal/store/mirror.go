@@ -349,17 +349,20 @@ type Related struct {
 	// Charges: the objects whose charge or target is one of these (a
 	// charge's refunds, an intent naming it as its latest charge).
 	Charges []string
-	// Twins: the objects whose (customer, amount) is one of these pairs;
-	// and the charges with no customer whose payment intent, in the
-	// mirror and seen at or after Related's since, has that customer and
-	// the charge that amount.
+	// Twins: the objects whose (customer, amount) is one of these pairs,
+	// created in its [From, To]; and the charges with no customer, created
+	// then, whose payment intent, in the mirror and seen at or after
+	// Related's since, has that customer and the charge that amount.
 	Twins []CustomerAmount
 }
 
-// CustomerAmount is a customer and an amount in minor units.
+// CustomerAmount is a customer and an amount in minor units, over the
+// creation times [From, To] (what a suspected duplicate's twins share:
+// docs/design.md, "Findings").
 type CustomerAmount struct {
 	Customer string
 	Amount   int64
+	From, To time.Time
 }
 
 // empty reports whether q asks for nothing.
@@ -373,7 +376,7 @@ func (q Related) empty() bool {
 // customer as NULL (saveObjects), as the indexes' predicates say: an
 // empty id or customer asked for matches nothing. $1 account, $2 created
 // from, $3 created to, $4 seen since, $5 ids, $6 intents, $7 charges, $8
-// customers and $9 amounts.
+// customers, $9 amounts, and $10 and $11 the pairs' creation bounds.
 const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_objects
 	WHERE account = $1 AND created >= $2 AND created < $3 AND seen_at >= $4 AND id IN (
 		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND id = ANY($5::text[])
@@ -385,15 +388,15 @@ const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_o
 		UNION
 		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND target = ANY($7::text[]) AND target IS NOT NULL
 		UNION
-		SELECT o.id FROM unnest($8::text[], $9::bigint[]) AS t(customer, amount)
+		SELECT o.id FROM unnest($8::text[], $9::bigint[], $10::timestamptz[], $11::timestamptz[]) AS t(customer, amount, lo, hi)
 			JOIN reconcile.provider_objects o ON o.account = $1 AND o.customer = t.customer AND o.amount = t.amount
-				AND o.customer IS NOT NULL
+				AND o.customer IS NOT NULL AND o.created >= t.lo AND o.created <= t.hi
 		UNION
-		SELECT c.id FROM unnest($8::text[], $9::bigint[]) AS t(customer, amount)
+		SELECT c.id FROM unnest($8::text[], $9::bigint[], $10::timestamptz[], $11::timestamptz[]) AS t(customer, amount, lo, hi)
 			JOIN reconcile.provider_objects pi ON pi.account = $1 AND pi.customer = t.customer AND pi.customer IS NOT NULL
 				AND pi.kind = 'payment_intent' AND pi.seen_at >= $4
 			JOIN reconcile.provider_objects c ON c.account = $1 AND c.payment_intent = pi.id AND c.payment_intent IS NOT NULL
-				AND c.kind = 'charge' AND c.customer IS NULL AND c.amount = t.amount)`
+				AND c.kind = 'charge' AND c.customer IS NULL AND c.amount = t.amount AND c.created >= t.lo AND c.created <= t.hi)`
 
 // Related returns, in no particular order and each once, the view's
 // account's mirrored objects created in w (whole seconds, as Objects
@@ -405,8 +408,9 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		return nil, nil
 	}
 	customers, amounts := make([]string, len(q.Twins)), make([]int64, len(q.Twins))
+	los, his := make([]time.Time, len(q.Twins)), make([]time.Time, len(q.Twins))
 	for i, t := range q.Twins {
-		customers[i], amounts[i] = t.Customer, t.Amount
+		customers[i], amounts[i], los[i], his[i] = t.Customer, t.Amount, t.From, t.To
 	}
 	var out []reconcile.ProviderObject
 	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -420,7 +424,7 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		// Non-nil slices: pgx sends a nil one as NULL, which matches
 		// nothing either, but an empty array says what is meant.
 		rows, err := tx.Query(ctx, relatedSQL, m.account, ceilSecond(w.From), ceilSecond(w.To), since,
-			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts)
+			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his)
 		if err != nil {
 			return err
 		}

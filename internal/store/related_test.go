@@ -30,6 +30,10 @@ func ids(objs []reconcile.ProviderObject) []string {
 // once, only those created in the window and seen since, and none of
 // another account's. KeysOf finds the keys of the objects asked for told
 // in the window, of the view's account alone.
+// ever and never bound the pairs of a Related whose creation times do
+// not matter.
+var ever, never = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func TestMirrorRelated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -97,12 +101,16 @@ func TestMirrorRelated(t *testing.T) {
 		{"ids", Related{IDs: []string{"ch_1", "ch_old", "ch_none", "ch_stale", "ch_1"}}, []string{"ch_1"}},
 		{"intents", Related{Intents: []string{"pi_1", "pi_2"}}, []string{"ch_1", "re_2"}},
 		{"charges", Related{Charges: []string{"ch_1"}}, []string{"pi_1", "re_1"}},
-		{"twins", Related{Twins: []CustomerAmount{{"cus_2", 7000}}}, []string{"ch_2", "ch_3", "ch_5", "pi_3"}},
-		{"twins through a stale intent", Related{Twins: []CustomerAmount{{"cus_3", 9000}}}, nil},
-		{"no customer asked for", Related{Twins: []CustomerAmount{{"", 7000}}}, nil},
+		{"twins", Related{Twins: []CustomerAmount{{"cus_2", 7000, ever, never}}}, []string{"ch_2", "ch_3", "ch_5", "pi_3"}},
+		{"twins created then", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-time.Hour), at.Add(-time.Hour)}}},
+			[]string{"ch_2", "ch_3", "ch_5", "pi_3"}},
+		{"twins created before", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-3 * time.Hour), at.Add(-time.Hour - time.Second)}}}, nil},
+		{"twins created after", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-time.Hour + time.Second), at}}}, nil},
+		{"twins through a stale intent", Related{Twins: []CustomerAmount{{"cus_3", 9000, ever, never}}}, nil},
+		{"no customer asked for", Related{Twins: []CustomerAmount{{"", 7000, ever, never}}}, nil},
 		{"no charge asked for", Related{Charges: []string{""}, Intents: []string{""}}, nil},
 		{"all", Related{IDs: []string{"ch_1", "ch_4"}, Intents: []string{"pi_1"}, Charges: []string{"ch_1"},
-			Twins: []CustomerAmount{{"cus_2", 7000}, {"cus_1", 5000}}},
+			Twins: []CustomerAmount{{"cus_2", 7000, ever, never}, {"cus_1", 5000, ever, never}}},
 			[]string{"ch_1", "ch_2", "ch_3", "ch_4", "ch_5", "pi_1", "pi_3", "re_1"}},
 	} {
 		got, err := m.Related(ctx, w, c.q, since)
@@ -193,7 +201,7 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 	m := NewMirror(e.pool).ForAccount("acct_1")
 	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at.Add(time.Second)}
 	q := Related{IDs: []string{"ch_7", "pi_8"}, Intents: []string{"pi_9", "pi_10"}, Charges: []string{"ch_11", "ch_12"},
-		Twins: []CustomerAmount{{"cus_13", 1013}, {"cus_15", 1015}}}
+		Twins: []CustomerAmount{{"cus_13", 1013, ever, never}, {"cus_15", 1015, ever, never}}}
 	got, err := m.Related(ctx, w, q, at)
 	if err != nil {
 		t.Fatal(err)
@@ -205,12 +213,13 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 		t.Errorf("Related (-want +got):\n%s", diff)
 	}
 	customers, amounts := []string{"cus_13", "cus_15"}, []int64{1013, 1015}
+	los, his := []time.Time{ever, ever}, []time.Time{never, never}
 	plans := map[string]struct {
 		sql     string
 		args    []any
 		indexes []string
 	}{
-		"Related": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, q.Intents, q.Charges, customers, amounts},
+		"Related": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, q.Intents, q.Charges, customers, amounts, los, his},
 			[]string{"provider_objects_pkey", "provider_objects_intent_idx", "provider_objects_charge_idx",
 				"provider_objects_target_idx", "provider_objects_customer_idx"}},
 		"KeysOf": {`SELECT ` + mirrorKeyColumns + ` FROM reconcile.provider_keys WHERE account = $3 AND object_id = ANY($4::text[])
