@@ -100,6 +100,51 @@ func (n *ownNames) reaches(o *reconcile.ProviderObject, opts matcher.Options) bo
 		has(n.ids, o.Metadata[opts.MetadataObligationID]) || has(n.keys, o.Metadata[opts.MetadataIdempotencyKey])
 }
 
+// classNames are the names by which an object links to an obligation of
+// its own class (docs/design.md, "Linking": a charge obligation takes
+// charges and intents, a refund obligation refunds): provider ids, ids
+// and idempotency keys, each with the classes of the obligations holding
+// it. A target id links nothing.
+type classNames struct {
+	providerIDs, ids, keys map[string]uint8
+}
+
+// objectClass is what a kind links as: 1 a charge or an intent, 2 a
+// refund (an obligation's kind is one of the first and the last).
+func objectClass(k reconcile.ObjectKind) uint8 {
+	switch k {
+	case reconcile.Refund:
+		return 2
+	case reconcile.Charge, reconcile.PaymentIntent:
+		return 1
+	}
+	return 0
+}
+
+func (n *classNames) add(o *reconcile.Obligation) {
+	if n.ids == nil {
+		n.providerIDs, n.ids, n.keys = map[string]uint8{}, map[string]uint8{}, map[string]uint8{}
+	}
+	c := objectClass(o.Kind)
+	for set, v := range map[*map[string]uint8]string{&n.providerIDs: o.ProviderID, &n.ids: o.ID, &n.keys: o.IdempotencyKey} {
+		if v != "" {
+			(*set)[v] |= c
+		}
+	}
+}
+
+// links reports whether object o surely links to one of n's obligations:
+// by its id or its intent's, or by its metadata. Key evidence is not
+// looked at (an object's events may be told on another day): an object
+// linked by its key alone reads as unlinked here, and is read by its own
+// id's shard too.
+func (n *classNames) links(o *reconcile.ProviderObject, opts matcher.Options) bool {
+	c := objectClass(o.Kind)
+	in := func(set map[string]uint8, v string) bool { return v != "" && set[v]&c != 0 }
+	return c != 0 && (in(n.providerIDs, o.ID) || o.Kind == reconcile.Charge && in(n.providerIDs, o.PaymentIntent) ||
+		in(n.ids, o.Metadata[opts.MetadataObligationID]) || in(n.keys, o.Metadata[opts.MetadataIdempotencyKey]))
+}
+
 // shardListing reads shard sh's records of mid (within the pass's
 // coverage, from what its fetches mirrored) and their key evidence told
 // in kw. It scans the mirror a day at a time, keeping only the objects
@@ -143,6 +188,7 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 			return nil, nil, fmt.Errorf("read named obligations: %w", err)
 		}
 		subject := namedIf(l, p.opts, func(o reconcile.ProviderObject) bool { return p.subject.Contains(o.Created) })
+		var any classNames // every obligation the day names, of any shard, by class
 		for i := range named {
 			o := &named[i]
 			if decides(o, p.subject, subject) && (sh.oldest.IsZero() || o.CreatedAt.Before(sh.oldest)) {
@@ -151,9 +197,13 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 			if sh.owns(o.ID) {
 				names.add(o)
 			}
+			any.add(o)
 		}
 		for i := range objs {
-			if sh.owns(objs[i].ID) || names.reaches(&objs[i], p.opts) {
+			// An object that links to an obligation is its obligation's
+			// shard's; one that may link to none (by what its day tells),
+			// its own id's, which reads it for its orphan.
+			if names.reaches(&objs[i], p.opts) || sh.owns(objs[i].ID) && !any.links(&objs[i], p.opts) {
 				kept = append(kept, objs[i])
 			}
 		}
@@ -320,9 +370,23 @@ func ownShare(res matcher.Result, in *matcher.Input, sh Shard) matcher.Result {
 	for _, l := range in.Lookups {
 		retrieved[l.ID] = struct{}{}
 	}
+	// An object linked is the shard's of the least obligation it links
+	// to, one linked to none its own id's (shardListing reads each in
+	// that shard).
+	linkedTo := map[string]string{}
+	for _, l := range res.Links {
+		if cur, ok := linkedTo[l.ObjectID]; !ok || l.ObligationID < cur {
+			linkedTo[l.ObjectID] = l.ObligationID
+		}
+	}
 	ownObj := func(id string) bool {
-		_, r := retrieved[id]
-		return r || sh.owns(id)
+		if _, r := retrieved[id]; r {
+			return true
+		}
+		if obl, ok := linkedTo[id]; ok {
+			return sh.owns(obl)
+		}
+		return sh.owns(id)
 	}
 	out.ObjectIDs, out.Buckets, out.Counts = nil, nil, reconcile.Counts{}
 	for i, id := range res.ObjectIDs {
