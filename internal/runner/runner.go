@@ -435,6 +435,16 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		if err != nil {
 			return matcher.Input{}, err
 		}
+		if pf, ok := r.Provider.(*prefetched); ok && pf.shard != nil {
+			// A shard holds what the stretch read further back rests on in
+			// what the fetches mirrored: its movements and twins
+			// (docs/design.md, "Shards").
+			extra, keys, err := pf.closeOver(ctx, older.Objects, listing.Objects)
+			if err != nil {
+				return matcher.Input{}, err
+			}
+			older = &sources.Listing{Objects: append(older.Objects, extra...), Keys: append(older.Keys, keys...), Stats: older.Stats}
+		}
 		listing, keysFrom = join(older, kf, listing, keysFrom, cover.From)
 		cover.From, st.cover.From = from, from
 		olderNamed := Named(older, r.Matcher)
@@ -479,6 +489,22 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	found, lookups, err := r.retrieve(ctx, log, missing, now, st)
 	if err != nil {
 		return matcher.Input{}, err
+	}
+	if st.shard != nil && len(found) > 0 {
+		// The whole share holds every obligation in scope: those of other
+		// shards naming what a shard retrieved are read to link it, so
+		// that a conflict over it is seen (docs/design.md, "Shards").
+		more, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: found}, r.Matcher))
+		if err != nil {
+			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
+		}
+		more = slices.DeleteFunc(more, func(o reconcile.Obligation) bool {
+			return st.shard.owns(o.ID) || !decides(&o, w, sources.Named{})
+		})
+		for i := range more {
+			linkOnly = append(linkOnly, more[i].ID)
+		}
+		obs = mergeObligations(obs, more)
 	}
 	objects := append(listing.Objects, found...)
 	out.Lookups = lookups

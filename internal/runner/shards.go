@@ -42,6 +42,7 @@ type ShardMirror interface {
 	Mirror
 	Related(ctx context.Context, w reconcile.Window, q store.Related, since time.Time) ([]reconcile.ProviderObject, error)
 	KeysOf(ctx context.Context, ids []string, w reconcile.Window) ([]reconcile.KeyEvidence, error)
+	Named(ctx context.Context, w, kw reconcile.Window, since time.Time, n store.Naming) (map[string]bool, error)
 }
 
 // ShardObligations reads a shard's own obligations in scope
@@ -59,6 +60,9 @@ type shardRead struct {
 	Shard
 	own    []reconcile.Obligation
 	oldest time.Time
+	// reached are other shards' obligations the whole share reads that
+	// the shard's charges of an unlisted intent link to (absentIntents).
+	reached []reconcile.Obligation
 }
 
 // shardScan is how much of the mirror a shard's routing reads at once.
@@ -213,34 +217,148 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 			}
 		}
 	}
+	// What names the shard's obligations, whichever day told it: the day
+	// an obligation became known as the shard's may come after the day
+	// of an object reaching it through its intent or its key evidence.
+	for id := range names.providerIDs {
+		keyed[id] = struct{}{}
+	}
+	byKey := make([]string, 0, len(names.keys))
+	for k := range names.keys {
+		byKey = append(byKey, k)
+	}
 	// A twin is within the duplicate window of its suspect, and the
 	// suspect within it of the kept object's movement.
-	kept, err = closeShard(ctx, mirror, mid, p.since, 2*p.opts.DuplicateWindow, kept, keyed)
+	kept, err = closeShard(ctx, mirror, mid, p.since, 2*p.opts.DuplicateWindow, kept, keyed, byKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
 	}
-	ids := make([]string, len(kept))
-	for i := range kept {
-		ids[i] = kept[i].ID
+	keys, err := p.keysOf(ctx, kept, kw)
+	if err != nil {
+		return nil, nil, err
 	}
-	var keys []reconcile.KeyEvidence
-	if kw.Valid() {
-		if keys, err = mirror.KeysOf(ctx, ids, kw); err != nil {
-			return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
-		}
+	if sh.reached, err = p.absentIntents(ctx, mid, kw, kept); err != nil {
+		return nil, nil, err
 	}
 	return kept, keys, nil
 }
 
+// absentIntents are the obligations of other shards that the shard's
+// charges of an intent no record holds link to (an intent's id stands
+// for its charges), where the whole share reads them: in scope, or named
+// by one of the account's records. No name of the charges themselves
+// tells them, so the shard asks for them by the intent's id.
+func (p *prefetched) absentIntents(ctx context.Context, mid, kw reconcile.Window, kept []reconcile.ProviderObject) ([]reconcile.Obligation, error) {
+	held := make(map[string]struct{}, len(kept))
+	for i := range kept {
+		held[kept[i].ID] = struct{}{}
+	}
+	var absent []string
+	for i := range kept {
+		if pi := kept[i].PaymentIntent; pi != "" && kept[i].Kind == reconcile.Charge {
+			if _, ok := held[pi]; !ok {
+				absent = append(absent, pi)
+			}
+		}
+	}
+	if len(absent) == 0 {
+		return nil, nil
+	}
+	slices.Sort(absent)
+	cands, err := p.obligations.ReadNamed(ctx, sources.Named{ProviderIDs: slices.Compact(absent)})
+	if err != nil {
+		return nil, fmt.Errorf("read named obligations: %w", err)
+	}
+	cands = slices.DeleteFunc(cands, func(o reconcile.Obligation) bool { return p.shard.owns(o.ID) })
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	n := store.Naming{MetaIDKey: p.opts.MetadataObligationID, MetaKeyKey: p.opts.MetadataIdempotencyKey}
+	for i := range cands {
+		o := &cands[i]
+		for _, id := range []string{o.ProviderID, o.TargetID} {
+			if id != "" {
+				n.IDs = append(n.IDs, id)
+			}
+		}
+		n.MetaIDs = append(n.MetaIDs, o.ID)
+		if o.IdempotencyKey != "" {
+			n.Keys, n.MetaKeys = append(n.Keys, o.IdempotencyKey), append(n.MetaKeys, o.IdempotencyKey)
+		}
+	}
+	named, err := p.mirror.(ShardMirror).Named(ctx, mid, kw, p.since, n)
+	if err != nil {
+		return nil, fmt.Errorf("read the pass's fetches: %w", err)
+	}
+	return slices.DeleteFunc(cands, func(o reconcile.Obligation) bool {
+		return !decides(&o, p.subject, sources.Named{}) && !named["id:"+o.ProviderID] && !named["id:"+o.TargetID] &&
+			!named["meta_id:"+o.ID] && (o.IdempotencyKey == "" || !named["key:"+o.IdempotencyKey] && !named["meta_key:"+o.IdempotencyKey])
+	}), nil
+}
+
+// keysOf is the key evidence told in kw of objs and of the intents their
+// charges name, listed or not (a key may link an absent intent's
+// charges).
+func (p *prefetched) keysOf(ctx context.Context, objs []reconcile.ProviderObject, kw reconcile.Window) ([]reconcile.KeyEvidence, error) {
+	if !kw.Valid() || len(objs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(objs))
+	for i := range objs {
+		ids = append(ids, objs[i].ID)
+		if pi := objs[i].PaymentIntent; pi != "" {
+			ids = append(ids, pi)
+		}
+	}
+	slices.Sort(ids)
+	keys, err := p.mirror.(ShardMirror).KeysOf(ctx, slices.Compact(ids), kw)
+	if err != nil {
+		return nil, fmt.Errorf("read the pass's fetches: %w", err)
+	}
+	return keys, nil
+}
+
+// closeOver is what a decision about any of seeds (objects listed from
+// the provider for the shard, outside what the fetches mirrored) rests on
+// in the mirror's records of the coverage, less what have holds, with its
+// key evidence: their movements and twins, as shardListing closes its own.
+func (p *prefetched) closeOver(ctx context.Context, seeds, have []reconcile.ProviderObject) ([]reconcile.ProviderObject, []reconcile.KeyEvidence, error) {
+	if len(seeds) == 0 || !p.cover.Valid() {
+		return nil, nil, nil
+	}
+	got, err := closeShard(ctx, p.mirror.(ShardMirror), p.cover, p.since, 2*p.opts.DuplicateWindow, slices.Clone(seeds), nil, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the pass's fetches: %w", err)
+	}
+	skip := map[string]struct{}{}
+	for _, s := range [][]reconcile.ProviderObject{seeds, have} {
+		for i := range s {
+			skip[s[i].ID] = struct{}{}
+		}
+	}
+	var extra []reconcile.ProviderObject
+	for _, o := range got {
+		if _, ok := skip[o.ID]; !ok {
+			skip[o.ID] = struct{}{}
+			extra = append(extra, o)
+		}
+	}
+	kw := reconcile.Window{From: later(p.cover.From, p.now.Add(-sources.EventRetention)), To: p.cover.To.Add(time.Minute)}
+	keys, err := p.keysOf(ctx, extra, kw)
+	return extra, keys, err
+}
+
 // closeShard adds to kept, from the mirror's records of w, the objects of
-// ids and what a decision about any kept object rests on, until nothing
+// ids (and the charges of those that are intents), those whose key
+// evidence tells one of keys, and what a decision about any kept object
+// rests on, until nothing
 // more is added: the rest of its movement (an intent's charges, a charge's
 // intent, a refund's refunded movement), the refunds of its movement, and
 // its possible twins (docs/design.md, "Findings": the same class, target
 // and money, created within the duplicate window), found by customer and
 // amount created within twinReach of it, a refund's by its movement.
 func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, twinReach time.Duration,
-	kept []reconcile.ProviderObject, ids map[string]struct{}) ([]reconcile.ProviderObject, error) {
+	kept []reconcile.ProviderObject, ids map[string]struct{}, keys []string) ([]reconcile.ProviderObject, error) {
 	have := make(map[string]struct{}, len(kept))
 	for i := range kept {
 		have[kept[i].ID] = struct{}{}
@@ -256,11 +374,13 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 		}
 	}
 	customers := map[string]string{} // an intent's customer, for its charges that name none
-	var q store.Related
+	q := store.Related{Keys: keys}
 	for id := range ids {
 		if _, ok := have[id]; !ok {
 			ask(&q.IDs, "i", id)
 		}
+		// The charges of an intent named, listed or not.
+		ask(&q.Intents, "p", id)
 	}
 	frontier := kept
 	for {
@@ -348,6 +468,15 @@ func (o shardObligations) Read(ctx context.Context, w reconcile.Window, named so
 	if err != nil {
 		return nil, err
 	}
+	in := make(map[string]struct{}, len(more))
+	for i := range more {
+		in[more[i].ID] = struct{}{}
+	}
+	for _, r := range o.sh.reached {
+		if _, dup := in[r.ID]; !dup {
+			more = append(more, r)
+		}
+	}
 	return mergeObligations(slices.Clone(o.sh.own), more), nil
 }
 
@@ -379,12 +508,37 @@ func ownShare(res matcher.Result, in *matcher.Input, sh Shard) matcher.Result {
 			linkedTo[l.ObjectID] = l.ObligationID
 		}
 	}
-	ownObj := func(id string) bool {
-		if _, r := retrieved[id]; r {
-			return true
+	// One retrieved by id and linked to none is the shard's of the least
+	// obligation in scope (or the shard's own decided on) naming it: each
+	// shard that retrieved it holds those (read); the whole share counts
+	// it once.
+	decided := map[string]struct{}{}
+	for _, id := range res.ObligationIDs {
+		decided[id] = struct{}{}
+	}
+	namer := map[string]string{}
+	for i := range in.Obligations {
+		o := &in.Obligations[i]
+		_, d := decided[o.ID]
+		if !d && !decides(o, in.Subject, sources.Named{}) {
+			continue
 		}
+		for _, id := range []string{o.ProviderID, o.TargetID} {
+			if _, r := retrieved[id]; r && id != "" {
+				if cur, ok := namer[id]; !ok || o.ID < cur {
+					namer[id] = o.ID
+				}
+			}
+		}
+	}
+	ownObj := func(id string) bool {
 		if obl, ok := linkedTo[id]; ok {
 			return sh.owns(obl)
+		}
+		if _, r := retrieved[id]; r {
+			if obl, ok := namer[id]; ok {
+				return sh.owns(obl)
+			}
 		}
 		return sh.owns(id)
 	}
@@ -398,7 +552,11 @@ func ownShare(res matcher.Result, in *matcher.Input, sh Shard) matcher.Result {
 			}
 		}
 	}
-	out.Settled.Objects = slices.DeleteFunc(slices.Clone(res.Settled.Objects), func(id string) bool { return !ownObj(id) })
+	// Every object the shard read settles what it is about: the store
+	// lets a part resolve only its shard's findings (store.Part), and a
+	// finding of the shard's obligation may be about another shard's
+	// object (a suspect the pass now finds linked).
+	out.Settled.Objects = res.Settled.Objects
 	out.Links = slices.DeleteFunc(slices.Clone(res.Links), func(l reconcile.Link) bool { return !ownObj(l.ObjectID) })
 	out.Counts.Obligations, out.Counts.ProviderObjects = len(out.ObligationIDs), len(out.ObjectIDs)
 	return out

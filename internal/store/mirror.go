@@ -312,6 +312,58 @@ func (m *Mirror) KeysOf(ctx context.Context, ids []string, w reconcile.Window) (
 	return keys, nil
 }
 
+// Naming is what Named asks of the mirror: whether the records of a
+// listing name an obligation (docs/design.md, "Coverage": a pass reads
+// the obligations its records name).
+type Naming struct {
+	// IDs are provider and target ids, named by an object of that id;
+	// Keys idempotency keys, named by key evidence; MetaIDs and MetaKeys
+	// obligation ids and keys, named by an object's metadata under
+	// MetaIDKey and MetaKeyKey.
+	IDs, Keys, MetaIDs, MetaKeys []string
+	MetaIDKey, MetaKeyKey        string
+}
+
+// Named returns which of n's names the view's account's records name:
+// objects created in w (whole seconds) and seen at or after since, key
+// evidence told in kw. Ids, keys and metadata values come back in one
+// set, each prefixed by its kind ("id:", "key:", "meta_id:", "meta_key:").
+// The metadata is looked for in every record of w: a shard asks it only
+// of the few obligations only an unlisted intent's charges reach.
+func (m *Mirror) Named(ctx context.Context, w, kw reconcile.Window, since time.Time, n Naming) (map[string]bool, error) {
+	out := map[string]bool{}
+	if !w.Valid() {
+		return out, nil
+	}
+	rows, err := m.pool.Query(ctx, `
+		SELECT 'id:' || id FROM reconcile.provider_objects
+			WHERE account = $1 AND id = ANY($4::text[]) AND created >= $2 AND created < $3 AND seen_at >= $5
+		UNION
+		SELECT 'key:' || key FROM reconcile.provider_keys
+			WHERE account = $1 AND key = ANY($6::text[]) AND created >= $7 AND created < $8
+		UNION
+		SELECT 'meta_id:' || (metadata->>$9) FROM reconcile.provider_objects
+			WHERE cardinality($10::text[]) > 0 AND account = $1 AND created >= $2 AND created < $3 AND seen_at >= $5
+				AND metadata->>$9 = ANY($10::text[])
+		UNION
+		SELECT 'meta_key:' || (metadata->>$11) FROM reconcile.provider_objects
+			WHERE cardinality($12::text[]) > 0 AND account = $1 AND created >= $2 AND created < $3 AND seen_at >= $5
+				AND metadata->>$11 = ANY($12::text[])`,
+		m.account, ceilSecond(w.From), ceilSecond(w.To), orEmpty(n.IDs), since, orEmpty(n.Keys), ceilSecond(kw.From), ceilSecond(kw.To),
+		n.MetaIDKey, orEmpty(n.MetaIDs), n.MetaKeyKey, orEmpty(n.MetaKeys))
+	if err != nil {
+		return nil, fmt.Errorf("read what the mirror names: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read what the mirror names: %w", err)
+	}
+	for _, v := range names {
+		out[v] = true
+	}
+	return out, nil
+}
+
 const mirrorKeyColumns = `object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')`
 
 // scanMirrorKeys reads the key evidence of one account's rows (of
@@ -354,6 +406,9 @@ type Related struct {
 	// then, whose payment intent, in the mirror and seen at or after
 	// Related's since, has that customer and the charge that amount.
 	Twins []CustomerAmount
+	// Keys: the objects whose key evidence (any event's) tells one of
+	// these idempotency keys.
+	Keys []string
 }
 
 // CustomerAmount is a customer and an amount in minor units, over the
@@ -367,7 +422,7 @@ type CustomerAmount struct {
 
 // empty reports whether q asks for nothing.
 func (q Related) empty() bool {
-	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins) == 0
+	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys) == 0
 }
 
 // relatedSQL finds the ids of the objects a Related asks for, each term
@@ -376,7 +431,7 @@ func (q Related) empty() bool {
 // customer as NULL (saveObjects), as the indexes' predicates say: an
 // empty id or customer asked for matches nothing. $1 account, $2 created
 // from, $3 created to, $4 seen since, $5 ids, $6 intents, $7 charges, $8
-// customers, $9 amounts, and $10 and $11 the pairs' creation bounds.
+// customers, $9 amounts, $10 and $11 the pairs' creation bounds, $12 keys.
 const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_objects
 	WHERE account = $1 AND created >= $2 AND created < $3 AND seen_at >= $4 AND id IN (
 		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND id = ANY($5::text[])
@@ -396,7 +451,9 @@ const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_o
 			JOIN reconcile.provider_objects pi ON pi.account = $1 AND pi.customer = t.customer AND pi.customer IS NOT NULL
 				AND pi.kind = 'payment_intent' AND pi.seen_at >= $4
 			JOIN reconcile.provider_objects c ON c.account = $1 AND c.payment_intent = pi.id AND c.payment_intent IS NOT NULL
-				AND c.kind = 'charge' AND c.customer IS NULL AND c.amount = t.amount AND c.created >= t.lo AND c.created <= t.hi)`
+				AND c.kind = 'charge' AND c.customer IS NULL AND c.amount = t.amount AND c.created >= t.lo AND c.created <= t.hi
+		UNION
+		SELECT object_id FROM reconcile.provider_keys WHERE account = $1 AND key = ANY($12::text[]))`
 
 // Related returns, in no particular order and each once, the view's
 // account's mirrored objects created in w (whole seconds, as Objects
@@ -424,7 +481,7 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		// Non-nil slices: pgx sends a nil one as NULL, which matches
 		// nothing either, but an empty array says what is meant.
 		rows, err := tx.Query(ctx, relatedSQL, m.account, ceilSecond(w.From), ceilSecond(w.To), since,
-			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his)
+			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his, orEmpty(q.Keys))
 		if err != nil {
 			return err
 		}

@@ -106,6 +106,7 @@ func TestMirrorRelated(t *testing.T) {
 			[]string{"ch_2", "ch_3", "ch_5", "pi_3"}},
 		{"twins created before", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-3 * time.Hour), at.Add(-time.Hour - time.Second)}}}, nil},
 		{"twins created after", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-time.Hour + time.Second), at}}}, nil},
+		{"keys", Related{Keys: []string{"k-ch_1", "k-ch_old", "k-none"}}, []string{"ch_1"}},
 		{"twins through a stale intent", Related{Twins: []CustomerAmount{{"cus_3", 9000, ever, never}}}, nil},
 		{"no customer asked for", Related{Twins: []CustomerAmount{{"", 7000, ever, never}}}, nil},
 		{"no charge asked for", Related{Charges: []string{""}, Intents: []string{""}}, nil},
@@ -201,13 +202,13 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 	m := NewMirror(e.pool).ForAccount("acct_1")
 	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at.Add(time.Second)}
 	q := Related{IDs: []string{"ch_7", "pi_8"}, Intents: []string{"pi_9", "pi_10"}, Charges: []string{"ch_11", "ch_12"},
-		Twins: []CustomerAmount{{"cus_13", 1013, ever, never}, {"cus_15", 1015, ever, never}}}
+		Twins: []CustomerAmount{{"cus_13", 1013, ever, never}, {"cus_15", 1015, ever, never}}, Keys: []string{"k-16"}}
 	got, err := m.Related(ctx, w, q, at)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// ch_15 has no customer: its intent pi_15's, cus_15, with its amount.
-	want := []string{"ch_10", "ch_13", "ch_15", "ch_7", "ch_9", "pi_11", "pi_12", "pi_13", "pi_15", "pi_8", "re_11", "re_12"}
+	want := []string{"ch_10", "ch_13", "ch_15", "ch_16", "ch_7", "ch_9", "pi_11", "pi_12", "pi_13", "pi_15", "pi_8", "re_11", "re_12"}
 	slices.Sort(want)
 	if diff := cmp.Diff(want, ids(got)); diff != "" {
 		t.Errorf("Related (-want +got):\n%s", diff)
@@ -219,9 +220,9 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 		args    []any
 		indexes []string
 	}{
-		"Related": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, q.Intents, q.Charges, customers, amounts, los, his},
+		"Related": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, q.Intents, q.Charges, customers, amounts, los, his, q.Keys},
 			[]string{"provider_objects_pkey", "provider_objects_intent_idx", "provider_objects_charge_idx",
-				"provider_objects_target_idx", "provider_objects_customer_idx"}},
+				"provider_objects_target_idx", "provider_objects_customer_idx", "provider_keys_key_idx"}},
 		"KeysOf": {`SELECT ` + mirrorKeyColumns + ` FROM reconcile.provider_keys WHERE account = $3 AND object_id = ANY($4::text[])
 			AND created >= $1 AND created < $2`, []any{w.From, w.To, "acct_1", []string{"ch_1", "ch_2"}},
 			[]string{"provider_keys_pkey"}},

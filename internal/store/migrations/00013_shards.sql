@@ -10,8 +10,9 @@
 -- reading the account's whole copy. The mirror stores an absent target,
 -- payment intent, charge or customer as NULL, never '' (saveObjects), so
 -- the partial indexes skip the objects that name none. The keys are
--- looked up by (account, object_id), provider_keys' primary key's prefix:
--- no index of their own.
+-- looked up by (account, object_id), provider_keys' primary key's
+-- prefix, and by (account, key): the objects whose events name a shard's
+-- obligations' keys.
 
 -- +goose Up
 ALTER TABLE reconcile.pass_parts
@@ -29,8 +30,10 @@ CREATE INDEX provider_objects_target_idx ON reconcile.provider_objects (account,
   WHERE target IS NOT NULL;
 CREATE INDEX provider_objects_customer_idx ON reconcile.provider_objects (account, customer, amount)
   WHERE customer IS NOT NULL;
+CREATE INDEX provider_keys_key_idx ON reconcile.provider_keys (account, key);
 
 -- +goose Down
+DROP INDEX reconcile.provider_keys_key_idx;
 DROP INDEX reconcile.provider_objects_customer_idx;
 DROP INDEX reconcile.provider_objects_target_idx;
 DROP INDEX reconcile.provider_objects_charge_idx;

@@ -1,0 +1,231 @@
+package workers_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"reconcile"
+	"reconcile/internal/bench"
+	"reconcile/internal/config"
+	"reconcile/internal/matcher"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/runner"
+	"reconcile/internal/stripesim"
+	"reconcile/internal/workers"
+)
+
+// The cases of TestShardEdges* put what a decision rests on in
+// different shards of two (shardOf picks the ids), each where a shard
+// could read less than the decision needs (docs/design.md, "Shards").
+const rvShards = 2
+
+// pick returns prefix+suffix for the first suffix whose shard (of
+// rvShards) is want.
+func pick(prefix string, want int) string {
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		if reconcile.ShardOf(id, rvShards) == want {
+			return id
+		}
+	}
+}
+
+func rvObl(id, providerID string, amount int64, state reconcile.State, created time.Time) reconcile.Obligation {
+	return reconcile.Obligation{ID: id, Kind: reconcile.Charge, IdempotencyKey: id + "-key", Provider: "stripe",
+		ProviderID: providerID, Money: reconcile.Money{Amount: amount, Currency: "usd"}, State: state, RawState: string(state),
+		CreatedAt: created, UpdatedAt: created, PaidAt: created}
+}
+
+func rvCharge(id string, amount int64, created time.Time, f func(*reconcile.ProviderObject)) reconcile.ProviderObject {
+	o := reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: amount, Currency: "usd"},
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: created}
+	if f != nil {
+		f(&o)
+	}
+	return o
+}
+
+func sameState(t *testing.T, one, dist *reconciler, oneIDs, distIDs []string) {
+	t.Helper()
+	want, got := one.state(t, oneIDs...), dist.state(t, distIDs...)
+	for name := range want {
+		if diff := cmp.Diff(want[name], got[name]); diff != "" {
+			t.Errorf("%s (-one process +shards):\n%s", name, diff)
+		}
+	}
+}
+
+// One pass over 72h; the platform's account alone, in 2 shards: an
+// obligation naming an intent the listing lacks whose charge comes on an
+// earlier day than what names the obligation (S3); an old obligation
+// only the subject names, its charge read further back and its twin in
+// the mirror (S1); two unknown outcomes of two shards naming one charge
+// found only by id (S4).
+func TestShardEdgesOnePass(t *testing.T) {
+	w := reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}
+	opts := matcher.OptionsFrom(config.Default().Matcher)
+	var coverFrom time.Time
+	add := func(p *bench.Platform) {
+		var oldest time.Time
+		for _, o := range p.Obligations {
+			if o.Account != "" {
+				continue
+			}
+			if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {
+				if oldest.IsZero() || o.CreatedAt.Before(oldest) {
+					oldest = o.CreatedAt
+				}
+			}
+		}
+		coverFrom = opts.CoverFrom(w, oldest, t0, config.Default().MaxLookback)
+		t.Logf("cover from %s (oldest in scope %s)", coverFrom, oldest)
+		old := t0.Add(-21 * 24 * time.Hour)
+
+		// S3: an obligation naming an intent the listing lacks; its
+		// charge on an earlier day than the subject's retry naming it.
+		o3 := pick("rvw3-obl", 0)
+		ch3a := pick("ch_rvw3a", 1)
+		p.Obligations = append(p.Obligations, rvObl(o3, "pi_rvw3abs", 5151, reconcile.Paid, old))
+		p.Objects[""] = append(p.Objects[""],
+			rvCharge(ch3a, 5151, t0.Add(-60*time.Hour), func(o *reconcile.ProviderObject) { o.PaymentIntent = "pi_rvw3abs" }),
+			rvCharge("ch_rvw3b", 5151, t0.Add(-2*time.Hour), func(o *reconcile.ProviderObject) {
+				o.Metadata = map[string]string{"obligation_id": o3}
+			}))
+
+		// S1: an old obligation only the subject names; its charge in the
+		// stretch read further back, its twin just after the coverage.
+		o1 := pick("rvw1-obl", 0)
+		sus1 := pick("ch_rvw1sus", 1)
+		p.Obligations = append(p.Obligations, rvObl(o1, "ch_rvw1old", 6161, reconcile.Paid, old))
+		p.Objects[""] = append(p.Objects[""],
+			rvCharge("ch_rvw1old", 6161, coverFrom.Add(-time.Hour), func(o *reconcile.ProviderObject) { o.Customer = "cus_rvw1" }),
+			rvCharge(sus1, 6161, coverFrom.Add(time.Hour), func(o *reconcile.ProviderObject) { o.Customer = "cus_rvw1" }),
+			rvCharge("ch_rvw1late", 6161, t0.Add(-2*time.Hour), func(o *reconcile.ProviderObject) {
+				o.Metadata = map[string]string{"obligation_id": o1}
+			}))
+
+		// S4: two unknown outcomes of different shards naming one charge
+		// that only a retrieval by id finds.
+		o4a, o4b := pick("rvw4a-obl", 0), pick("rvw4b-obl", 1)
+		p.Obligations = append(p.Obligations,
+			rvObl(o4a, "ch_rvw4anc", 8181, reconcile.ConfirmationUnknown, t0.Add(-10*time.Hour)),
+			rvObl(o4b, "ch_rvw4anc", 8181, reconcile.ConfirmationUnknown, t0.Add(-10*time.Hour)))
+		p.Objects[""] = append(p.Objects[""], rvCharge("ch_rvw4anc", 8181, t0.Add(-200*24*time.Hour), nil))
+	}
+	p := newPlatform(t, 1, 300, add)
+	one, dist := newReconciler(t, p), newReconciler(t, p)
+	for _, rc := range []*reconciler{one, dist} {
+		rc.runner.Accounts, rc.runner.Scope = nil, nil
+	}
+	q := workersOn(t, dist, 2, rvShards)
+	req := runner.Request{Window: w, Trigger: reconcile.TriggerManual, Full: true}
+	out, err := one.runner.Run(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
+		t.Fatalf("pass ended %s", status)
+	}
+	t.Logf("one: covered %v context %d partial %d", out.Covered, out.Context, out.Partial)
+	res, err := dist.store.PassResult(t.Context(), plan.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("shards: covered %v context %d partial %d", res.Report.Covered, res.Report.Context, res.Report.Partial)
+	sameState(t, one, dist, []string{out.Run.ID}, []string{plan.Run.ID})
+}
+
+// Two passes over 24h: a stored suspected duplicate of a context
+// obligation, whose suspect is linked by the second pass.
+func TestShardEdgesSettle(t *testing.T) {
+	o2, sus := pick("rvw2-obl", 0), pick("ch_rvw2sus", 1)
+	add := func(p *bench.Platform) {
+		p.Obligations = append(p.Obligations, rvObl(o2, "ch_rvw2twin", 7171, reconcile.Paid, t0.Add(-30*time.Hour)))
+		p.Objects[""] = append(p.Objects[""],
+			rvCharge("ch_rvw2twin", 7171, t0.Add(-30*time.Hour), func(o *reconcile.ProviderObject) { o.Customer = "cus_rvw2" }),
+			rvCharge(sus, 7171, t0.Add(-10*time.Hour), func(o *reconcile.ProviderObject) { o.Customer = "cus_rvw2" }))
+	}
+	p := newPlatform(t, 1, 300, add)
+	one, dist := newReconciler(t, p), newReconciler(t, p)
+	for _, rc := range []*reconciler{one, dist} {
+		rc.runner.Accounts, rc.runner.Scope = nil, nil
+	}
+	q := workersOn(t, dist, 2, rvShards)
+	req := runner.Request{Window: reconcile.Window{From: t0.Add(-24 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual, Full: true}
+	var oneIDs, distIDs []string
+	for pass := range 2 {
+		if pass == 1 {
+			// The application records the suspect's obligation after all.
+			late := rvObl("rvw2-late", sus, 7171, reconcile.Paid, t0.Add(-10*time.Hour))
+			for _, rc := range []*reconciler{one, dist} {
+				pgtest.InsertObligations(t, rc.pool, late)
+			}
+		}
+		out, err := one.runner.Run(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oneIDs = append(oneIDs, out.Run.ID)
+		plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 12*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
+			t.Fatalf("pass %d ended %s", pass, status)
+		}
+		distIDs = append(distIDs, plan.Run.ID)
+	}
+	sameState(t, one, dist, oneIDs, distIDs)
+}
+
+// S2: an unknown outcome linked only by the key evidence of an intent
+// the listing lacks (its event told in the window, the intent not
+// listed), its charge carrying another key.
+func TestShardEdgesAbsentIntentKey(t *testing.T) {
+	o5, ch5 := pick("rvw5-obl", 0), pick("ch_rvw5", 1)
+	p := &platform{Platform: bench.NewPlatform(1, 300, t0)}
+	ob := rvObl(o5, "", 9191, reconcile.ConfirmationUnknown, t0.Add(-10*time.Hour))
+	p.Obligations = append(p.Obligations, ob)
+	p.Objects[""] = append(p.Objects[""], rvCharge(ch5, 9191, t0.Add(-9*time.Hour), func(o *reconcile.ProviderObject) { o.PaymentIntent = "pi_rvw5abs" }))
+	srv := stripesim.New(testKey)
+	if err := p.Serve(srv); err != nil {
+		t.Fatal(err)
+	}
+	data := fmt.Sprintf(`{"id":"pi_rvw5abs","object":"payment_intent","amount":9191,"currency":"usd","status":"succeeded","created":%d,"metadata":{}}`,
+		t0.Add(-9*time.Hour).Unix())
+	if _, err := srv.AddEvent(stripesim.Event{Type: "payment_intent.succeeded", Created: t0.Add(-9 * time.Hour), Data: []byte(data),
+		Request: &stripesim.Request{ID: "req_rvw5", IdempotencyKey: ob.IdempotencyKey}}); err != nil {
+		t.Fatal(err)
+	}
+	base, stop, err := srv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	p.base = base
+	one, dist := newReconciler(t, p), newReconciler(t, p)
+	for _, rc := range []*reconciler{one, dist} {
+		rc.runner.Accounts, rc.runner.Scope = nil, nil
+	}
+	q := workersOn(t, dist, 2, rvShards)
+	req := runner.Request{Window: reconcile.Window{From: t0.Add(-24 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual, Full: true}
+	out, err := one.runner.Run(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 12*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
+		t.Fatalf("pass ended %s", status)
+	}
+	sameState(t, one, dist, []string{out.Run.ID}, []string{plan.Run.ID})
+}
