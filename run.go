@@ -150,6 +150,12 @@ type Conclusions struct {
 	// obligation or objects are in it and which this pass did not find
 	// again is resolved.
 	Settled Settled
+	// Elsewhere holds, sorted, the fingerprints of findings a shard of a
+	// pass concluded that are another shard's to report
+	// (reconcile.FindingShard): the part leaves them as they stand
+	// rather than resolve them, since they were found (docs/design.md,
+	// "Shards").
+	Elsewhere []string
 }
 
 // Settled is what one pass settled, sorted: the obligations it decided on

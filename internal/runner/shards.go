@@ -487,9 +487,20 @@ func (o shardObligations) Read(ctx context.Context, w reconcile.Window, named so
 // counts (docs/design.md, "Shards").
 func ownShare(res matcher.Result, in *matcher.Input, sh Shard) matcher.Result {
 	out := res
-	out.Findings = slices.DeleteFunc(slices.Clone(res.Findings), func(f reconcile.Finding) bool {
-		return reconcile.FindingShard(f, sh.Of) != sh.Index
-	})
+	out.Findings, out.Elsewhere = nil, nil
+	for _, f := range res.Findings {
+		if reconcile.FindingShard(f, sh.Of) == sh.Index {
+			out.Findings = append(out.Findings, f)
+		} else {
+			// Found here, another's to report: an orphan whose least
+			// object changed may still be stored as this shard's.
+			out.Elsewhere = append(out.Elsewhere, f.Fingerprint)
+		}
+	}
+	if out.Findings == nil {
+		out.Findings = []reconcile.Finding{}
+	}
+	slices.Sort(out.Elsewhere)
 	out.Transitions = slices.DeleteFunc(slices.Clone(res.Transitions), func(t reconcile.Transition) bool { return !sh.owns(t.ObligationID) })
 	ownObl := func(ids []string) []string {
 		return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !sh.owns(id) })

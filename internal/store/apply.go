@@ -134,6 +134,9 @@ type applyInput struct {
 	// million obligations, and only the few open findings are looked up.
 	obligations []string
 	objects     []string
+	// elsewhere: fingerprints a shard found that another shard reports
+	// (reconcile.Conclusions.Elsewhere): never resolved by this part.
+	elsewhere []string
 }
 
 func (s *Store) prepare(run reconcile.Run, res reconcile.Conclusions) (applyInput, error) {
@@ -157,6 +160,7 @@ func (s *Store) prepare(run reconcile.Run, res reconcile.Conclusions) (applyInpu
 		findings:    make([]reconcile.Finding, 0, len(res.Findings)),
 		obligations: sortedIDs(res.Settled.Obligations),
 		objects:     sortedIDs(res.Settled.Objects),
+		elsewhere:   sortedIDs(res.Elsewhere),
 	}
 	seen := make(map[string]bool, len(res.Transitions))
 	for _, t := range res.Transitions {
@@ -593,6 +597,9 @@ func (sf storedFinding) lifecycle() *alerts.Stored {
 // are that shard's to settle, whatever this one examined.
 func (in applyInput) covers(f reconcile.Finding) bool {
 	if in.part != nil && !in.part.owns(f) {
+		return false
+	}
+	if _, found := slices.BinarySearch(in.elsewhere, f.Fingerprint); found {
 		return false
 	}
 	if _, ok := slices.BinarySearch(in.obligations, f.ObligationID); ok && f.ObligationID != "" {

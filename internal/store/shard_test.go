@@ -249,3 +249,67 @@ func TestShardSettlesOnlyItsOwnFindings(t *testing.T) {
 		t.Errorf("resolved alerts (-want +got):\n%s", diff)
 	}
 }
+
+// An orphan is its least object's shard's, and that object may change
+// between passes: the shard it left finds it still, and leaves the stored
+// row as it stands (Conclusions.Elsewhere) rather than resolve what the
+// shard it moved to reports.
+func TestShardLeavesWhatItFoundForAnother(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	// The orphan's least object was ch_…, shard 0's; it becomes a_…,
+	// shard 1's, once a charge of smaller id succeeds.
+	was, now1 := ownedBy("ch_orphan", 0, 2), ownedBy("a_orphan", 1, 2) // a_… sorts first
+	shard := func(n int) Part { return Part{Account: "acct_1", Shard: n, Shards: 2} }
+	orphan := newFinding(reconcile.Orphan, "", "", 4200, was)
+	first := accountPart("acct_1", []reconcile.Finding{orphan}, nil)
+	fp := first.Findings[0].Fingerprint
+	at := t0()
+	run := beginPass(t, e, testRun("run-1", at))
+	if _, err := e.s.ApplyPart(ctx, run, shard(0), first, PartReport{}, at, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.ApplyPart(ctx, run, shard(1), accountPart("acct_1", nil, nil), PartReport{}, at, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.s.FinishPass(ctx, run.ID, at, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.markAllSent(at)
+
+	at = at.Add(time.Hour)
+	run = beginPass(t, e, testRun("run-2", at))
+	moved := first.Findings[0]
+	moved.ProviderIDs = []string{now1, was}
+	moved.ContentHash = ""
+	// Shard 0, first, examined the orphan's objects, found it, and
+	// leaves it to shard 1.
+	left := accountPart("acct_1", nil, nil)
+	left.Settled.Objects = []string{reconcile.AccountObject("acct_1", was), reconcile.AccountObject("acct_1", now1)}
+	left.Elsewhere = []string{fp}
+	applied, err := e.s.ApplyPart(ctx, run, shard(0), left, PartReport{}, at, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied.Resolved != 0 {
+		t.Errorf("shard 0 resolved %d findings; want the orphan left to shard 1", applied.Resolved)
+	}
+	found := accountPart("acct_1", []reconcile.Finding{moved}, nil)
+	found.Findings[0].Fingerprint = fp // the movement's, whatever its least object
+	if _, err := e.s.ApplyPart(ctx, run, shard(1), found, PartReport{}, at, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.s.FinishPass(ctx, run.ID, at, nil); err != nil {
+		t.Fatal(err)
+	}
+	events := map[reconcile.AlertEvent]int{}
+	for _, o := range e.outbox() {
+		if o.Fingerprint == fp && !o.Changed { // a change of its objects is told as one
+			events[o.Event]++
+		}
+	}
+	if events[reconcile.AlertResolved] != 0 || events[reconcile.AlertFiring] != 1 {
+		t.Errorf("the orphan's alerts over both passes: %v; want it fired once and never resolved", events)
+	}
+}
