@@ -363,13 +363,18 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 	for i := range kept {
 		have[kept[i].ID] = struct{}{}
 	}
-	asked := map[string]struct{}{} // every id, intent, charge and pair asked for
-	ask := func(list *[]string, tag, v string) {
-		if v == "" {
-			return
-		}
-		if _, ok := asked[tag+v]; !ok {
-			asked[tag+v] = struct{}{}
+	// Every id asked for, as an id, an intent or a charge (a bit each),
+	// and every pair: asked once.
+	asked := map[string]uint8{}
+	type pair struct {
+		customer        string
+		amount, created int64
+	}
+	pairs := map[pair]struct{}{}
+	const asID, asIntent, asCharge = 1, 2, 4
+	ask := func(list *[]string, as uint8, v string) {
+		if v != "" && asked[v]&as == 0 {
+			asked[v] |= as
 			*list = append(*list, v)
 		}
 	}
@@ -377,10 +382,10 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 	q := store.Related{Keys: keys}
 	for id := range ids {
 		if _, ok := have[id]; !ok {
-			ask(&q.IDs, "i", id)
+			ask(&q.IDs, asID, id)
 		}
 		// The charges of an intent named, listed or not.
-		ask(&q.Intents, "p", id)
+		ask(&q.Intents, asIntent, id)
 	}
 	frontier := kept
 	for {
@@ -393,17 +398,17 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 			o := &frontier[i]
 			switch o.Kind {
 			case reconcile.PaymentIntent:
-				ask(&q.Intents, "p", o.ID)
-				ask(&q.IDs, "i", o.Charge)
+				ask(&q.Intents, asIntent, o.ID)
+				ask(&q.IDs, asID, o.Charge)
 			case reconcile.Charge:
-				ask(&q.Charges, "c", o.ID)
-				ask(&q.IDs, "i", o.PaymentIntent)
-				ask(&q.Intents, "p", o.PaymentIntent)
+				ask(&q.Charges, asCharge, o.ID)
+				ask(&q.IDs, asID, o.PaymentIntent)
+				ask(&q.Intents, asIntent, o.PaymentIntent)
 			case reconcile.Refund:
 				for _, t := range []string{o.Target, o.Charge, o.PaymentIntent} {
-					ask(&q.IDs, "i", t)
-					ask(&q.Charges, "c", t)
-					ask(&q.Intents, "p", t)
+					ask(&q.IDs, asID, t)
+					ask(&q.Charges, asCharge, t)
+					ask(&q.Intents, asIntent, t)
 				}
 			}
 		}
@@ -421,9 +426,9 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 			if c == "" {
 				continue
 			}
-			key := fmt.Sprintf("t%s\x00%d\x00%d", c, o.Money.Amount, o.Created.Unix())
-			if _, ok := asked[key]; !ok {
-				asked[key] = struct{}{}
+			key := pair{c, o.Money.Amount, o.Created.Unix()}
+			if _, ok := pairs[key]; !ok {
+				pairs[key] = struct{}{}
 				q.Twins = append(q.Twins, store.CustomerAmount{Customer: c, Amount: o.Money.Amount,
 					From: o.Created.Add(-twinReach), To: o.Created.Add(twinReach)})
 			}
@@ -431,6 +436,7 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 		if len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins) == 0 {
 			return kept, nil
 		}
+		q.Held = func(id string) bool { _, ok := have[id]; return ok }
 		got, err := mirror.Related(ctx, w, q, since)
 		if err != nil {
 			return nil, err

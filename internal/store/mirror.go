@@ -409,6 +409,9 @@ type Related struct {
 	// Keys: the objects whose key evidence (any event's) tells one of
 	// these idempotency keys.
 	Keys []string
+	// Held, when set, says which objects the asker holds already: their
+	// ids are matched, but they are not read again.
+	Held func(id string) bool
 }
 
 // CustomerAmount is a customer and an amount in minor units, over the
@@ -422,7 +425,7 @@ type CustomerAmount struct {
 
 // empty reports whether q asks for nothing.
 func (q Related) empty() bool {
-	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys) == 0
+	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys) == 0 // Held asks nothing
 }
 
 // relatedSQL finds the ids of the objects a Related asks for, each term
@@ -432,7 +435,12 @@ func (q Related) empty() bool {
 // empty id or customer asked for matches nothing. $1 account, $2 created
 // from, $3 created to, $4 seen since, $5 ids, $6 intents, $7 charges, $8
 // customers, $9 amounts, $10 and $11 the pairs' creation bounds, $12 keys.
-const relatedSQL = `SELECT ` + mirrorObjectColumns + ` FROM reconcile.provider_objects
+const relatedSQL = `SELECT ` + mirrorObjectColumns + relatedFrom
+
+// relatedIDsSQL is relatedSQL's ids alone.
+const relatedIDsSQL = `SELECT id` + relatedFrom
+
+const relatedFrom = ` FROM reconcile.provider_objects
 	WHERE account = $1 AND created >= $2 AND created < $3 AND seen_at >= $4 AND id IN (
 		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND id = ANY($5::text[])
 		UNION
@@ -480,8 +488,32 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		}
 		// Non-nil slices: pgx sends a nil one as NULL, which matches
 		// nothing either, but an empty array says what is meant.
-		rows, err := tx.Query(ctx, relatedSQL, m.account, ceilSecond(w.From), ceilSecond(w.To), since,
-			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his, orEmpty(q.Keys))
+		args := []any{m.account, ceilSecond(w.From), ceilSecond(w.To), since,
+			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his, orEmpty(q.Keys)}
+		if q.Held != nil {
+			// The ids first, and only those not held read whole: a
+			// shard's closure matches mostly what it holds, and decoding
+			// it all again would cost as much memory as holding it.
+			rows, err := tx.Query(ctx, relatedIDsSQL, args...)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			ids = slices.DeleteFunc(ids, q.Held)
+			if len(ids) == 0 {
+				return nil
+			}
+			rows, err = tx.Query(ctx, `SELECT `+mirrorObjectColumns+` FROM reconcile.provider_objects
+				WHERE account = $1 AND id = ANY($2::text[])`, m.account, ids)
+			if err != nil {
+				return err
+			}
+			return scanMirrorObjects(rows, m.account, func(o reconcile.ProviderObject, _ time.Time) { out = append(out, o) })
+		}
+		rows, err := tx.Query(ctx, relatedSQL, args...)
 		if err != nil {
 			return err
 		}

@@ -107,6 +107,8 @@ func TestMirrorRelated(t *testing.T) {
 		{"twins created before", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-3 * time.Hour), at.Add(-time.Hour - time.Second)}}}, nil},
 		{"twins created after", Related{Twins: []CustomerAmount{{"cus_2", 7000, at.Add(-time.Hour + time.Second), at}}}, nil},
 		{"keys", Related{Keys: []string{"k-ch_1", "k-ch_old", "k-none"}}, []string{"ch_1"}},
+		{"held not read again", Related{Intents: []string{"pi_1", "pi_2"}, Held: func(id string) bool { return id == "ch_1" }},
+			[]string{"re_2"}},
 		{"twins through a stale intent", Related{Twins: []CustomerAmount{{"cus_3", 9000, ever, never}}}, nil},
 		{"no customer asked for", Related{Twins: []CustomerAmount{{"", 7000, ever, never}}}, nil},
 		{"no charge asked for", Related{Charges: []string{""}, Intents: []string{""}}, nil},

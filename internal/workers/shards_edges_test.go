@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"reconcile"
 	"reconcile/internal/bench"
 	"reconcile/internal/config"
@@ -14,7 +12,6 @@ import (
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
 	"reconcile/internal/stripesim"
-	"reconcile/internal/workers"
 )
 
 // The cases of TestShardEdges* put what a decision rests on in
@@ -46,16 +43,6 @@ func rvCharge(id string, amount int64, created time.Time, f func(*reconcile.Prov
 		f(&o)
 	}
 	return o
-}
-
-func sameState(t *testing.T, one, dist *reconciler, oneIDs, distIDs []string) {
-	t.Helper()
-	want, got := one.state(t, oneIDs...), dist.state(t, distIDs...)
-	for name := range want {
-		if diff := cmp.Diff(want[name], got[name]); diff != "" {
-			t.Errorf("%s (-one process +shards):\n%s", name, diff)
-		}
-	}
 }
 
 // One pass over 72h; the platform's account alone, in 2 shards: an
@@ -126,13 +113,7 @@ func TestShardEdgesOnePass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
-		t.Fatalf("pass ended %s", status)
-	}
+	plan := completePass(t, dist, q, req, 24*time.Hour)
 	t.Logf("one: covered %v context %d partial %d", out.Covered, out.Context, out.Partial)
 	res, err := dist.store.PassResult(t.Context(), plan.Run.ID)
 	if err != nil {
@@ -173,14 +154,7 @@ func TestShardEdgesSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		oneIDs = append(oneIDs, out.Run.ID)
-		plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 12*time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
-			t.Fatalf("pass %d ended %s", pass, status)
-		}
-		distIDs = append(distIDs, plan.Run.ID)
+		distIDs = append(distIDs, completePass(t, dist, q, req, 12*time.Hour).Run.ID)
 	}
 	sameState(t, one, dist, oneIDs, distIDs)
 }
@@ -220,12 +194,6 @@ func TestShardEdgesAbsentIntentKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 12*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
-		t.Fatalf("pass ended %s", status)
-	}
+	plan := completePass(t, dist, q, req, 12*time.Hour)
 	sameState(t, one, dist, []string{out.Run.ID}, []string{plan.Run.ID})
 }

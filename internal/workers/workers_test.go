@@ -192,6 +192,35 @@ func waitPass(t testing.TB, rc *reconciler, runID string) string {
 	return ""
 }
 
+// completePass enqueues the pass req asks for on rc's workers (q), in
+// slices of slice, and waits for it to complete, failing the test with
+// the run's cause otherwise.
+func completePass(t testing.TB, rc *reconciler, q *queue.Queue, req runner.Request, slice time.Duration) runner.PassPlan {
+	t.Helper()
+	plan, err := workers.Enqueue(t.Context(), rc.pool, q, rc.runner, rc.store, req, slice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := waitPass(t, rc, plan.Run.ID); status != string(reconcile.RunCompleted) {
+		var cause string
+		_ = rc.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
+		t.Fatalf("pass %s ended %s: %s", plan.Run.ID, status, cause)
+	}
+	return plan
+}
+
+// sameState fails the test where the state one's passes (oneIDs) left
+// differs from the state dist's (distIDs) left.
+func sameState(t *testing.T, one, dist *reconciler, oneIDs, distIDs []string) {
+	t.Helper()
+	want, got := one.state(t, oneIDs...), dist.state(t, distIDs...)
+	for name := range want {
+		if diff := cmp.Diff(want[name], got[name]); diff != "" {
+			t.Errorf("%s (-one process +jobs):\n%s", name, diff)
+		}
+	}
+}
+
 // A pass run as jobs by three workers concludes, writes and tells exactly
 // what the one-process pass does over the same history: the same
 // findings and fingerprints, transitions, run counts, mirror cursors and
@@ -211,10 +240,7 @@ func TestJobsEqualOneProcess(t *testing.T) {
 	}
 
 	q := workersOn(t, dist, 3, 1)
-	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 6*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := completePass(t, dist, q, req, 6*time.Hour)
 	if len(plan.Slices) < 4*16 {
 		t.Errorf("the plan has %d fetch slices; want one per 6 hours of every account's four days", len(plan.Slices))
 	}
@@ -225,17 +251,7 @@ func TestJobsEqualOneProcess(t *testing.T) {
 			t.Errorf("fetch jobs %d and %d are both of account %q; want the accounts in turn", i-1, i, plan.Slices[i].Account)
 		}
 	}
-	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
-		var cause string
-		_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
-		t.Fatalf("the pass ended %s: %s", status, cause)
-	}
-	want, got := one.state(t, out.Run.ID), dist.state(t, plan.Run.ID)
-	for name := range want {
-		if diff := cmp.Diff(want[name], got[name]); diff != "" {
-			t.Errorf("%s (-one process +jobs):\n%s", name, diff)
-		}
-	}
+	sameState(t, one, dist, []string{out.Run.ID}, []string{plan.Run.ID})
 }
 
 // An account's match and apply split in shards concludes, writes and
@@ -272,21 +288,9 @@ func TestShardsEqualOneProcess(t *testing.T) {
 	}
 	const shards = 3
 	q := workersOn(t, dist, 2, shards)
-	plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
-		var cause string
-		_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
-		t.Fatalf("the pass ended %s: %s", status, cause)
-	}
-	want, got := one.state(t, out.Run.ID), dist.state(t, plan.Run.ID)
-	for name := range want {
-		if diff := cmp.Diff(want[name], got[name]); diff != "" {
-			t.Errorf("%s (-one process +shards):\n%s", name, diff)
-		}
-	}
+	plan := completePass(t, dist, q, req, 24*time.Hour)
+	sameState(t, one, dist, []string{out.Run.ID}, []string{plan.Run.ID})
+	want := one.state(t, out.Run.ID)
 	// Every account applied in three parts, each holding about a third
 	// of the account's obligations decided on and of its objects.
 	rows, err := dist.pool.Query(t.Context(), `SELECT account, shard, obligations, provider_objects FROM reconcile.pass_parts
@@ -347,23 +351,9 @@ func TestShardsPassAfterPassOnThePlatformAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		oneIDs = append(oneIDs, out.Run.ID)
-		plan, err := workers.Enqueue(t.Context(), dist.pool, q, dist.runner, dist.store, req, 12*time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if status := waitPass(t, dist, plan.Run.ID); status != string(reconcile.RunCompleted) {
-			var cause string
-			_ = dist.pool.QueryRow(t.Context(), `SELECT coalesce(error, '') FROM reconcile.runs WHERE id = $1`, plan.Run.ID).Scan(&cause)
-			t.Fatalf("pass %d ended %s: %s", len(distIDs)+1, status, cause)
-		}
-		distIDs = append(distIDs, plan.Run.ID)
+		distIDs = append(distIDs, completePass(t, dist, q, req, 12*time.Hour).Run.ID)
 	}
-	want, got := one.state(t, oneIDs...), dist.state(t, distIDs...)
-	for name := range want {
-		if diff := cmp.Diff(want[name], got[name]); diff != "" {
-			t.Errorf("%s (-one process +shards):\n%s", name, diff)
-		}
-	}
+	sameState(t, one, dist, oneIDs, distIDs)
 }
 
 // A drain that cannot deliver for a reason no retry helps (a revoked bot
@@ -397,13 +387,7 @@ func TestDrainKeepsWhyAlertsCannotGo(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = q.Stop(context.Background()) })
 	req := runner.Request{Window: reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual}
-	plan, err := workers.Enqueue(t.Context(), rc.pool, q, rc.runner, rc.store, req, 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status := waitPass(t, rc, plan.Run.ID); status != string(reconcile.RunCompleted) {
-		t.Fatalf("the pass ended %s", status)
-	}
+	plan := completePass(t, rc, q, req, 24*time.Hour)
 	res, err := rc.store.PassResult(t.Context(), plan.Run.ID)
 	if err != nil || !res.Drained || !strings.Contains(res.AlertsError, "invalid_auth") {
 		t.Errorf("PassResult: drained %t, alerts error %q, %v; want the drain done and invalid_auth kept", res.Drained, res.AlertsError, err)
