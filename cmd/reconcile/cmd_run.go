@@ -71,8 +71,6 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 		return usageError("run: --enqueue and --dry-run: a dry run writes nothing and runs here; drop one")
 	}
 	log := newLogger(stderr, slog.LevelInfo)
-	// The run's own peak memory, its last line however it ends.
-	defer logPeak(log)
 	// From the database on, the run leaves its metrics, completed or
 	// failed (docs/design.md, "Metrics of batch runs").
 	bm := newBatchMetrics(cfg, log, f.dryRun)
@@ -92,6 +90,8 @@ func cmdRun(ctx context.Context, args []string, getenv func(string) string, stdo
 	)
 	// Before d.close: the metrics read the store.
 	defer func() { bm.leave(ctx, d, out, passErr) }()
+	// The pass's own peak memory, its last line however it ended.
+	defer func() { logPeak(log, out, passErr) }()
 	var progress *progressLine
 	if isTerminal(stderr) {
 		progress = &progressLine{w: stderr, start: time.Now()}
@@ -236,10 +236,17 @@ func (p *progressLine) done() {
 	}
 }
 
-// logPeak logs the process's peak resident set (where the platform
-// tells it), so that a run's memory is read from its own log.
-func logPeak(log *slog.Logger) {
-	if b, ok := peakRSS(); ok {
-		log.Info("peak memory", "peak_rss_bytes", b, "peak_rss_mib", b>>20)
+// logPeak logs, for the pass that began (its outcome, or the error
+// naming it), the process's peak resident set where the platform tells
+// it, so that a run's memory is read from its own log.
+func logPeak(log *slog.Logger, out *runner.Outcome, err error) {
+	id := ""
+	if out != nil {
+		id = out.Run.ID
+	} else if fe, ok := errors.AsType[*runner.FailedRunError](err); ok {
+		id = fe.RunID
+	}
+	if b, ok := peakRSS(); ok && id != "" {
+		log.Info("peak memory", "run_id", id, "peak_rss_bytes", b, "peak_rss_mib", b>>20)
 	}
 }
