@@ -5,13 +5,14 @@
 // 100k transitions batched and row by row and reading a million
 // obligations, (d) `reconcile run` end to end over a million obligations
 // and provider objects, twice, the second incrementally, and, when asked
-// for (-only e; about 25 minutes at 24x20k on 2 cores), (e) one pass over a platform
+// for (-only e; about 30 minutes on 2 cores), (e) one pass over a platform
 // of 24 Stripe accounts in one process and with 1, 2 and 4 `reconcile
-// worker` processes.
+// worker` processes, and one pass as jobs over a single account of a
+// million obligations with 1, 2 and 4 shards.
 //
 // It runs the packages' own benchmarks (BenchmarkMatch, BenchmarkFetch,
 // BenchmarkApplyTransitions, BenchmarkReadObligations, BenchmarkEndToEnd,
-// BenchmarkWorkers),
+// BenchmarkWorkers, BenchmarkShards),
 // each in a process of its own, so that every row's peak RSS is its own:
 // it builds the test binaries with `go test -c` and reads the standard
 // benchmark output. From the module root:
@@ -19,7 +20,7 @@
 //	go run ./cmd/reconcile-bench            # the whole table (3 to 15 minutes on 2 cores, by load)
 //	go run ./cmd/reconcile-bench -only a,c  # some sections
 //	go run ./cmd/reconcile-bench -e2e 100k  # a smaller end-to-end history
-//	go run ./cmd/reconcile-bench -only e    # workers: 24 accounts × 20k (about 25 minutes)
+//	go run ./cmd/reconcile-bench -only e    # workers (24 accounts × 20k) and shards (1M): about 30 minutes
 //	go run ./cmd/reconcile-bench -only e -workers 24x5k -shards 100k
 package main
 
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	e2e := fs.String("e2e", "1M", "end-to-end size: 10k, 100k or 1M")
 	workers := fs.String("workers", "24x20k", "workers platform: accounts x obligations each, 24x20k, 24x5k or 24x1k")
 	shards := fs.String("shards", "1M", "the single account the shards rows of (e) pass over: 1M, 100k or 10k obligations")
-	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers; not by default: about 25 minutes)")
+	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers and shards; not by default: about 30 minutes)")
 	keep := fs.Bool("keep", false, "keep the built test binaries and the raw benchmark output")
 	if err := fs.Parse(args); err != nil {
 		return err
