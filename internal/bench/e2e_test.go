@@ -86,11 +86,25 @@ func serve(b *testing.B, n int) *server {
 // World's obligations (COPY).
 func database(b *testing.B, w World) (*pgxpool.Pool, string) {
 	b.Helper()
+	return obligationsDatabase(b, w.Obligations, false)
+}
+
+// obligationsDatabase is a fresh database holding the reconcile schema
+// (River's tables included) and obs (COPY), each naming its account in
+// the column stripe_account when withAccount.
+func obligationsDatabase(b *testing.B, obs []reconcile.Obligation, withAccount bool) (*pgxpool.Pool, string) {
+	b.Helper()
 	start := time.Now()
 	pool, dbURL := pgtest.NewMigrated(b, store.SchemaDigest(), store.Migrate)
 	ctx := context.Background()
 	cols := []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id", "amount", "currency",
 		"state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
+	if withAccount {
+		if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
+			b.Fatal(err)
+		}
+		cols = append(cols, "stripe_account")
+	}
 	null := func(s string) any {
 		if s == "" {
 			return nil
@@ -103,12 +117,16 @@ func database(b *testing.B, w World) (*pgxpool.Pool, string) {
 		}
 		return t
 	}
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(w.Obligations), func(i int) ([]any, error) {
-		o := &w.Obligations[i]
-		return []any{o.ID, string(o.Kind), o.IdempotencyKey, "stripe", null(o.ProviderID), null(o.TargetID), o.Money.Amount,
-			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt)}, nil
+	n, err := pool.CopyFrom(ctx, pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(obs), func(i int) ([]any, error) {
+		o := &obs[i]
+		row := []any{o.ID, string(o.Kind), o.IdempotencyKey, "stripe", null(o.ProviderID), null(o.TargetID), o.Money.Amount,
+			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt)}
+		if withAccount {
+			row = append(row, null(o.Account))
+		}
+		return row, nil
 	}))
-	if err != nil || int(n) != len(w.Obligations) {
+	if err != nil || int(n) != len(obs) {
 		b.Fatalf("copy obligations: %d rows, %v", n, err)
 	}
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE obligations"); err != nil {

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"reconcile/internal/stripesim"
 )
 
 // shardsSizes are the single accounts BenchmarkShards passes over.
@@ -47,15 +45,7 @@ func BenchmarkShards(b *testing.B) {
 	for _, size := range shardsSizes {
 		b.Run(size.name, func(b *testing.B) {
 			p := NewPlatform(1, size.n, time.Now().UTC().Truncate(time.Second))
-			srv := stripesim.New(stripeKey)
-			if err := p.Serve(srv); err != nil {
-				b.Fatal(err)
-			}
-			url, stop, err := srv.Start()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer stop()
+			_, url := servePlatform(b, p)
 			bin := command(b)
 			for b.Loop() {
 				b.StopTimer()

@@ -20,8 +20,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"reconcile/internal/pgtest"
-	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
 )
 
@@ -85,15 +83,7 @@ func BenchmarkWorkers(b *testing.B) {
 		b.Run(size.name, func(b *testing.B) {
 			start := time.Now()
 			p := NewPlatform(size.accounts, size.n, time.Now().UTC().Truncate(time.Second))
-			srv := stripesim.New(stripeKey)
-			if err := p.Serve(srv); err != nil {
-				b.Fatal(err)
-			}
-			url, stop, err := srv.Start()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer stop()
+			srv, url := servePlatform(b, p)
 			objects := 0
 			for _, objs := range p.Objects {
 				objects += len(objs)
@@ -176,40 +166,23 @@ func BenchmarkWorkers(b *testing.B) {
 // its account in the column stripe_account (COPY).
 func platformDatabase(b *testing.B, p Platform) (*pgxpool.Pool, string) {
 	b.Helper()
-	start := time.Now()
-	pool, dbURL := pgtest.NewMigrated(b, store.SchemaDigest(), store.Migrate)
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
+	return obligationsDatabase(b, p.Obligations, true)
+}
+
+// servePlatform puts p on a Stripe test server started for the benchmark
+// and returns it with its base URL; it stops when the benchmark ends.
+func servePlatform(b *testing.B, p Platform) (*stripesim.Server, string) {
+	b.Helper()
+	srv := stripesim.New(stripeKey)
+	if err := p.Serve(srv); err != nil {
 		b.Fatal(err)
 	}
-	cols := []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id", "amount", "currency",
-		"state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at", "stripe_account"}
-	null := func(s string) any {
-		if s == "" {
-			return nil
-		}
-		return s
-	}
-	nullTime := func(t time.Time) any {
-		if t.IsZero() {
-			return nil
-		}
-		return t
-	}
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(p.Obligations), func(i int) ([]any, error) {
-		o := &p.Obligations[i]
-		return []any{o.ID, string(o.Kind), o.IdempotencyKey, "stripe", null(o.ProviderID), null(o.TargetID), o.Money.Amount,
-			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt),
-			null(o.Account)}, nil
-	}))
-	if err != nil || int(n) != len(p.Obligations) {
-		b.Fatalf("copy obligations: %d rows, %v", n, err)
-	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE obligations"); err != nil {
+	url, stop, err := srv.Start()
+	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("database with %d obligations ready in %s", n, time.Since(start).Round(time.Millisecond))
-	return pool, dbURL
+	b.Cleanup(stop)
+	return srv, url
 }
 
 func workersEnv(dbURL, stripeURL string) []string {

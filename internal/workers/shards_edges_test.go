@@ -103,10 +103,7 @@ func TestShardEdgesOnePass(t *testing.T) {
 		p.Objects[""] = append(p.Objects[""], rvCharge("ch_rvw4anc", 8181, t0.Add(-200*24*time.Hour), nil))
 	}
 	p := newPlatform(t, 1, 300, add)
-	one, dist := newReconciler(t, p), newReconciler(t, p)
-	for _, rc := range []*reconciler{one, dist} {
-		rc.runner.Accounts, rc.runner.Scope = nil, nil
-	}
+	one, dist := platformPair(t, p)
 	q := workersOn(t, dist, 2, rvShards)
 	req := runner.Request{Window: w, Trigger: reconcile.TriggerManual, Full: true}
 	out, err := one.runner.Run(t.Context(), req)
@@ -134,10 +131,7 @@ func TestShardEdgesSettle(t *testing.T) {
 			rvCharge(sus, 7171, t0.Add(-10*time.Hour), func(o *reconcile.ProviderObject) { o.Customer = "cus_rvw2" }))
 	}
 	p := newPlatform(t, 1, 300, add)
-	one, dist := newReconciler(t, p), newReconciler(t, p)
-	for _, rc := range []*reconciler{one, dist} {
-		rc.runner.Accounts, rc.runner.Scope = nil, nil
-	}
+	one, dist := platformPair(t, p)
 	q := workersOn(t, dist, 2, rvShards)
 	req := runner.Request{Window: reconcile.Window{From: t0.Add(-24 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual, Full: true}
 	var oneIDs, distIDs []string
@@ -149,12 +143,8 @@ func TestShardEdgesSettle(t *testing.T) {
 				pgtest.InsertObligations(t, rc.pool, late)
 			}
 		}
-		out, err := one.runner.Run(t.Context(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oneIDs = append(oneIDs, out.Run.ID)
-		distIDs = append(distIDs, completePass(t, dist, q, req, 12*time.Hour).Run.ID)
+		oneID, distID := passBoth(t, one, dist, q, req, 12*time.Hour)
+		oneIDs, distIDs = append(oneIDs, oneID), append(distIDs, distID)
 	}
 	sameState(t, one, dist, oneIDs, distIDs)
 }
@@ -184,16 +174,9 @@ func TestShardEdgesAbsentIntentKey(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	p.base = base
-	one, dist := newReconciler(t, p), newReconciler(t, p)
-	for _, rc := range []*reconciler{one, dist} {
-		rc.runner.Accounts, rc.runner.Scope = nil, nil
-	}
+	one, dist := platformPair(t, p)
 	q := workersOn(t, dist, 2, rvShards)
 	req := runner.Request{Window: reconcile.Window{From: t0.Add(-24 * time.Hour), To: t0}, Trigger: reconcile.TriggerManual, Full: true}
-	out, err := one.runner.Run(t.Context(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := completePass(t, dist, q, req, 12*time.Hour)
-	sameState(t, one, dist, []string{out.Run.ID}, []string{plan.Run.ID})
+	oneID, distID := passBoth(t, one, dist, q, req, 12*time.Hour)
+	sameState(t, one, dist, []string{oneID}, []string{distID})
 }

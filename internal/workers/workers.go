@@ -2,8 +2,8 @@
 // jobs"): the jobs' arguments, their workers, and Enqueue, which plans a
 // pass and inserts its first stage. A fetch job per account and time
 // slice reads the provider into the mirror (runner.FetchSlice); the last
-// of them to complete inserts one match-and-apply job per account
-// (runner.ApplyAccount); the last of those inserts the pass's drain,
+// of them to complete inserts one match-and-apply job per account, or
+// per shard of each (workers.shards; runner.ApplyAccount); the last of those inserts the pass's drain,
 // which finishes the pass as one run (store.FinishPass) and delivers its
 // alerts. Every job completes itself in the transaction of its last
 // write (queue.CompleteInStage), so that what it did and its count in the

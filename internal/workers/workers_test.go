@@ -192,6 +192,28 @@ func waitPass(t testing.TB, rc *reconciler, runID string) string {
 	return ""
 }
 
+// platformPair are two reconcilers of p that read the platform's account
+// alone (no Accounts, no Scope): the one-process pass's and the workers'.
+func platformPair(t testing.TB, p *platform) (one, dist *reconciler) {
+	t.Helper()
+	one, dist = newReconciler(t, p), newReconciler(t, p)
+	for _, rc := range []*reconciler{one, dist} {
+		rc.runner.Accounts, rc.runner.Scope = nil, nil
+	}
+	return one, dist
+}
+
+// passBoth runs the pass req asks for in one process on one and as jobs
+// on dist's workers (q), and returns both runs' ids.
+func passBoth(t testing.TB, one, dist *reconciler, q *queue.Queue, req runner.Request, slice time.Duration) (oneID, distID string) {
+	t.Helper()
+	out, err := one.runner.Run(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Run.ID, completePass(t, dist, q, req, slice).Run.ID
+}
+
 // completePass enqueues the pass req asks for on rc's workers (q), in
 // slices of slice, and waits for it to complete, failing the test with
 // the run's cause otherwise.
@@ -337,21 +359,13 @@ func TestShardsEqualOneProcess(t *testing.T) {
 // of the same workers reads and concludes what a one-process second pass
 // does.
 func TestShardsPassAfterPassOnThePlatformAlone(t *testing.T) {
-	p := newPlatform(t, 1, 2000)
-	one, dist := newReconciler(t, p), newReconciler(t, p)
-	for _, rc := range []*reconciler{one, dist} {
-		rc.runner.Accounts, rc.runner.Scope = nil, nil
-	}
+	one, dist := platformPair(t, newPlatform(t, 1, 2000))
 	q := workersOn(t, dist, 2, 2)
 	var oneIDs, distIDs []string
 	for _, since := range []time.Duration{72 * time.Hour, 24 * time.Hour} {
 		req := runner.Request{Window: reconcile.Window{From: t0.Add(-since), To: t0}, Trigger: reconcile.TriggerManual, Full: true}
-		out, err := one.runner.Run(t.Context(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oneIDs = append(oneIDs, out.Run.ID)
-		distIDs = append(distIDs, completePass(t, dist, q, req, 12*time.Hour).Run.ID)
+		oneID, distID := passBoth(t, one, dist, q, req, 12*time.Hour)
+		oneIDs, distIDs = append(oneIDs, oneID), append(distIDs, distID)
 	}
 	sameState(t, one, dist, oneIDs, distIDs)
 }
