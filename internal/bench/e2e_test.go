@@ -39,11 +39,16 @@ var e2eSizes = []struct {
 }{{"10k", 10_000}, {"100k", 100_000}, {"1M", 1_000_000}}
 
 // server is a World on the Stripe test server, built once per size and
-// shared by the benchmarks of one process: it is only read.
+// shared by the benchmarks of one process. The command benchmark's third
+// pass adds a day's new business to it (newDay); added keeps those
+// obligations, so that every later fresh database holds what the server
+// holds and the objects added are no orphans to the next benchmark.
 type server struct {
 	world World
 	srv   *stripesim.Server
 	url   string
+	added []reconcile.Obligation
+	days  int // new days added, for their ids
 }
 
 var (
@@ -82,11 +87,43 @@ func serve(b *testing.B, n int) *server {
 	return s
 }
 
-// database is a fresh database holding the reconcile schema and the
-// World's obligations (COPY).
-func database(b *testing.B, w World) (*pgxpool.Pool, string) {
+// database is a fresh database holding the reconcile schema, the World's
+// obligations and those of the days added to s since (COPY).
+func database(b *testing.B, s *server) (*pgxpool.Pool, string) {
 	b.Helper()
-	return obligationsDatabase(b, w.Obligations, false)
+	pool, dbURL := obligationsDatabase(b, s.world.Obligations, false)
+	if len(s.added) > 0 {
+		copyObligations(b, pool, s.added, false)
+		b.Logf("and the %d obligations of the %d days added since", len(s.added), s.days)
+	}
+	return pool, dbURL
+}
+
+// newDay adds one day's new business, n clean charges created one to five
+// minutes ago, to s's server (each object with its key event) and its
+// obligations to the database at pool (COPY, without the VACUUM a fresh
+// database gets: a nightly pass finds the day's rows as the application
+// left them). The objects fall after the last pass's cursor less the
+// incremental listing's 10-minute overlap (runner's plan.go), so that the
+// next incremental pass lists them, as it lists what a night brings.
+func newDay(b *testing.B, s *server, pool *pgxpool.Pool, n int) World {
+	b.Helper()
+	start := time.Now()
+	now := start.UTC().Truncate(time.Second)
+	day := NewBusiness(n, fmt.Sprintf("new%d-", s.days), now.Add(-5*time.Minute), now.Add(-time.Minute))
+	s.days++
+	keys := day.KeyOf()
+	for _, o := range day.Objects {
+		// Safe while the server serves (stripesim.Server: "data may be
+		// added while it serves").
+		if err := s.srv.Add(o, keys[o.ID]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	copyObligations(b, pool, day.Obligations, false)
+	s.added = append(s.added, day.Obligations...)
+	b.Logf("new day of %d charges added in %s", n, time.Since(start).Round(time.Millisecond))
+	return day
 }
 
 // obligationsDatabase is a fresh database holding the reconcile schema
@@ -97,12 +134,27 @@ func obligationsDatabase(b *testing.B, obs []reconcile.Obligation, withAccount b
 	start := time.Now()
 	pool, dbURL := pgtest.NewMigrated(b, store.SchemaDigest(), store.Migrate)
 	ctx := context.Background()
-	cols := []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id", "amount", "currency",
-		"state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
 	if withAccount {
 		if _, err := pool.Exec(ctx, `ALTER TABLE obligations ADD COLUMN stripe_account text`); err != nil {
 			b.Fatal(err)
 		}
+	}
+	n := copyObligations(b, pool, obs, withAccount)
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE obligations"); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("database with %d obligations ready in %s", n, time.Since(start).Round(time.Millisecond))
+	return pool, dbURL
+}
+
+// copyObligations appends obs to the obligations table at pool (COPY),
+// each naming its account in the column stripe_account when withAccount,
+// and returns how many rows it wrote.
+func copyObligations(b *testing.B, pool *pgxpool.Pool, obs []reconcile.Obligation, withAccount bool) int {
+	b.Helper()
+	cols := []string{"id", "kind", "idempotency_key", "provider", "provider_id", "target_id", "amount", "currency",
+		"state", "lease_owner", "lease_expires_at", "created_at", "updated_at", "paid_at"}
+	if withAccount {
 		cols = append(cols, "stripe_account")
 	}
 	null := func(s string) any {
@@ -117,7 +169,7 @@ func obligationsDatabase(b *testing.B, obs []reconcile.Obligation, withAccount b
 		}
 		return t
 	}
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(obs), func(i int) ([]any, error) {
+	n, err := pool.CopyFrom(context.Background(), pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(obs), func(i int) ([]any, error) {
 		o := &obs[i]
 		row := []any{o.ID, string(o.Kind), o.IdempotencyKey, "stripe", null(o.ProviderID), null(o.TargetID), o.Money.Amount,
 			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt)}
@@ -129,11 +181,7 @@ func obligationsDatabase(b *testing.B, obs []reconcile.Obligation, withAccount b
 	if err != nil || int(n) != len(obs) {
 		b.Fatalf("copy obligations: %d rows, %v", n, err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE obligations"); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("database with %d obligations ready in %s", n, time.Since(start).Round(time.Millisecond))
-	return pool, dbURL
+	return int(n)
 }
 
 // reads counts what the server handed out since its stats were reset.
@@ -194,23 +242,43 @@ type passResult struct {
 
 // phasesOf reads the "pass phases" line of a pass's JSON log.
 func phasesOf(stderr string) map[string]float64 {
+	m := logLine(stderr, "pass phases")
+	if m == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range m {
+		if f, ok := v.(float64); ok && strings.HasSuffix(k, "_s") {
+			out[strings.TrimSuffix(k, "_s")] = f
+		}
+	}
+	return out
+}
+
+// logLine is the first line of a pass's JSON log whose message is msg,
+// decoded; nil when there is none.
+func logLine(stderr, msg string) map[string]any {
+	quoted, _ := json.Marshal(msg)
 	for _, line := range strings.Split(stderr, "\n") {
-		if !strings.Contains(line, `"pass phases"`) {
+		if !strings.Contains(line, string(quoted)) {
 			continue
 		}
 		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			return nil
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["msg"] != msg {
+			continue
 		}
-		out := map[string]float64{}
-		for k, v := range m {
-			if f, ok := v.(float64); ok && strings.HasSuffix(k, "_s") {
-				out[strings.TrimSuffix(k, "_s")] = f
-			}
-		}
-		return out
+		return m
 	}
 	return nil
+}
+
+// findingsOf is the number of findings a pass applied, from its "run
+// applied" log line; -1 when the line is missing.
+func findingsOf(stderr string) int {
+	if f, ok := logLine(stderr, "run applied")["findings"].(float64); ok {
+		return int(f)
+	}
+	return -1
 }
 
 // runCommand runs `reconcile run` once against s and dbURL.
@@ -308,15 +376,24 @@ func tail(s string, n int) string {
 // this process (no latency, no rate limit), the obligations in a fresh
 // PostgreSQL database:
 //
-//   - command: the built `reconcile run --since 720h` binary, twice: the
-//     first pass reads the whole window and fills the mirror, the second
-//     runs over the unchanged history and reads only what the mirror lacks
-//     (incremental sync). Reported per pass: wall time, peak RSS and CPU of
-//     the reconcile process, and objects and events the server handed out;
-//     read_pct is the second pass's reads over the first's.
-//   - inprocess: the same two passes through runner.Runner wired as the
+//   - command: the built `reconcile run --since 720h` binary, three times,
+//     the nightly passes of reconcile-bench's section (d): the first pass reads the whole
+//     window and fills the mirror; the second runs over the unchanged
+//     history and reads only what the mirror lacks (incremental sync); the
+//     third runs after a day's new business, n/100 clean charges created
+//     one to five minutes before it, added to the server and their
+//     obligations to the database (newDay), and reads incrementally too.
+//     Reported per pass (first_, second_, third_): wall time, peak RSS and
+//     CPU of the reconcile process, objects and events the server handed
+//     out, requests, and the pass's phases from its log; read_pct is the
+//     second pass's reads over the first's, new_vs_unchanged the third
+//     pass's wall time over the second's.
+//   - inprocess: the first two passes through runner.Runner wired as the
 //     command wires it, in this process, so that -cpuprofile sees them
 //     (the profile holds the server's work too).
+//
+// The command benchmark leaves its new days on the server, and every later
+// fresh database of the size holds their obligations (server.added).
 //
 // Run: go test ./internal/bench -run '^$' -bench 'EndToEnd/1M/command' -benchtime 1x -timeout 0
 func BenchmarkEndToEnd(b *testing.B) {
@@ -326,15 +403,35 @@ func BenchmarkEndToEnd(b *testing.B) {
 			command(b)
 			for b.Loop() {
 				b.StopTimer()
-				_, dbURL := database(b, s.world)
+				pool, dbURL := database(b, s)
 				b.StartTimer()
 				first := runCommand(b, s, dbURL)
 				second := runCommand(b, s, dbURL)
 				b.StopTimer()
-				reportPasses(b, len(s.world.Objects), first, second)
-				if !strings.Contains(second.stderr, "read the provider incrementally") {
-					b.Errorf("the second pass did not read incrementally:\n%s", tail(second.stderr, 2000))
+				day := newDay(b, s, pool, size.n/100)
+				b.StartTimer()
+				third := runCommand(b, s, dbURL)
+				b.StopTimer()
+				reportPasses(b, len(s.world.Objects), len(day.Objects), first, second, third)
+				for _, p := range []struct {
+					name string
+					r    passResult
+				}{{"second", second}, {"third", third}} {
+					if !strings.Contains(p.r.stderr, "read the provider incrementally") {
+						b.Errorf("the %s pass did not read incrementally:\n%s", p.name, tail(p.r.stderr, 2000))
+					}
 				}
+				// Each new object and its key event are list entries the
+				// third pass must have been handed; fewer means the
+				// incremental listing missed the day.
+				if want := 2 * len(day.Objects); third.reads < want {
+					b.Errorf("the third pass read %d entries, want at least the new day's %d objects and key events", third.reads, want)
+				}
+				// The day is clean business: matched, it adds no finding.
+				if f2, f3 := findingsOf(second.stderr), findingsOf(third.stderr); f2 < 0 || f3 != f2 {
+					b.Errorf("findings: second pass %d, third pass %d; want the same (the new day is clean)", f2, f3)
+				}
+				pool.Close()
 				b.StartTimer()
 			}
 		})
@@ -342,7 +439,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			s := serve(b, size.n)
 			for b.Loop() {
 				b.StopTimer()
-				pool, _ := database(b, s.world)
+				pool, _ := database(b, s)
 				b.StartTimer()
 				first := runInProcess(b, s, pool)
 				second := runInProcess(b, s, pool)
@@ -358,27 +455,27 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 }
 
-func reportPasses(b *testing.B, objects int, first, second passResult) {
-	b.ReportMetric(first.wall.Seconds(), "first_s")
-	b.ReportMetric(first.cpu.Seconds(), "first_cpu_s")
-	b.ReportMetric(first.rssMB, "first_rss_MB")
-	b.ReportMetric(float64(first.reads), "first_reads")
-	b.ReportMetric(float64(first.requests), "first_requests")
-	b.ReportMetric(second.wall.Seconds(), "second_s")
-	b.ReportMetric(second.cpu.Seconds(), "second_cpu_s")
-	b.ReportMetric(second.rssMB, "second_rss_MB")
-	b.ReportMetric(float64(second.reads), "second_reads")
-	b.ReportMetric(float64(second.requests), "second_requests")
-	b.ReportMetric(100*float64(second.reads)/float64(first.reads), "read_pct")
-	b.ReportMetric(float64(objects), "objects")
-	for _, p := range []struct {
+// reportPasses reports the three command passes' metrics; objects is the
+// World's, added the new day's.
+func reportPasses(b *testing.B, objects, added int, first, second, third passResult) {
+	passes := []struct {
 		name string
 		r    passResult
-	}{{"first", first}, {"second", second}} {
+	}{{"first", first}, {"second", second}, {"third", third}}
+	for _, p := range passes {
+		b.ReportMetric(p.r.wall.Seconds(), p.name+"_s")
+		b.ReportMetric(p.r.cpu.Seconds(), p.name+"_cpu_s")
+		b.ReportMetric(p.r.rssMB, p.name+"_rss_MB")
+		b.ReportMetric(float64(p.r.reads), p.name+"_reads")
+		b.ReportMetric(float64(p.r.requests), p.name+"_requests")
 		for phase, secs := range p.r.phases {
 			b.ReportMetric(secs, p.name+"_"+phase+"_s")
 		}
 	}
+	b.ReportMetric(100*float64(second.reads)/float64(first.reads), "read_pct")
+	b.ReportMetric(third.wall.Seconds()/second.wall.Seconds(), "new_vs_unchanged")
+	b.ReportMetric(float64(objects), "objects")
+	b.ReportMetric(float64(added), "new_objects")
 }
 
 // runInProcess runs one pass through a runner wired as cmd/reconcile

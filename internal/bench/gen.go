@@ -145,3 +145,36 @@ func (w *World) KeyOf() map[string]string {
 	}
 	return m
 }
+
+// NewBusiness is a day's new business on top of a World: n clean charges,
+// each an obligation linked by provider id to its object with the key
+// event of its creation (the World's default case), created from from
+// toward to, spread evenly by the second. Their ids and keys are prefixed
+// by prefix ("new0-": charge:new0-7, ch_new0-7, k-new0-7), so that several
+// days on one server do not collide with each other or with the World's.
+func NewBusiness(n int, prefix string, from, to time.Time) World {
+	w := World{
+		Now:         to,
+		Obligations: make([]reconcile.Obligation, 0, n),
+		Objects:     make([]reconcile.ProviderObject, 0, n),
+		Keys:        make([]reconcile.KeyEvidence, 0, n),
+		Listed:      reconcile.Window{From: from, To: to},
+		EventsFrom:  from,
+	}
+	span := to.Sub(from)
+	for i := range n {
+		s := prefix + strconv.Itoa(i)
+		money := reconcile.Money{Amount: int64(500 + i%250000), Currency: [...]string{"usd", "eur", "jpy", "gbp"}[i%4]}
+		created := from.Add(span * time.Duration(i) / time.Duration(n)).Truncate(time.Second)
+		o := reconcile.Obligation{ID: "charge:" + s, Kind: reconcile.Charge, IdempotencyKey: "k-" + s, Provider: "stripe",
+			ProviderID: "ch_" + s, Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: created, UpdatedAt: created,
+			PaidAt: created}
+		p := reconcile.ProviderObject{ID: o.ProviderID, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
+			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: created}
+		w.Obligations = append(w.Obligations, o)
+		w.Objects = append(w.Objects, p)
+		w.Keys = append(w.Keys, reconcile.KeyEvidence{ObjectID: p.ID, ObjectKind: p.Kind, Key: o.IdempotencyKey,
+			EventType: keyEventType(p.Kind), Created: created})
+	}
+	return w
+}
