@@ -3,8 +3,12 @@
 // bare hash join over the same data, (b) fetching from the Stripe test
 // server paced under the test-mode rate limit and unpaced, (c) applying
 // 100k transitions batched and row by row and reading a million
-// obligations, (d) `reconcile run` end to end over a million obligations
-// and provider objects, twice, the second incrementally, and, when asked
+// obligations, (d) the nightly passes: `reconcile run` end to end over a
+// million obligations and provider objects three times (the first in
+// full, the second incrementally over the unchanged history, the third
+// incrementally after 1% new objects and their obligations), and over
+// 100k the same, of which the table shows the unchanged pass for the
+// 1M ÷ 100k ratio, each size in a process of its own, and, when asked
 // for (-only e; about 30 minutes on 2 cores), (e) one pass over a platform
 // of 24 Stripe accounts in one process and with 1, 2 and 4 `reconcile
 // worker` processes, and one pass as jobs over a single account of a
@@ -19,7 +23,7 @@
 //
 //	go run ./cmd/reconcile-bench            # the whole table (3 to 15 minutes on 2 cores, by load)
 //	go run ./cmd/reconcile-bench -only a,c  # some sections
-//	go run ./cmd/reconcile-bench -e2e 100k  # a smaller end-to-end history
+//	go run ./cmd/reconcile-bench -e2e 100k -e2e-small 10k  # smaller end-to-end histories
 //	go run ./cmd/reconcile-bench -only e    # workers (24 accounts × 20k) and shards (1M): about 30 minutes
 //	go run ./cmd/reconcile-bench -only e -workers 24x5k -shards 100k
 package main
@@ -60,6 +64,7 @@ type options struct {
 	sizes    []string // matcher sizes
 	reps     int      // processes per matcher row
 	e2e      string   // end-to-end size
+	e2eSmall string   // the smaller end-to-end size, the divisor of the nightly pass's cost ratio
 	workers  string   // workers platform size
 	shards   string   // the single account BenchmarkShards passes over
 	sections map[string]bool
@@ -72,6 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sizes := fs.String("sizes", "10k,100k,1M", "matcher sizes: obligations (and about as many provider objects)")
 	reps := fs.Int("reps", 3, "processes per matcher row; the median is shown")
 	e2e := fs.String("e2e", "1M", "end-to-end size: 10k, 100k or 1M")
+	e2eSmall := fs.String("e2e-small", "100k", "the smaller end-to-end size, whose unchanged nightly pass divides -e2e's: 10k, 100k or 1M; empty: not run")
 	workers := fs.String("workers", "24x20k", "workers platform: accounts x obligations each, 24x20k, 24x5k or 24x1k")
 	shards := fs.String("shards", "1M", "the single account the shards rows of (e) pass over: 1M, 100k or 10k obligations")
 	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers and shards; not by default: about 30 minutes)")
@@ -79,7 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := options{sizes: strings.Split(*sizes, ","), reps: max(1, *reps), e2e: *e2e, workers: *workers, shards: *shards, sections: map[string]bool{}, keep: *keep}
+	o := options{sizes: strings.Split(*sizes, ","), reps: max(1, *reps), e2e: *e2e, e2eSmall: *e2eSmall, workers: *workers, shards: *shards, sections: map[string]bool{}, keep: *keep}
 	for _, s := range strings.Split(*only, ",") {
 		o.sections[strings.TrimSpace(s)] = true
 	}
