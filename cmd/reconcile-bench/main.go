@@ -3,12 +3,12 @@
 // bare hash join over the same data, (b) fetching from the Stripe test
 // server paced under the test-mode rate limit and unpaced, (c) applying
 // 100k transitions batched and row by row and reading a million
-// obligations, (d) the nightly passes: `reconcile run` end to end over a
-// million obligations and provider objects three times (the first in
-// full, the second incrementally over the unchanged history, the third
-// incrementally after 1% new objects and their obligations), and over
-// 100k the same, of which the table shows the unchanged pass for the
-// 1M ÷ 100k ratio, each size in a process of its own, and, when asked
+// obligations, (d) the nightly passes: `reconcile run` end to end three
+// times over a million obligations and provider objects (-e2e), in full,
+// incrementally over the unchanged history and incrementally after 1% new
+// objects and their obligations, and the same over 100k (-e2e-small),
+// each size in a process of its own, whose unchanged pass divides the
+// million's (the table shows only that pass of 100k), and, when asked
 // for (-only e; about 30 minutes on 2 cores), (e) one pass over a platform
 // of 24 Stripe accounts in one process and with 1, 2 and 4 `reconcile
 // worker` processes, and one pass as jobs over a single account of a

@@ -376,13 +376,14 @@ func tail(s string, n int) string {
 // this process (no latency, no rate limit), the obligations in a fresh
 // PostgreSQL database:
 //
-//   - command: the built `reconcile run --since 720h` binary, three times,
-//     the nightly passes of reconcile-bench's section (d): the first pass reads the whole
-//     window and fills the mirror; the second runs over the unchanged
-//     history and reads only what the mirror lacks (incremental sync); the
-//     third runs after a day's new business, n/100 clean charges created
-//     one to five minutes before it, added to the server and their
-//     obligations to the database (newDay), and reads incrementally too.
+//   - command: the built `reconcile run --since 720h` binary, three
+//     times, the nightly passes of reconcile-bench's section (d): the
+//     first pass reads the whole window and fills the mirror; the second
+//     runs over the unchanged history and reads only what the mirror lacks
+//     (incremental sync); the third runs after a day's new business, n/100
+//     clean charges created one to five minutes before it, added to the
+//     server and their obligations to the database (newDay), and reads
+//     incrementally too, the new objects among what it reads.
 //     Reported per pass (first_, second_, third_): wall time, peak RSS and
 //     CPU of the reconcile process, objects and events the server handed
 //     out, requests, and the pass's phases from its log; read_pct is the
