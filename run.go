@@ -156,6 +156,11 @@ type Conclusions struct {
 	// rather than resolve them, since they were found (docs/design.md,
 	// "Shards").
 	Elsewhere []string
+	// Incremental is set when the pass matched only what can have changed
+	// since the last pass that matched (docs/design.md, "Incremental
+	// matching"): ObligationIDs and ObjectIDs then hold what it matched
+	// again, and the stored conclusions of the rest stand.
+	Incremental bool
 }
 
 // Settled is what one pass settled, sorted: the obligations it decided on

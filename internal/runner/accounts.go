@@ -206,6 +206,7 @@ func mergeParts(out *Outcome, parts []*part) {
 			objects = append(objects, bucketed{reconcile.AccountObject(acct, id), p.Result.Buckets[j]})
 		}
 		res.Links = append(res.Links, p.Result.Links...)
+		res.Incremental = res.Incremental || c.Incremental
 	}
 	in.Listed, in.EventsFrom, in.Subject = out.Covered, out.EventsFrom, parts[0].out.Input.Subject
 	slices.SortFunc(in.Obligations, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
@@ -259,6 +260,10 @@ func mergeSync(parts []*part) SyncReport {
 		s.Retrieved += o.Retrieved
 		s.Verified += o.Verified
 		s.Refreshed += o.Refreshed
+		s.Rematched += o.Rematched
+		if o.Match == MatchFull {
+			s.Match, s.MatchReason = o.Match, cmp.Or(s.MatchReason, o.MatchReason)
+		}
 		s.Saved = s.Saved && o.Saved
 		s.SaveErr = cmp.Or(s.SaveErr, o.SaveErr)
 	}

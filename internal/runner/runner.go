@@ -313,8 +313,25 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 	if sh := p.st.shard; sh != nil {
 		res, own = ownShare(res, &in, sh.Shard), ownObligations(in.Obligations, sh.Shard)
 	}
+	res.Incremental = p.st.plan.report.Match == MatchIncremental
+	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil {
+		// What the mirror keeps of this matching, for the next pass's. A
+		// pass run as jobs keeps none: its fetches saved what no match
+		// had read yet, and its apply saves only what it read itself.
+		p.st.setMatched(&in, &res, p.out.Run, now, r.matchDigest())
+	}
 	p.out.Input, p.out.Result = in, res
-	p.out.Unmapped = unmappedStates(log, own)
+	if uc, ok := r.Obligations.(UnmappedCounter); ok && res.Incremental {
+		// An incremental match read only what changed; the rows it never
+		// transitions are counted in the table (docs/design.md,
+		// "Incremental matching").
+		if p.out.Unmapped, err = uc.Unmapped(ctx, req.Window); err != nil {
+			return err
+		}
+		warnUnmapped(log, p.out.Unmapped)
+	} else {
+		p.out.Unmapped = unmappedStates(log, own)
+	}
 	p.out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
 	if p.out.Partial > 0 {
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
@@ -401,6 +418,21 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		return matcher.Input{}, err
 	}
 	cover := st.cover
+	st.plan.report.Match = MatchFull
+	mark, why, err := r.incrementalMatch(ctx, req, now, st)
+	if err != nil {
+		return matcher.Input{}, err
+	}
+	if why == "" {
+		// Only what can have changed is matched again (docs/design.md,
+		// "Incremental matching").
+		in, ok, err := r.readChanged(ctx, log, req, now, mark, out, st)
+		if err != nil || ok {
+			return in, err
+		}
+	} else {
+		st.plan.report.MatchReason = why
+	}
 	// keysFrom is where the key evidence read is complete from.
 	listing, keysFrom, err := r.readProvider(ctx, log, now, st)
 	if err != nil {
@@ -510,10 +542,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	out.Lookups = lookups
 	st.phases.mark("retrieve")
 	keysFrom = later(cover.From, keysFrom)
-	if keysFrom.After(cover.From) {
-		log.Warn("the provider's events before events_from are gone (Stripe keeps them 30 days) and the mirror kept none: "+
-			"obligations created before then are not marked PAID", "events_from", keysFrom, "covered_from", cover.From)
-	}
+	warnKeysGone(log, keysFrom, cover.From)
 	out.Stats, out.Covered, out.EventsFrom = listing.Stats, cover, keysFrom
 	return matcher.Input{
 		Obligations: obs,
@@ -525,6 +554,15 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		Subject:     w,
 		Context:     linkOnly,
 	}, nil
+}
+
+// warnKeysGone warns when the key evidence read begins after the
+// coverage.
+func warnKeysGone(log *slog.Logger, keysFrom, coverFrom time.Time) {
+	if keysFrom.After(coverFrom) {
+		log.Warn("the provider's events before events_from are gone (Stripe keeps them 30 days) and the mirror kept none: "+
+			"obligations created before then are not marked PAID", "events_from", keysFrom, "covered_from", coverFrom)
+	}
 }
 
 // readProvider reads the provider's records over the pass's coverage as
@@ -765,6 +803,7 @@ func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.L
 	u := st.save
 	u.RunID, u.Now, u.Cursors = runID, now, cursorsAfter(st.plan, st.cover, now, st.keysRead)
 	u.LinkKeys = r.linkKeys()
+	u.Match = st.matchSave()
 	err := r.Mirror.Save(ctx, u)
 	if errors.Is(err, store.ErrLockLost) {
 		return stopped(err, where)

@@ -359,6 +359,14 @@ func (p *prefetched) closeOver(ctx context.Context, seeds, have []reconcile.Prov
 // amount created within twinReach of it, a refund's by its movement.
 func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, twinReach time.Duration,
 	kept []reconcile.ProviderObject, ids map[string]struct{}, keys []string) ([]reconcile.ProviderObject, error) {
+	return closeRelated(ctx, mirror, w, since, twinReach, kept, ids, store.Related{Keys: keys})
+}
+
+// closeRelated is closeShard starting from seed's terms besides ids: what
+// an incremental pass asks of the mirror for the obligations it matches
+// again (docs/design.md, "Incremental matching").
+func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, twinReach time.Duration,
+	kept []reconcile.ProviderObject, ids map[string]struct{}, seed store.Related) ([]reconcile.ProviderObject, error) {
 	have := make(map[string]struct{}, len(kept))
 	for i := range kept {
 		have[kept[i].ID] = struct{}{}
@@ -379,7 +387,7 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 		}
 	}
 	customers := map[string]string{} // an intent's customer, for its charges that name none
-	q := store.Related{Keys: keys}
+	q := seed
 	for id := range ids {
 		if _, ok := have[id]; !ok {
 			ask(&q.IDs, asID, id)
@@ -433,7 +441,8 @@ func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, sin
 					From: o.Created.Add(-twinReach), To: o.Created.Add(twinReach)})
 			}
 		}
-		if len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins) == 0 {
+		if len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys)+len(q.LinkedTo)+len(q.Metadata) == 0 &&
+			!q.Pending && !q.UnlinkedIntents {
 			return kept, nil
 		}
 		q.Held = func(id string) bool { _, ok := have[id]; return ok }

@@ -59,6 +59,13 @@ type SyncReport struct {
 	// the pass reported on them (Stripe tells no event of a payment
 	// intent's metadata changing); Refreshed those that had changed.
 	Verified, Refreshed int
+	// Match is MatchFull or MatchIncremental: whether the pass matched
+	// every obligation and object in scope or only what can have changed
+	// since the last pass that matched (docs/design.md, "Incremental
+	// matching"); MatchReason says why a mirrored pass matched in full;
+	// Rematched counts the obligations an incremental match decided on.
+	Match, MatchReason string
+	Rematched          int
 	// Saved is set once the mirror holds this pass's reads; SaveErr says
 	// why it does not (the pass itself completed).
 	Saved   bool
@@ -93,6 +100,13 @@ type readState struct {
 	// shard, when set, is the shard of the account's share this reads
 	// (docs/design.md, "Shards").
 	shard *shardRead
+	// synced is what syncRead read, once.
+	synced *synced
+	// matched is what the pass matched, for the mirror's links and match
+	// mark (docs/design.md, "Incremental matching"); created the count of
+	// obligations the mark keeps (nil: not counted, no mark).
+	matched *matchedSet
+	created *int64
 }
 
 // Phase is one step of a pass and how long it took.
@@ -170,10 +184,33 @@ func (r *Runner) fetch(ctx context.Context, ids []string, now time.Time, st *rea
 	return found, lookups
 }
 
-// readIncremental lists what the mirror lacks and takes the rest from it.
-// It returns the listing a full read would have returned, as far as the
-// mirror can prove it.
-func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, error) {
+// synced is what an incremental pass read from the provider since the
+// mirror: the fresh listing and the events, the changes applied to the
+// objects they tell of, and the objects read again because their events
+// disagree. An incremental pass reads it once, whether it then takes the
+// rest from the mirror whole (readIncremental) or only what can have
+// changed (readChanged).
+type synced struct {
+	sync *sources.Sync
+	// changed are the objects the events told a newer state of, as they
+	// now are (the mirror's own where it saw them later), created before
+	// the fresh listing.
+	changed []reconcile.ProviderObject
+	// newer are those of changed whose event is the newer account of them.
+	newer map[string]reconcile.ProviderObject
+	// again are the objects retrieved because their events disagree
+	// within one second.
+	again []reconcile.ProviderObject
+}
+
+// syncRead reads from the provider what the mirror lacks, once per
+// account's share: the objects created since it was complete, the events
+// since it was brought up to date, and again by id the objects whose
+// events disagree.
+func (r *Runner) syncRead(ctx context.Context, now time.Time, st *readState) (*synced, error) {
+	if st.synced != nil {
+		return st.synced, nil
+	}
 	p := &st.plan
 	sync, err := r.Provider.(Syncer).Sync(ctx, sources.SyncRequest{Objects: p.report.Fresh, Events: p.report.Events})
 	if err != nil {
@@ -184,6 +221,69 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 	p.report.EventsRead = sync.Stats.Events
 	st.saw(p.seen, sync.Objects...)
 	st.save.Keys = sync.Keys
+	for _, o := range sync.Objects {
+		st.markFresh(o.ID)
+	}
+	out := &synced{sync: sync, newer: map[string]reconcile.ProviderObject{}}
+	// The events' account of objects created before the fresh listing
+	// replaces what the mirror saw before it.
+	st.changes = make(map[string]sources.Change, len(sync.Changes))
+	var changedIDs []string
+	for _, c := range sync.Changes {
+		st.changes[c.Object.ID] = c
+		changedIDs = append(changedIDs, c.Object.ID)
+		st.saw(c.At, c.Object)
+	}
+	if len(changedIDs) > 0 {
+		prior, err := r.Mirror.Get(ctx, changedIDs, time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("read the mirror: %w", err)
+		}
+		seenAt := make(map[string]time.Time, len(prior))
+		mirrored := make(map[string]reconcile.ProviderObject, len(prior))
+		for _, m := range prior {
+			seenAt[m.Object.ID], mirrored[m.Object.ID] = m.SeenAt, m.Object
+		}
+		for _, c := range sync.Changes {
+			if at, ok := seenAt[c.Object.ID]; ok && c.At.Before(at) {
+				out.changed = append(out.changed, mirrored[c.Object.ID])
+			} else {
+				out.changed, out.newer[c.Object.ID] = append(out.changed, c.Object), c.Object
+			}
+		}
+	}
+	// Objects whose events disagree within one second are read again, all
+	// of them, so that the mirror never keeps a state the feed moved past.
+	if len(sync.Unsettled) > 0 {
+		found, lookups := r.fetch(ctx, sync.Unsettled, now, st)
+		for _, l := range lookups {
+			if l.Result == reconcile.LookupFailed {
+				return nil, fmt.Errorf("retrieve %s, which events changed within one second: %s", l.ID, l.Err)
+			}
+		}
+		out.again = found
+	}
+	// Key evidence is complete where the mirror's keys and the events read
+	// join; Stripe kept none of what lies before its retention.
+	evFrom := later(p.report.Events.From, now.Add(-sources.EventRetention))
+	st.keysFrom = evFrom
+	if !p.keysFrom.IsZero() && !p.cur.Keys.To.Before(evFrom) {
+		st.keysFrom = earlier(p.keysFrom, evFrom)
+	}
+	st.synced = out
+	return out, nil
+}
+
+// readIncremental lists what the mirror lacks and takes the rest from it.
+// It returns the listing a full read would have returned, as far as the
+// mirror can prove it.
+func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, error) {
+	p := &st.plan
+	sd, err := r.syncRead(ctx, now, st)
+	if err != nil {
+		return nil, err
+	}
+	sync := sd.sync
 	mirrored, err := r.Mirror.Objects(ctx, reconcile.Window{From: w.From, To: p.report.Fresh.From}, p.since)
 	if err != nil {
 		return nil, fmt.Errorf("read the mirror: %w", err)
@@ -195,66 +295,27 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 	p.report.Mirrored, p.report.MirroredKeys = len(mirrored), len(keys)
 	st.phases.mark("mirror_read")
 
-	// The events' account of objects created before the fresh listing
-	// replaces what the mirror saw before it.
-	st.changes = make(map[string]sources.Change, len(sync.Changes))
-	var changedIDs []string
-	for _, c := range sync.Changes {
-		st.changes[c.Object.ID] = c
-		changedIDs = append(changedIDs, c.Object.ID)
-		st.saw(c.At, c.Object)
-	}
-	seenAt := map[string]time.Time{}
-	if len(changedIDs) > 0 {
-		prior, err := r.Mirror.Get(ctx, changedIDs, time.Time{})
-		if err != nil {
-			return nil, fmt.Errorf("read the mirror: %w", err)
-		}
-		for _, m := range prior {
-			seenAt[m.Object.ID] = m.SeenAt
-		}
-	}
-	for _, o := range sync.Objects {
-		st.markFresh(o.ID)
-	}
-	if len(st.changes) > 0 {
+	if len(sd.newer) > 0 {
 		for i := range mirrored {
-			id := mirrored[i].ID
-			if c, ok := st.changes[id]; ok && !c.At.Before(seenAt[id]) {
-				mirrored[i] = c.Object
+			if o, ok := sd.newer[mirrored[i].ID]; ok {
+				mirrored[i] = o
 				p.report.Changed++
 			}
 		}
 	}
 	objects := append(mirrored, sync.Objects...)
-	// Objects whose events disagree within one second are read again, all
-	// of them, so that the mirror never keeps a state the feed moved past.
-	if len(sync.Unsettled) > 0 {
-		found, lookups := r.fetch(ctx, sync.Unsettled, now, st)
-		for _, l := range lookups {
-			if l.Result == reconcile.LookupFailed {
-				return nil, fmt.Errorf("retrieve %s, which events changed within one second: %s", l.ID, l.Err)
-			}
-		}
+	if len(sd.again) > 0 {
 		objects = slices.DeleteFunc(objects, func(o reconcile.ProviderObject) bool {
 			_, again := st.fetched[o.ID]
 			return again
 		})
-		for _, o := range found {
+		for _, o := range sd.again {
 			if w.Contains(o.Created) {
 				objects = append(objects, o)
 			}
 		}
 	}
 	keys = append(keys, sync.Keys...)
-
-	// Key evidence is complete where the mirror's keys and the events read
-	// join; Stripe kept none of what lies before its retention.
-	evFrom := later(p.report.Events.From, now.Add(-sources.EventRetention))
-	st.keysFrom = evFrom
-	if !p.keysFrom.IsZero() && !p.cur.Keys.To.Before(evFrom) {
-		st.keysFrom = earlier(p.keysFrom, evFrom)
-	}
 	log.Info("read the provider incrementally", "fresh_from", p.report.Fresh.From, "events_from", p.report.Events.From,
 		"listed", len(sync.Objects), "events", sync.Stats.Events, "mirrored", len(mirrored), "mirrored_keys", p.report.MirroredKeys,
 		"changed", p.report.Changed, "unsettled", len(sync.Unsettled))

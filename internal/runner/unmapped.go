@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -27,9 +28,21 @@ func unmappedStates(log *slog.Logger, obs []reconcile.Obligation) map[string]int
 		}
 		counts[o.RawState]++
 	}
+	warnUnmapped(log, counts)
+	return counts
+}
+
+// UnmappedCounter counts the obligations in an unmapped state by window,
+// without reading them (sources.Obligations is one): an incremental
+// match reads only what changed, and still reports them all.
+type UnmappedCounter interface {
+	Unmapped(ctx context.Context, w reconcile.Window) (map[string]int, error)
+}
+
+// warnUnmapped warns once per unmapped raw state value.
+func warnUnmapped(log *slog.Logger, counts map[string]int) {
 	for _, raw := range slices.Sorted(maps.Keys(counts)) {
 		log.Warn("obligations in a state that obligations.states does not map: never transitioned; map it or fix the rows",
 			"state", fmt.Sprintf("%q", raw), "count", counts[raw])
 	}
-	return counts
 }

@@ -63,8 +63,14 @@ type obligationQueries struct {
 	types     reconcile.ObligationTypes
 	read, get string
 	// named is read's named terms alone; oldest the earliest creation
-	// among read's state and window terms.
-	named, oldest string
+	// among read's state and window terms; unmapped counts, by raw state,
+	// the rows created or updated in a window whose state is none of the
+	// mapped values.
+	named, oldest, unmapped string
+	// created counts the rows created before $1 and before $2.
+	created string
+	// mapped are the raw values of every mapped state.
+	mapped []string
 	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
 	// which are in scope whatever their age.
 	open []string
@@ -86,7 +92,7 @@ type obligationQueries struct {
 // accountQueries are read, named and oldest restricted to one account's
 // obligations.
 type accountQueries struct {
-	read, named, oldest string
+	read, named, oldest, unmapped, created string
 }
 
 // nameFilter keeps the names that can be values of one column's type.
@@ -176,7 +182,7 @@ func (r *Obligations) readsNothing() bool {
 func (r *Obligations) statements(q *obligationQueries) (accountQueries, []any) {
 	switch {
 	case !r.scoped || r.table.Columns.Account == "":
-		return accountQueries{read: q.read, named: q.named, oldest: q.oldest}, nil
+		return accountQueries{read: q.read, named: q.named, oldest: q.oldest, unmapped: q.unmapped, created: q.created}, nil
 	case r.account == "":
 		return q.platform, nil
 	}
@@ -241,6 +247,24 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 	qs.read = "SELECT " + r.list + from + " WHERE " + scope + " OR " + named(6)
 	qs.named = "SELECT " + r.list + from + " WHERE " + named(1)
 	qs.oldest = "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope
+	// The state compared as text: a value no enum label holds is still a
+	// value to leave out.
+	window := "(" + q(c.CreatedAt) + " >= $2::" + types.CreatedAt.Base + " AND " + q(c.CreatedAt) + " < $3::" + types.CreatedAt.Base + ")" +
+		" OR (" + q(c.UpdatedAt) + " >= $4::" + types.UpdatedAt.Base + " AND " + q(c.UpdatedAt) + " < $5::" + types.UpdatedAt.Base + ")"
+	unmapped := func(restrict string) string {
+		return "SELECT " + q(c.State) + "::text, count(*)" + from + " WHERE NOT (" + q(c.State) + "::text = ANY($1::text[])) AND (" +
+			window + ")" + restrict + " GROUP BY 1"
+	}
+	qs.unmapped = unmapped("")
+	created := func(restrict string) string {
+		c := q(c.CreatedAt)
+		return "SELECT count(*) FILTER (WHERE " + c + " < $1::" + types.CreatedAt.Base + "), count(*)" + from +
+			" WHERE " + c + " < $2::" + types.CreatedAt.Base + restrict
+	}
+	qs.created = created("")
+	for _, st := range reconcile.States {
+		qs.mapped = append(qs.mapped, r.table.Raw(st))
+	}
 	id := "$1"
 	if types.ID.Base != textType {
 		id = "$1::text::" + types.ID.Base
@@ -265,8 +289,10 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 		// The account's parameter follows the others: read's last is
 		// the target ids' ($9 apart, else provider ids' $8), named's
 		// five fewer, oldest's $5.
-		qs.platform = accountQueries{read: read + platform, named: nm + platform, oldest: oldest + platform}
-		qs.account = accountQueries{read: read + acct(qs.targetParam+1), named: nm + acct(qs.targetParam-4), oldest: oldest + acct(6)}
+		qs.platform = accountQueries{read: read + platform, named: nm + platform, oldest: oldest + platform, unmapped: unmapped(platform),
+			created: created(platform)}
+		qs.account = accountQueries{read: read + acct(qs.targetParam+1), named: nm + acct(qs.targetParam-4), oldest: oldest + acct(6),
+			unmapped: unmapped(acct(6)), created: created(acct(3))}
 	}
 	return qs
 }
@@ -408,6 +434,65 @@ func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time
 		return time.Time{}, errors.New("read the oldest obligation in scope: obligations.columns.created_at is infinite")
 	}
 	return oldest.t, nil
+}
+
+// Unmapped counts, by raw value, the obligations created or updated in w
+// whose state the configuration does not map (docs/design.md, "States and
+// who moves them"): what a pass that reads only what changed still
+// reports of the rows it never transitions. nil when there are none. A
+// view (ForAccount) counts its account's alone.
+func (r *Obligations) Unmapped(ctx context.Context, w reconcile.Window) (map[string]int, error) {
+	if r.readsNothing() {
+		return nil, nil
+	}
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("count unmapped states: %w", err)
+	}
+	sql, extra := r.statements(q)
+	args := append([]any{q.mapped, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, extra...)
+	rows, err := r.pool.Query(ctx, sql.unmapped, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count unmapped states: %w", err)
+	}
+	defer rows.Close()
+	var counts map[string]int
+	for rows.Next() {
+		var raw string
+		var n int
+		if err := rows.Scan(&raw, &n); err != nil {
+			return nil, fmt.Errorf("count unmapped states: %w", err)
+		}
+		if counts == nil {
+			counts = map[string]int{}
+		}
+		counts[raw] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count unmapped states: %w", err)
+	}
+	return counts, nil
+}
+
+// CreatedBefore counts the obligations created before a and before b
+// (a ≤ b): an incremental pass compares the first with what the last
+// pass counted before the same time, and keeps the second for the next
+// (docs/design.md, "Incremental matching"). A view (ForAccount) counts
+// its account's alone.
+func (r *Obligations) CreatedBefore(ctx context.Context, a, b time.Time) (int64, int64, error) {
+	if r.readsNothing() {
+		return 0, 0, nil
+	}
+	q, err := r.prepared(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count obligations: %w", err)
+	}
+	sql, extra := r.statements(q)
+	var na, nb int64
+	if err := r.pool.QueryRow(ctx, sql.created, append([]any{a.UTC(), b.UTC()}, extra...)...).Scan(&na, &nb); err != nil {
+		return 0, 0, fmt.Errorf("count obligations: %w", err)
+	}
+	return na, nb, nil
 }
 
 // query runs one of the reading statements in a read-only transaction and

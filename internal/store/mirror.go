@@ -108,6 +108,11 @@ type MirrorUpdate struct {
 	// provider holds is kept readable at rest (docs/design.md, "Untrusted
 	// text"). Objects read back carry the masked metadata.
 	LinkKeys []string
+	// Match, when set, says the pass matched what it read and records how
+	// (docs/design.md, "Incremental matching"). A save without it (a
+	// fetch job's) drops the account's match mark: what it saved no pass
+	// matched, so the next pass matches the account whole.
+	Match *MatchSave
 	// Then, when set, runs last in the save's transaction: a fetch job of
 	// a pass run as jobs completes itself there (docs/design.md, "Passes
 	// as jobs").
@@ -409,10 +414,23 @@ type Related struct {
 	// Keys: the objects whose key evidence (any event's) tells one of
 	// these idempotency keys.
 	Keys []string
+	// LinkedTo: the objects the last matching pass found linked to one
+	// of these obligations (provider_objects.linked_to, the least one).
+	LinkedTo []string
+	// Metadata: the objects whose metadata holds one of these key–value
+	// pairs (an obligation's id or key under a linking metadata key).
+	Metadata []MetadataPair
+	// Pending: every object still pending; UnlinkedIntents: every payment
+	// intent the last matching pass found linked to nothing (or that no
+	// pass matched).
+	Pending, UnlinkedIntents bool
 	// Held, when set, says which objects the asker holds already: their
 	// ids are matched, but they are not read again.
 	Held func(id string) bool
 }
+
+// MetadataPair is one metadata key and value.
+type MetadataPair struct{ Key, Value string }
 
 // CustomerAmount is a customer and an amount in minor units, over the
 // creation times [From, To] (what a suspected duplicate's twins share:
@@ -425,7 +443,8 @@ type CustomerAmount struct {
 
 // empty reports whether q asks for nothing.
 func (q Related) empty() bool {
-	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys) == 0 // Held asks nothing
+	return len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys)+len(q.LinkedTo)+len(q.Metadata) == 0 &&
+		!q.Pending && !q.UnlinkedIntents // Held asks nothing
 }
 
 // relatedSQL finds the ids of the objects a Related asks for, each term
@@ -434,7 +453,10 @@ func (q Related) empty() bool {
 // customer as NULL (saveObjects), as the indexes' predicates say: an
 // empty id or customer asked for matches nothing. $1 account, $2 created
 // from, $3 created to, $4 seen since, $5 ids, $6 intents, $7 charges, $8
-// customers, $9 amounts, $10 and $11 the pairs' creation bounds, $12 keys.
+// customers, $9 amounts, $10 and $11 the pairs' creation bounds, $12 keys,
+// $13 linked-to obligations, $14 metadata documents, $15 pending, $16
+// unlinked intents (migration 00014's indexes). A false boolean is a
+// constant under the custom plan Related forces: its term reads nothing.
 const relatedSQL = `SELECT ` + mirrorObjectColumns + relatedFrom
 
 // relatedIDsSQL is relatedSQL's ids alone.
@@ -461,7 +483,18 @@ const relatedFrom = ` FROM reconcile.provider_objects
 			JOIN reconcile.provider_objects c ON c.account = $1 AND c.payment_intent = pi.id AND c.payment_intent IS NOT NULL
 				AND c.kind = 'charge' AND c.customer IS NULL AND c.amount = t.amount AND c.created >= t.lo AND c.created <= t.hi
 		UNION
-		SELECT object_id FROM reconcile.provider_keys WHERE account = $1 AND key = ANY($12::text[]))`
+		SELECT object_id FROM reconcile.provider_keys WHERE account = $1 AND key = ANY($12::text[])
+		UNION
+		SELECT id FROM reconcile.provider_objects WHERE account = $1 AND linked_to = ANY($13::text[]) AND linked_to IS NOT NULL
+		UNION
+		SELECT o.id FROM unnest($14::jsonb[]) AS m(doc)
+			JOIN reconcile.provider_objects o ON o.metadata @> m.doc AND o.metadata IS NOT NULL AND o.account = $1
+		UNION
+		SELECT id FROM reconcile.provider_objects WHERE $15::boolean AND account = $1 AND status = 'pending'
+			AND created >= $2 AND created < $3
+		UNION
+		SELECT id FROM reconcile.provider_objects WHERE $16::boolean AND account = $1 AND kind = 'payment_intent'
+			AND linked_to IS NULL AND created >= $2 AND created < $3)`
 
 // Related returns, in no particular order and each once, the view's
 // account's mirrored objects created in w (whole seconds, as Objects
@@ -488,8 +521,17 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		}
 		// Non-nil slices: pgx sends a nil one as NULL, which matches
 		// nothing either, but an empty array says what is meant.
+		docs := make([]string, len(q.Metadata))
+		for i, p := range q.Metadata {
+			b, err := json.Marshal(map[string]string{p.Key: p.Value})
+			if err != nil {
+				return err
+			}
+			docs[i] = string(b)
+		}
 		args := []any{m.account, ceilSecond(w.From), ceilSecond(w.To), since,
-			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his, orEmpty(q.Keys)}
+			orEmpty(q.IDs), orEmpty(q.Intents), orEmpty(q.Charges), customers, amounts, los, his, orEmpty(q.Keys),
+			orEmpty(q.LinkedTo), docs, q.Pending, q.UnlinkedIntents}
 		if q.Held != nil {
 			// The ids first, and only those not held read whole: a
 			// shard's closure matches mostly what it holds, and decoding
@@ -554,13 +596,20 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, mirrorSaveLockClass, m.account); err != nil {
 			return err
 		}
-		if err := saveObjects(ctx, tx, m.account, u.Seen, u.LinkKeys); err != nil {
+		var linkOf func(string) (string, bool)
+		if u.Match != nil {
+			linkOf = u.Match.LinkOf
+		}
+		if err := saveObjects(ctx, tx, m.account, u.Seen, u.LinkKeys, linkOf); err != nil {
 			return err
 		}
 		if err := saveKeys(ctx, tx, m.account, u.Keys); err != nil {
 			return err
 		}
 		if err := saveCursors(ctx, tx, m.account, u); err != nil {
+			return err
+		}
+		if err := saveMatch(ctx, tx, m.account, u.Match); err != nil {
 			return err
 		}
 		if u.Then != nil {
@@ -596,9 +645,10 @@ func (m *Mirror) ownsAll(u MirrorUpdate) error {
 	return nil
 }
 
-func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObjects, linkKeys []string) error {
+func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObjects, linkKeys []string,
+	linkOf func(string) (string, bool)) error {
 	src := newSeenSource(seen)
-	src.linkKeys, src.account = linkKeys, account
+	src.linkKeys, src.account, src.linkOf = linkKeys, account, linkOf
 	if src.n == 0 {
 		return nil
 	}
@@ -606,7 +656,7 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 		return fmt.Errorf("objects: %w", err)
 	}
 	cols := []string{"account", "id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
-		"payment_intent", "charge", "customer", "metadata", "created", "seen_at"}
+		"payment_intent", "charge", "customer", "metadata", "created", "seen_at", "linked_to"}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_objects_in"}, cols, src); err != nil {
 		return fmt.Errorf("objects: copy: %w", err)
 	}
@@ -618,16 +668,19 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 	// CONFLICT would, without its speculative insertion per row (five
 	// times slower for a first pass's million rows). An account older
 	// than the mirror's (an event before a listing) does not undo it.
+	// linked_to is '' in the batch for an object the pass matched to
+	// nothing and NULL for one it did not match (the mirror's stays).
 	_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET kind = i.kind, amount = i.amount, currency = i.currency,
 			status = i.status, raw_status = i.raw_status, amount_refunded = i.amount_refunded, target = i.target,
 			payment_intent = i.payment_intent, charge = i.charge, customer = i.customer, metadata = i.metadata,
-			created = i.created, seen_at = i.seen_at
+			created = i.created, seen_at = i.seen_at,
+			linked_to = CASE WHEN i.linked_to IS NULL THEN p.linked_to ELSE nullif(i.linked_to, '') END
 		FROM mirror_objects_in i WHERE p.account = i.account AND p.id = i.id AND i.seen_at >= p.seen_at`)
 	if err != nil {
 		return fmt.Errorf("objects: update: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (account, `+mirrorObjectColumns+`)
-		SELECT account, `+mirrorObjectColumns+` FROM mirror_objects_in i
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (account, `+mirrorObjectColumns+`, linked_to)
+		SELECT account, `+mirrorObjectColumns+`, nullif(linked_to, '') FROM mirror_objects_in i
 		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_objects p WHERE p.account = i.account AND p.id = i.id)`)
 	if err != nil {
 		return fmt.Errorf("objects: insert: %w", err)
@@ -731,8 +784,10 @@ type seenSource struct {
 	linkKeys []string
 	// account is the account every row is saved under (the Mirror's).
 	account string
-	row     [15]any
-	err     error
+	// linkOf, when set, gives a matched object's link (MatchSave.LinkOf).
+	linkOf func(string) (string, bool)
+	row    [16]any
+	err    error
 }
 
 func newSeenSource(seen []SeenObjects) *seenSource {
@@ -806,9 +861,15 @@ func (s *seenSource) Values() ([]any, error) {
 		}
 		meta = string(b)
 	}
-	s.row = [15]any{s.account, o.ID, string(o.Kind), o.Money.Amount, o.Money.Currency, string(o.Status), o.RawStatus,
+	var linked any
+	if s.linkOf != nil {
+		if obl, ok := s.linkOf(o.ID); ok {
+			linked = obl
+		}
+	}
+	s.row = [16]any{s.account, o.ID, string(o.Kind), o.Money.Amount, o.Money.Currency, string(o.Status), o.RawStatus,
 		o.AmountRefunded, nullString(o.Target), nullString(o.PaymentIntent), nullString(o.Charge),
-		nullString(o.Customer), meta, o.Created, g.At}
+		nullString(o.Customer), meta, o.Created, g.At, linked}
 	return s.row[:], nil
 }
 

@@ -1,0 +1,427 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/matcher"
+	"reconcile/internal/sources"
+	"reconcile/internal/store"
+)
+
+// Incremental matching (docs/design.md, "Incremental matching"). What the
+// matcher concludes of an obligation or an object rests only on what is
+// connected to it: the objects linking to it, the rest of their
+// movements, their refunds, their possible twins, and the obligations all
+// of those name, and so on. A part of the history in which nothing
+// changed since the last pass that matched it, and of which no finding is
+// open, concludes now what it concluded then: nothing. So a nightly pass
+// matches again only the parts holding something that can have changed,
+// and keeps the stored conclusions of the rest:
+//
+//   - the obligations changed or added since the last matching pass (by
+//     updated_at and created_at, less the clock skew; the reconciler's own
+//     transitions of that pass are not a change), every EXECUTING and
+//     CONFIRMATION_UNKNOWN one, and every one with an open finding;
+//   - the objects this pass read from the provider (listed fresh, told
+//     of by an event, read again), every one still pending, every one
+//     with an open finding, every unlinked payment intent (a pass may
+//     verify them), and every object the last pass found linked to an
+//     obligation matched again;
+//   - and, from those, all that is connected to them, as a shard closes
+//     its records (closeRelated), until nothing more is added.
+
+// MatchMirror is a mirror an incremental pass reads by relation, which
+// keeps the last matching pass's mark and links (store.Mirror is one).
+type MatchMirror interface {
+	ShardMirror
+	Mark(ctx context.Context) (store.MatchMark, bool, error)
+	Open(ctx context.Context) (obligations, objects []string, err error)
+	OwnWrites(ctx context.Context, runID string) (map[string]time.Time, error)
+}
+
+// Match modes of SyncReport.Match.
+const (
+	MatchFull        = "full"        // every obligation and object in scope matched
+	MatchIncremental = "incremental" // only what can have changed matched again
+)
+
+// matchedSet is what a pass matched, kept for the mirror: the links of
+// every object it matched, sorted by object id, and its match mark.
+type matchedSet struct {
+	links []store.ObjectLink
+	mark  store.MatchMark
+}
+
+// linkOf is store.MatchSave.LinkOf over links.
+func (m *matchedSet) linkOf(id string) (string, bool) {
+	i, ok := slices.BinarySearchFunc(m.links, id, func(l store.ObjectLink, id string) int { return strings.Compare(l.ObjectID, id) })
+	if !ok {
+		return "", false
+	}
+	return m.links[i].ObligationID, true
+}
+
+// matched records, for the mirror, the links of every object of in as res
+// found them (the least obligation each links to) and the pass's mark.
+func (st *readState) setMatched(in *matcher.Input, res *matcher.Result, run reconcile.Run, now time.Time, digest string) {
+	if st.created == nil {
+		return // no count of the table to mark with
+	}
+	links := make([]store.ObjectLink, len(in.Objects))
+	for i := range in.Objects {
+		links[i].ObjectID = in.Objects[i].ID
+	}
+	slices.SortFunc(links, func(a, b store.ObjectLink) int { return strings.Compare(a.ObjectID, b.ObjectID) })
+	links = slices.CompactFunc(links, func(a, b store.ObjectLink) bool { return a.ObjectID == b.ObjectID })
+	m := &matchedSet{links: links, mark: store.MatchMark{RunID: run.ID, MatchedAt: now, Window: run.Window, Digest: digest,
+		Obligations: *st.created}}
+	for _, l := range res.Links {
+		i, ok := slices.BinarySearchFunc(links, l.ObjectID, func(a store.ObjectLink, id string) int { return strings.Compare(a.ObjectID, id) })
+		if ok && (links[i].ObligationID == "" || l.ObligationID < links[i].ObligationID) {
+			links[i].ObligationID = l.ObligationID
+		}
+	}
+	st.matched = m
+}
+
+// matchSave is what the mirror keeps of the pass's matching: the links
+// of the objects it matched (those it did not read from the provider
+// this pass by relinking) and its mark.
+func (st *readState) matchSave() *store.MatchSave {
+	m := st.matched
+	if m == nil {
+		return nil
+	}
+	ms := &store.MatchSave{Mark: m.mark, LinkOf: m.linkOf}
+	if st.plan.report.Mode == SyncIncremental {
+		for _, l := range m.links {
+			if !st.fresh[l.ObjectID] {
+				ms.Relinked = append(ms.Relinked, l)
+			}
+		}
+	}
+	return ms
+}
+
+// matchDigest names what a pass's conclusions rest on besides the data:
+// the matcher's options and max_lookback. A stored conclusion reached
+// under other options is not kept.
+func (r *Runner) matchDigest() string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%+v|%s", r.Matcher, r.MaxLookback))
+	return hex.EncodeToString(sum[:8])
+}
+
+// farFuture bounds the obligations read as changed: every row changed
+// since a time, whatever its clock says.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// CreatedCounter counts obligations by creation (sources.Obligations is
+// one): what tells an incremental pass that rows were deleted, or written
+// with old times, since the last pass.
+type CreatedCounter interface {
+	CreatedBefore(ctx context.Context, a, b time.Time) (int64, int64, error)
+}
+
+// incrementalMatch says whether this share of a pass may match only what
+// can have changed, and if not why not ("" when it may). It counts the
+// obligations created before the pass's clock less the clock skew, for
+// the mark the pass leaves (st.created).
+func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Time, st *readState) (store.MatchMark, string, error) {
+	mm, ok := r.Mirror.(MatchMirror)
+	cc, counts := r.Obligations.(CreatedCounter)
+	var mark store.MatchMark
+	marked := false
+	if ok && counts {
+		var err error
+		if mark, marked, err = mm.Mark(ctx); err != nil {
+			return store.MatchMark{}, "", err
+		}
+		at := now.Add(-r.Matcher.ClockSkew)
+		before := at
+		if marked {
+			before = earlier(mark.MatchedAt.Add(-r.Matcher.ClockSkew), at)
+		}
+		then, n, err := cc.CreatedBefore(ctx, before, at)
+		if err != nil {
+			return store.MatchMark{}, "", err
+		}
+		st.created = &n
+		if marked && then != mark.Obligations {
+			return mark, fmt.Sprintf("the obligations created before the last pass were %d then and are %d now: rows were deleted or written with old times",
+				mark.Obligations, then), nil
+		}
+	}
+	switch {
+	case !ok || !counts:
+		return store.MatchMark{}, "no mirror to match from", nil
+	case st.shard != nil:
+		return store.MatchMark{}, "a shard matches its part whole", nil
+	case req.Full:
+		return store.MatchMark{}, "--full", nil
+	case st.plan.report.Mode != SyncIncremental:
+		return store.MatchMark{}, "the provider is read in full", nil
+	case st.plan.older.Valid():
+		return store.MatchMark{}, "the coverage begins before the mirror", nil
+	case r.Matcher.ReportUnverified:
+		return store.MatchMark{}, "report_unverified is on: its findings come and go with the window", nil
+	}
+	switch {
+	case !marked:
+		return mark, "no completed pass matched what the mirror holds", nil
+	case mark.Digest != r.matchDigest():
+		return mark, "the matcher's options changed since the last pass", nil
+	case req.Window.From.Before(mark.Window.From):
+		return mark, "the window begins before the last pass's", nil
+	case mark.Window.To.Before(mark.MatchedAt.Add(-r.Matcher.ClockSkew)):
+		return mark, "the last pass's window ended before its run", nil
+	}
+	return mark, "", nil
+}
+
+// readChanged gathers an incremental match's input: what the provider
+// showed since the mirror, what the obligations table changed since the
+// last matching pass, what is open, and all that is connected to them
+// (docs/design.md, "Incremental matching"). ok is false, with nothing
+// read but the provider's news (which the whole read then reuses), when
+// an obligation it would decide on began before the coverage: the whole
+// read reads further back for it.
+func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request, now time.Time, mark store.MatchMark,
+	out *Outcome, st *readState) (matcher.Input, bool, error) {
+	w, cover, p := req.Window, st.cover, &st.plan
+	mm := r.Mirror.(MatchMirror)
+	sd, err := r.syncRead(ctx, now, st)
+	if err != nil {
+		return matcher.Input{}, false, err
+	}
+	// What this pass read from the provider, as it now stands (an object
+	// read again over what its events told).
+	var kept []reconcile.ProviderObject
+	took := map[string]bool{}
+	for _, group := range [][]reconcile.ProviderObject{sd.again, sd.sync.Objects, sd.changed} {
+		for _, o := range group {
+			if !took[o.ID] && cover.Contains(o.Created) {
+				took[o.ID] = true
+				kept = append(kept, o)
+			}
+		}
+	}
+	read := len(kept)
+	for id, o := range sd.newer {
+		if !slices.ContainsFunc(sd.again, func(a reconcile.ProviderObject) bool { return a.ID == id }) && cover.Contains(o.Created) {
+			p.report.Changed++
+		}
+	}
+
+	// The obligations changed since the last matching pass.
+	since := mark.MatchedAt.Add(-r.Matcher.ClockSkew)
+	changed, err := r.Obligations.Read(ctx, reconcile.Window{From: since, To: farFuture}, sources.Named{})
+	if err != nil {
+		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+	}
+	own, err := mm.OwnWrites(ctx, mark.RunID)
+	if err != nil {
+		return matcher.Input{}, false, err
+	}
+	changed = slices.DeleteFunc(changed, func(o reconcile.Obligation) bool {
+		at, ok := own[o.ID]
+		return ok && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) &&
+			o.State != reconcile.Executing && o.State != reconcile.ConfirmationUnknown
+	})
+	openObl, openObj, err := mm.Open(ctx)
+	if err != nil {
+		return matcher.Input{}, false, err
+	}
+	opened, err := r.Obligations.ReadNamed(ctx, sources.Named{IDs: sortedSet(openObl)})
+	if err != nil {
+		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+	}
+	st.phases.mark("changes")
+
+	byID := map[string]reconcile.Obligation{}
+	var fresh []reconcile.Obligation // added to byID since the last closure
+	add := func(obs []reconcile.Obligation) {
+		for _, o := range obs {
+			if _, ok := byID[o.ID]; !ok {
+				byID[o.ID] = o
+				fresh = append(fresh, o)
+			}
+		}
+	}
+	add(changed)
+	add(opened)
+	seed := store.Related{Pending: true, UnlinkedIntents: true}
+	ids := map[string]struct{}{}
+	for _, id := range openObj {
+		ids[id] = struct{}{}
+	}
+	kw := reconcile.Window{From: cover.From, To: p.report.Events.From}
+	var keys []reconcile.KeyEvidence
+	var found []reconcile.ProviderObject
+	var lookups []reconcile.Lookup
+	asked := map[string]bool{}
+	for closed := false; ; {
+		// What the provider showed is closed over even when no obligation
+		// changed.
+		for ; !closed || len(fresh) > 0; closed = true {
+			r.seedOf(fresh, &seed, ids)
+			fresh = nil
+			if kept, err = closeRelated(ctx, mm, cover, p.since, 2*r.Matcher.DuplicateWindow, kept, ids, seed); err != nil {
+				return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
+			}
+			seed, ids = store.Related{}, map[string]struct{}{}
+			if keys, err = r.keysOfChanged(ctx, mm, kept, sd.sync.Keys, kw); err != nil {
+				return matcher.Input{}, false, err
+			}
+			named, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher))
+			if err != nil {
+				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+			}
+			add(named)
+		}
+		// The objects that obligations to decide on name and no record
+		// read holds are looked up by id, as a whole read looks them up;
+		// the obligations in scope naming what is found are connected to
+		// it too.
+		held := make(map[string]struct{}, len(kept))
+		for i := range kept {
+			held[kept[i].ID] = struct{}{}
+		}
+		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+		var missing []string
+		for _, o := range byID {
+			if !decides(&o, w, subject) {
+				continue
+			}
+			for _, id := range []string{o.ProviderID, o.TargetID} {
+				if _, ok := held[id]; id != "" && !ok && !asked[id] {
+					asked[id] = true
+					missing = append(missing, id)
+				}
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		got, ls, err := r.retrieve(ctx, log, missing, now, st)
+		if err != nil {
+			return matcher.Input{}, false, err
+		}
+		found, lookups = append(found, got...), append(lookups, ls...)
+		if len(got) == 0 {
+			break
+		}
+		namers, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: got}, r.Matcher))
+		if err != nil {
+			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+		}
+		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !decides(&o, w, sources.Named{}) }))
+		kept = append(kept, got...)
+		if len(fresh) == 0 {
+			break
+		}
+	}
+	slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
+	p.report.Mirrored, p.report.MirroredKeys = len(kept)-read-len(found), len(keys)
+	st.phases.mark("related")
+
+	obs := make([]reconcile.Obligation, 0, len(byID))
+	for _, o := range byID {
+		obs = append(obs, o)
+	}
+	slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
+	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+	var linkOnly []string
+	oldest := time.Time{}
+	out.Context = 0
+	for i := range obs {
+		if !decides(&obs[i], w, subject) {
+			linkOnly = append(linkOnly, obs[i].ID)
+			out.Context++
+		} else if oldest.IsZero() || obs[i].CreatedAt.Before(oldest) {
+			oldest = obs[i].CreatedAt
+		}
+	}
+	if from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback); from.Before(cover.From) {
+		p.report.MatchReason = "an obligation to decide on began before the coverage"
+		return matcher.Input{}, false, nil
+	}
+	keysFrom := later(cover.From, st.keysFrom)
+	warnKeysGone(log, keysFrom, cover.From)
+	p.report.Match, p.report.Rematched = MatchIncremental, len(obs)-len(linkOnly)
+	out.Stats, out.Covered, out.EventsFrom, out.Lookups = sd.sync.Stats, cover, keysFrom, lookups
+	log.Info("matched incrementally", "since", since, "last_run_id", mark.RunID, "changed_obligations", len(changed),
+		"open_obligations", len(opened), "provider_read", read, "objects", len(kept), "obligations", len(obs),
+		"decided", len(obs)-len(linkOnly), "retrieved", len(found))
+	return matcher.Input{
+		Obligations: obs,
+		Objects:     kept,
+		Keys:        keys,
+		Lookups:     lookups,
+		Listed:      cover,
+		EventsFrom:  keysFrom,
+		Subject:     w,
+		Context:     linkOnly,
+	}, true, nil
+}
+
+// seedOf adds to q and ids what reaches obligations obs in the mirror:
+// their provider and target ids (and an intent's charges), their keys'
+// key evidence, the metadata naming them, and what the last matching pass
+// linked to them.
+func (r *Runner) seedOf(obs []reconcile.Obligation, q *store.Related, ids map[string]struct{}) {
+	for i := range obs {
+		o := &obs[i]
+		for _, id := range []string{o.ProviderID, o.TargetID} {
+			if id != "" {
+				ids[id] = struct{}{}
+			}
+		}
+		q.LinkedTo = append(q.LinkedTo, o.ID)
+		q.Metadata = append(q.Metadata, store.MetadataPair{Key: r.Matcher.MetadataObligationID, Value: o.ID})
+		if o.IdempotencyKey != "" {
+			q.Keys = append(q.Keys, o.IdempotencyKey)
+			q.Metadata = append(q.Metadata, store.MetadataPair{Key: r.Matcher.MetadataIdempotencyKey, Value: o.IdempotencyKey})
+		}
+	}
+}
+
+// keysOfChanged is the key evidence of objs and of their charges' intents:
+// the mirror's told in kw, and what this pass's events told.
+func (r *Runner) keysOfChanged(ctx context.Context, mm MatchMirror, objs []reconcile.ProviderObject, told []reconcile.KeyEvidence,
+	kw reconcile.Window) ([]reconcile.KeyEvidence, error) {
+	ids := make([]string, 0, len(objs))
+	for i := range objs {
+		ids = append(ids, objs[i].ID)
+		if pi := objs[i].PaymentIntent; pi != "" {
+			ids = append(ids, pi)
+		}
+	}
+	ids = sortedSet(ids)
+	var keys []reconcile.KeyEvidence
+	if kw.Valid() {
+		var err error
+		if keys, err = mm.KeysOf(ctx, ids, kw); err != nil {
+			return nil, fmt.Errorf("read the mirror: %w", err)
+		}
+	}
+	for _, k := range told {
+		if _, ok := slices.BinarySearch(ids, k.ObjectID); ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// sortedSet is ids sorted, each once.
+func sortedSet(ids []string) []string {
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}

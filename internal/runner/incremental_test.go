@@ -1,0 +1,371 @@
+package runner_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"reconcile"
+	"reconcile/internal/pgtest"
+	"reconcile/internal/runner"
+)
+
+var debugTwin = false
+
+var incrementalSeeds = flag.Int("incremental.seeds", 12, "histories TestIncrementalEqualsWhole runs")
+
+// twin is two reconcilers given the same history: a matches as nightly
+// passes do (incrementally, where it may), b matches everything in scope
+// on every pass (--full).
+type twin struct {
+	a, b *env
+	rng  *rand.Rand
+	tb   testing.TB
+	// what the history holds so far, to pick from
+	obls    []reconcile.Obligation
+	objs    []reconcile.ProviderObject
+	nextObj int
+	nextObl int
+}
+
+func (w *twin) both(f func(e *env)) { f(w.a); f(w.b) }
+
+var (
+	propCustomers = []string{"cus_a", "cus_b", "cus_c"}
+	propAmounts   = []int64{1000, 2000, 2500}
+)
+
+func (w *twin) money() reconcile.Money {
+	return reconcile.Money{Amount: propAmounts[w.rng.IntN(len(propAmounts))], Currency: "usd"}
+}
+
+// object adds a provider object created at created, with key evidence key
+// ("" none), to both servers.
+func (w *twin) object(o reconcile.ProviderObject, key string) reconcile.ProviderObject {
+	w.both(func(e *env) { e.add(key, o) })
+	w.objs = append(w.objs, o)
+	return o
+}
+
+func (w *twin) newObjectID(prefix string) string {
+	w.nextObj++
+	return prefix + "_p" + strconv.Itoa(w.nextObj)
+}
+
+// payment adds what the provider did for obligation o (money moved once,
+// twice, failed, still pending, by some route), or, with o nil, money no
+// obligation asked for.
+func (w *twin) payment(o *reconcile.Obligation, created time.Time) {
+	kind := reconcile.Charge
+	if o != nil && o.Kind == reconcile.Refund {
+		kind = reconcile.Refund
+	}
+	x := reconcile.ProviderObject{Kind: kind, Money: w.money(), Status: reconcile.Succeeded, RawStatus: "succeeded",
+		Customer: propCustomers[w.rng.IntN(len(propCustomers))], Created: created}
+	switch r := w.rng.IntN(10); {
+	case r == 0:
+		x.Status, x.RawStatus = reconcile.Failed, "failed"
+	case r == 1:
+		x.Status, x.RawStatus = reconcile.Pending, "pending"
+	}
+	key := ""
+	if o != nil {
+		x.Money = o.Money
+		if w.rng.IntN(12) == 0 {
+			x.Money.Amount++
+		}
+		switch w.rng.IntN(4) {
+		case 0:
+			key = o.IdempotencyKey
+		case 1:
+			x.Metadata = map[string]string{"obligation_id": o.ID}
+		case 2:
+			x.Metadata = map[string]string{"idempotency_key": o.IdempotencyKey}
+		}
+	}
+	switch {
+	case kind == reconcile.Refund:
+		x.ID = w.newObjectID("re")
+		x.Customer = ""
+		if o != nil {
+			x.Target, x.Charge = o.TargetID, o.TargetID
+		} else if c := w.pick(reconcile.Charge); c != "" {
+			x.Target, x.Charge = c, c
+		} else {
+			return
+		}
+	case w.rng.IntN(4) == 0:
+		// An intent and its charge: the intent names the obligation.
+		pi := x
+		pi.ID, pi.Kind = w.newObjectID("pi"), reconcile.PaymentIntent
+		if pi.Status == reconcile.Pending {
+			pi.RawStatus = "processing"
+		}
+		x.ID, x.PaymentIntent, x.Metadata = w.newObjectID("ch"), pi.ID, nil
+		pi.Charge = x.ID
+		w.object(pi, key)
+		key = ""
+		if o != nil && o.ProviderID == "" && w.rng.IntN(2) == 0 {
+			o.ProviderID = pi.ID
+		}
+	default:
+		x.ID = w.newObjectID("ch")
+	}
+	w.object(x, key)
+	if o != nil && o.ProviderID == "" && w.rng.IntN(2) == 0 {
+		o.ProviderID = x.ID
+	}
+}
+
+// pick is the id of a random object of kind, "" if none.
+func (w *twin) pick(kind reconcile.ObjectKind) string {
+	var ids []string
+	for _, o := range w.objs {
+		if o.Kind == kind {
+			ids = append(ids, o.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[w.rng.IntN(len(ids))]
+}
+
+var propStates = []reconcile.State{reconcile.Paid, reconcile.Paid, reconcile.Paid, reconcile.ConfirmationUnknown,
+	reconcile.Executing, reconcile.FailedState, reconcile.Approved, reconcile.PendingApproval}
+
+// obligation adds an obligation created at created and what the provider
+// did for it.
+func (w *twin) obligation(created time.Time) {
+	w.nextObl++
+	o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: propStates[w.rng.IntN(len(propStates))],
+		CreatedAt: created, UpdatedAt: created}
+	if c := w.pick(reconcile.Charge); c != "" && w.rng.IntN(5) == 0 {
+		o.ID, o.Kind, o.TargetID = "refund:p"+strconv.Itoa(w.nextObl), reconcile.Refund, c
+	}
+	if o.State == reconcile.Executing && w.rng.IntN(2) == 0 {
+		o.LeaseOwner, o.LeaseExpiresAt = "worker-1", created.Add(time.Duration(w.rng.IntN(6))*time.Hour)
+	}
+	for n := w.rng.IntN(3); n > 0; n-- {
+		w.payment(&o, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
+	}
+	if o.State == reconcile.Paid {
+		// Marked paid as it was created: the workflow writes updated_at
+		// with paid_at (docs/design.md, "Incremental matching").
+		o.PaidAt = created
+	}
+	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+	w.obls = append(w.obls, o)
+}
+
+// day is what happens at the provider and in the table between two
+// passes, all of it before at.
+func (w *twin) day(at time.Time) {
+	for n := 1 + w.rng.IntN(4); n > 0; n-- {
+		created := at.Add(-time.Duration(1+w.rng.IntN(50)) * time.Minute)
+		switch r := w.rng.IntN(9); {
+		case r < 2:
+			w.obligation(created)
+		case r == 2:
+			// A retry or a payment nobody asked for, maybe a twin.
+			if len(w.obls) > 0 && w.rng.IntN(2) == 0 {
+				o := w.obls[w.rng.IntN(len(w.obls))]
+				w.payment(&o, created)
+			} else {
+				w.payment(nil, created)
+			}
+		case r == 3 && len(w.objs) > 0:
+			// A change the provider tells an event of.
+			x := w.objs[w.rng.IntN(len(w.objs))]
+			if x.Kind == reconcile.PaymentIntent {
+				continue
+			}
+			status, raw := reconcile.Succeeded, "succeeded"
+			if x.Status == reconcile.Succeeded {
+				status, raw = reconcile.Failed, "failed"
+			}
+			w.both(func(e *env) {
+				e.update(x.ID, created, func(o *reconcile.ProviderObject) { o.Status, o.RawStatus = status, raw })
+			})
+		case r == 4 && len(w.obls) > 0:
+			// The workflow moves an obligation.
+			o := &w.obls[w.rng.IntN(len(w.obls))]
+			state := propStates[w.rng.IntN(len(propStates))]
+			pid := o.ProviderID
+			if pid == "" && w.rng.IntN(2) == 0 {
+				pid = w.pick(reconcile.Charge)
+			}
+			o.State, o.ProviderID = state, pid
+			w.both(func(e *env) {
+				e.exec(`UPDATE obligations SET state = $2, provider_id = nullif($3, ''), updated_at = $4 WHERE id = $1`,
+					o.ID, string(state), pid, created)
+			})
+		case r == 5 && len(w.obls) > 0:
+			// A row goes away.
+			i := w.rng.IntN(len(w.obls))
+			id := w.obls[i].ID
+			w.obls = slices.Delete(w.obls, i, i+1)
+			w.both(func(e *env) { e.exec(`DELETE FROM obligations WHERE id = $1`, id) })
+		case r == 6:
+			// An obligation appears that names an object already there.
+			if id := w.pick(reconcile.Charge); id != "" {
+				w.nextObl++
+				o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+					IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), ProviderID: id, Money: w.money(),
+					State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created}
+				w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+				w.obls = append(w.obls, o)
+			}
+		default:
+			w.payment(nil, created)
+		}
+	}
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.tb.Helper()
+	if _, err := e.pool.Exec(context.Background(), sql, args...); err != nil {
+		e.tb.Fatal(err)
+	}
+}
+
+// stored is what a reconciler's database holds of its conclusions: every
+// finding's fingerprint, status and content, and every obligation's row.
+func (e *env) stored() []string {
+	e.tb.Helper()
+	var out []string
+	for _, q := range []string{
+		`SELECT 'finding ' || fingerprint || ' ' || kind || ' ' || coalesce(obligation_id, '') || ' ' || status || ' ' || content_hash
+			FROM reconcile.findings ORDER BY fingerprint`,
+		`SELECT 'obligation ' || id || ' ' || state || ' ' || coalesce(provider_id, '') || ' ' || coalesce(paid_at::text, '')
+			FROM obligations ORDER BY id`,
+	} {
+		rows, err := e.pool.Query(context.Background(), q)
+		if err != nil {
+			e.tb.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				e.tb.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		rows.Close()
+	}
+	return out
+}
+
+// runTwin runs one random history: a first pass, then days, each followed
+// by a nightly pass of a and a --full pass of b; after each, both must
+// have concluded and stored the same. It returns how many of a's passes
+// matched incrementally.
+func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args ...any)) int {
+	tb.Helper()
+	w := &twin{a: newEnv(tb), b: newEnv(tb), rng: rand.New(rand.NewPCG(seed, 0x5eed)), tb: tb}
+	for range 10 + w.rng.IntN(15) {
+		w.obligation(t0.Add(-time.Duration(w.rng.IntN(60*60)) * time.Minute))
+	}
+	for range w.rng.IntN(6) {
+		w.payment(nil, t0.Add(-time.Duration(w.rng.IntN(60*60))*time.Minute))
+	}
+	incremental := 0
+	for d := 0; d <= days; d++ {
+		if d > 0 {
+			at := w.a.clock.Add(time.Duration(1+w.rng.IntN(20)) * time.Hour)
+			w.day(at)
+			w.a.clock, w.b.clock = at, at
+		}
+		a := w.a.pass(true, runner.Request{})
+		b := w.b.pass(true, runner.Request{Full: true})
+		if a.Sync.Match == runner.MatchIncremental {
+			incremental++
+		} else if d > 0 {
+			tb.Logf("day %d matched whole: %s", d, a.Sync.MatchReason)
+		}
+		what := fmt.Sprintf("seed %d day %d (%s match: %s)", seed, d, a.Sync.Match, a.Sync.MatchReason)
+		if diff := diffOutcomes(b, a); diff != "" {
+			if debugTwin {
+				for _, o := range b.Input.Obligations {
+					tb.Logf("whole obl %+v", o)
+				}
+				for _, o := range b.Input.Objects {
+					tb.Logf("whole obj %+v", o)
+				}
+				for _, o := range a.Input.Obligations {
+					tb.Logf("nightly obl %s", o.ID)
+				}
+				for _, o := range a.Input.Objects {
+					tb.Logf("nightly obj %s", o.ID)
+				}
+				tb.Logf("lookups whole %+v nightly %+v", b.Lookups, a.Lookups)
+			}
+			fail("%s: the nightly pass concluded otherwise than --full:\n%s", what, diff)
+			return incremental
+		}
+		if sa, sb := w.a.stored(), w.b.stored(); !slices.Equal(sa, sb) {
+			fail("%s: stored state differs:\nnightly %v\n--full  %v", what, sa, sb)
+			return incremental
+		}
+	}
+	return incremental
+}
+
+// diffOutcomes says how an incremental pass's conclusions differ from a
+// whole match's: findings (with their fingerprints and content) and
+// transitions.
+func diffOutcomes(whole, got *runner.Outcome) string {
+	var diff string
+	fp := func(fs []reconcile.Finding) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Fingerprint+" "+string(f.Kind)+" "+f.ObligationID+" "+strings.Join(f.ProviderIDs, ",")+" "+f.ContentHash)
+		}
+		return out
+	}
+	if a, b := fp(whole.Result.Findings), fp(got.Result.Findings); !slices.Equal(a, b) {
+		diff += fmt.Sprintf("findings: --full %v\n          nightly %v\n", a, b)
+	}
+	tr := func(ts []reconcile.Transition) []string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.ObligationID+" "+t.ProviderID)
+		}
+		return out
+	}
+	if a, b := tr(whole.Transitions), tr(got.Transitions); !slices.Equal(a, b) {
+		diff += fmt.Sprintf("transitions: --full %v\n             nightly %v\n", a, b)
+	}
+	return diff
+}
+
+// For random histories and days of changes (new payments, retries,
+// twins, events changing a status, obligations moved, added naming what
+// exists, and deleted), a reconciler whose nightly passes match
+// incrementally concludes and stores, pass after pass, exactly what one
+// matching everything on every pass does (docs/design.md, "Incremental
+// matching").
+func TestIncrementalEqualsWhole(t *testing.T) {
+	t.Parallel()
+	total, inc := 0, 0
+	for seed := range uint64(*incrementalSeeds) {
+		// A subtest each, so that each history's databases and servers go
+		// when it ends.
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			const days = 5
+			inc += runTwin(t, seed, days, t.Errorf)
+			total += days + 1
+		})
+	}
+	t.Logf("%d seeds, %d passes each side, %d of the nightly passes matched incrementally", *incrementalSeeds, total, inc)
+	if inc*2 < total {
+		t.Errorf("only %d of %d nightly passes matched incrementally: the comparison proves little", inc, total)
+	}
+}

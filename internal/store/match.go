@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reconcile"
+)
+
+// MatchMark says which completed pass last matched an account, and what
+// its conclusions rest on besides the data (docs/design.md, "Incremental
+// matching").
+type MatchMark struct {
+	RunID string
+	// MatchedAt is the pass's clock: a row changed after it is the next
+	// pass's to match again.
+	MatchedAt time.Time
+	// Window is the pass's subject.
+	Window reconcile.Window
+	// Digest names the options the conclusions rest on.
+	Digest string
+	// Obligations counts the account's obligations created before
+	// MatchedAt less the clock skew, as the pass read the table.
+	Obligations int64
+}
+
+// MatchSave is what a pass that matched what it read saves of it: its
+// mark, and the links of the objects it matched.
+type MatchSave struct {
+	Mark MatchMark
+	// LinkOf gives the least obligation a matched object linked to ("":
+	// none); ok is false for an object the pass did not match, whose
+	// stored link stays.
+	LinkOf func(id string) (obligation string, ok bool)
+	// Relinked are the links of the matched objects the save does not
+	// hold in Seen (those read from the mirror).
+	Relinked []ObjectLink
+}
+
+// ObjectLink is an object and the least obligation it links to ("": none).
+type ObjectLink struct {
+	ObjectID, ObligationID string
+}
+
+// saveMatch writes a matching pass's links of the objects it read from
+// the mirror and its mark, or, for a save no pass matched (nil), drops
+// the account's mark.
+func saveMatch(ctx context.Context, tx pgx.Tx, account string, ms *MatchSave) error {
+	if ms == nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.match_marks WHERE account = $1`, account); err != nil {
+			return fmt.Errorf("match mark: %w", err)
+		}
+		return nil
+	}
+	if len(ms.Relinked) > 0 {
+		ids, obls := make([]string, len(ms.Relinked)), make([]string, len(ms.Relinked))
+		for i, l := range ms.Relinked {
+			ids[i], obls[i] = l.ObjectID, l.ObligationID
+		}
+		_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET linked_to = nullif(l.obligation, '')
+			FROM unnest($2::text[], $3::text[]) AS l(id, obligation)
+			WHERE p.account = $1 AND p.id = l.id AND p.linked_to IS DISTINCT FROM nullif(l.obligation, '')`, account, ids, obls)
+		if err != nil {
+			return fmt.Errorf("links: %w", err)
+		}
+	}
+	m := ms.Mark
+	if m.RunID == "" || m.Digest == "" || !m.Window.Valid() {
+		return errors.New("match mark: incomplete")
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile.match_marks (account, run_id, matched_at, window_from, window_to, digest, obligations)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (account) DO UPDATE SET run_id = EXCLUDED.run_id, matched_at = EXCLUDED.matched_at,
+			window_from = EXCLUDED.window_from, window_to = EXCLUDED.window_to, digest = EXCLUDED.digest,
+			obligations = EXCLUDED.obligations`,
+		account, m.RunID, m.MatchedAt, m.Window.From, m.Window.To, m.Digest, m.Obligations)
+	if err != nil {
+		return fmt.Errorf("match mark: %w", err)
+	}
+	return nil
+}
+
+// Mark returns the view's account's match mark; ok is false when no
+// completed pass's matching stands (none yet, or a save since that no
+// pass matched).
+func (m *Mirror) Mark(ctx context.Context) (mark MatchMark, ok bool, err error) {
+	err = m.pool.QueryRow(ctx, `SELECT run_id, matched_at, window_from, window_to, digest, obligations FROM reconcile.match_marks
+		WHERE account = $1`, m.account).Scan(&mark.RunID, &mark.MatchedAt, &mark.Window.From, &mark.Window.To, &mark.Digest,
+		&mark.Obligations)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return MatchMark{}, false, nil
+	}
+	if err != nil {
+		return MatchMark{}, false, fmt.Errorf("read the match mark: %w", err)
+	}
+	mark.MatchedAt, mark.Window.From, mark.Window.To = mark.MatchedAt.UTC(), mark.Window.From.UTC(), mark.Window.To.UTC()
+	return mark, true, nil
+}
+
+// Open returns what the view's account's open findings are about: their
+// obligations and their provider objects, each once, in no order.
+func (m *Mirror) Open(ctx context.Context) (obligations, objects []string, err error) {
+	rows, err := m.pool.Query(ctx, `SELECT DISTINCT coalesce(obligation_id, ''), unnest(CASE WHEN provider_ids = '{}' THEN '{""}'::text[]
+		ELSE provider_ids END) FROM reconcile.findings WHERE account = $1 AND status = 'open'`, m.account)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read open findings: %w", err)
+	}
+	defer rows.Close()
+	seenObl, seenObj := map[string]bool{}, map[string]bool{}
+	for rows.Next() {
+		var obl, obj string
+		if err := rows.Scan(&obl, &obj); err != nil {
+			return nil, nil, fmt.Errorf("read open findings: %w", err)
+		}
+		if obl != "" && !seenObl[obl] {
+			seenObl[obl] = true
+			obligations = append(obligations, obl)
+		}
+		if obj != "" && !seenObj[obj] {
+			seenObj[obj] = true
+			objects = append(objects, obj)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read open findings: %w", err)
+	}
+	return obligations, objects, nil
+}
+
+// OwnWrites returns the obligations run transitioned, each with the time
+// it wrote into the row's updated_at (the run's clock): the reconciler's
+// own change, not another's (docs/design.md, "Incremental matching").
+func (m *Mirror) OwnWrites(ctx context.Context, runID string) (map[string]time.Time, error) {
+	rows, err := m.pool.Query(ctx, `SELECT obligation_id, at FROM reconcile.transitions WHERE run_id = $1`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read the run's transitions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, fmt.Errorf("read the run's transitions: %w", err)
+		}
+		out[id] = at.UTC()
+	}
+	return out, rows.Err()
+}
