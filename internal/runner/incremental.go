@@ -256,6 +256,13 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		}
 	}
 	add(changed)
+	// Only a changed row can have new names: what linked to any other
+	// obligation when the last pass matched it is linked to it in the
+	// mirror (linked_to), and what is new is read already.
+	rows := make(map[string]bool, len(changed))
+	for _, o := range changed {
+		rows[o.ID] = true
+	}
 	add(opened)
 	seed := store.Related{Pending: true, UnlinkedIntents: true}
 	ids := map[string]struct{}{}
@@ -271,7 +278,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// What the provider showed is closed over even when no obligation
 		// changed.
 		for ; !closed || len(fresh) > 0; closed = true {
-			r.seedOf(fresh, &seed, ids)
+			r.seedOf(fresh, rows, &seed, ids)
 			fresh = nil
 			if kept, err = closeRelated(ctx, mm, cover, p.since, 2*r.Matcher.DuplicateWindow, kept, ids, seed); err != nil {
 				return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
@@ -372,19 +379,33 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	}, true, nil
 }
 
+// dirtyFault, set by tests alone, breaks the dirty set on purpose: the
+// property test must catch it (TestIncrementalCatchesABrokenDirtySet).
+// It is called with the obligations to seed from (q nil), then with the
+// seeds (obs nil).
+var dirtyFault func(q *store.Related, obs *[]reconcile.Obligation)
+
 // seedOf adds to q and ids what reaches obligations obs in the mirror:
-// their provider and target ids (and an intent's charges), their keys'
-// key evidence, the metadata naming them, and what the last matching pass
-// linked to them.
-func (r *Runner) seedOf(obs []reconcile.Obligation, q *store.Related, ids map[string]struct{}) {
+// what the last matching pass linked to them and, for those whose row
+// changed since (changed), their provider and target ids (and an
+// intent's charges), their keys' key evidence and the metadata naming
+// them.
+func (r *Runner) seedOf(obs []reconcile.Obligation, changed map[string]bool, q *store.Related, ids map[string]struct{}) {
+	if dirtyFault != nil {
+		dirtyFault(nil, &obs)
+		defer dirtyFault(q, nil)
+	}
 	for i := range obs {
 		o := &obs[i]
+		q.LinkedTo = append(q.LinkedTo, o.ID)
+		if !changed[o.ID] {
+			continue
+		}
 		for _, id := range []string{o.ProviderID, o.TargetID} {
 			if id != "" {
 				ids[id] = struct{}{}
 			}
 		}
-		q.LinkedTo = append(q.LinkedTo, o.ID)
 		q.Metadata = append(q.Metadata, store.MetadataPair{Key: r.Matcher.MetadataObligationID, Value: o.ID})
 		if o.IdempotencyKey != "" {
 			q.Keys = append(q.Keys, o.IdempotencyKey)

@@ -14,6 +14,7 @@ import (
 	"reconcile"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
+	"reconcile/internal/store"
 )
 
 var debugTwin = false
@@ -32,6 +33,10 @@ type twin struct {
 	objs    []reconcile.ProviderObject
 	nextObj int
 	nextObl int
+	// later are obligations whose payments the provider holds already,
+	// written into the table on the next day: the workflow wrote the row
+	// after the request went out.
+	later []reconcile.Obligation
 }
 
 func (w *twin) both(f func(e *env)) { f(w.a); f(w.b) }
@@ -161,6 +166,10 @@ func (w *twin) obligation(created time.Time) {
 		// with paid_at (docs/design.md, "Incremental matching").
 		o.PaidAt = created
 	}
+	if w.rng.IntN(6) == 0 {
+		w.later = append(w.later, o)
+		return
+	}
 	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
 	w.obls = append(w.obls, o)
 }
@@ -168,9 +177,19 @@ func (w *twin) obligation(created time.Time) {
 // day is what happens at the provider and in the table between two
 // passes, all of it before at.
 func (w *twin) day(at time.Time) {
+	for _, o := range w.later {
+		// The row says when it was written.
+		o.CreatedAt, o.UpdatedAt = at.Add(-time.Hour), at.Add(-time.Hour)
+		if o.State == reconcile.Paid {
+			o.PaidAt = o.CreatedAt
+		}
+		w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+		w.obls = append(w.obls, o)
+	}
+	w.later = nil
 	for n := 1 + w.rng.IntN(4); n > 0; n-- {
 		created := at.Add(-time.Duration(1+w.rng.IntN(50)) * time.Minute)
-		switch r := w.rng.IntN(9); {
+		switch r := w.rng.IntN(11); {
 		case r < 2:
 			w.obligation(created)
 		case r == 2:
@@ -199,20 +218,55 @@ func (w *twin) day(at time.Time) {
 			o := &w.obls[w.rng.IntN(len(w.obls))]
 			state := propStates[w.rng.IntN(len(propStates))]
 			pid := o.ProviderID
-			if pid == "" && w.rng.IntN(2) == 0 {
+			switch w.rng.IntN(4) {
+			case 0:
+				// Set, or corrected to another charge.
 				pid = w.pick(reconcile.Charge)
+			case 1:
+				pid = ""
 			}
 			o.State, o.ProviderID = state, pid
 			w.both(func(e *env) {
 				e.exec(`UPDATE obligations SET state = $2, provider_id = nullif($3, ''), updated_at = $4 WHERE id = $1`,
 					o.ID, string(state), pid, created)
 			})
-		case r == 5 && len(w.obls) > 0:
-			// A row goes away.
+		case r == 5 && len(w.obls) > 0 && w.rng.IntN(3) == 0:
+			// A row goes away (rarely: the pass then matches whole).
 			i := w.rng.IntN(len(w.obls))
 			id := w.obls[i].ID
 			w.obls = slices.Delete(w.obls, i, i+1)
 			w.both(func(e *env) { e.exec(`DELETE FROM obligations WHERE id = $1`, id) })
+		case r == 7:
+			// A failed attempt under the metadata of an obligation paid
+			// by other means, whose row is written tomorrow.
+			w.nextObl++
+			o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+				IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: reconcile.Paid}
+			meta := map[string]string{"obligation_id": o.ID}
+			if w.rng.IntN(2) == 0 {
+				meta = map[string]string{"idempotency_key": o.IdempotencyKey}
+			}
+			w.object(reconcile.ProviderObject{ID: w.newObjectID("ch"), Kind: reconcile.Charge, Money: o.Money,
+				Status: reconcile.Failed, RawStatus: "failed", Customer: propCustomers[w.rng.IntN(len(propCustomers))],
+				Metadata: meta, Created: created}, "")
+			w.later = append(w.later, o)
+		case r == 8:
+			// The workflow corrects a provider_id: what it named before
+			// links to nothing now.
+			var named []int
+			for i := range w.obls {
+				if w.obls[i].ProviderID != "" {
+					named = append(named, i)
+				}
+			}
+			if len(named) == 0 {
+				continue
+			}
+			o := &w.obls[named[w.rng.IntN(len(named))]]
+			o.ProviderID = w.newObjectID("ch_gone")
+			w.both(func(e *env) {
+				e.exec(`UPDATE obligations SET provider_id = $2, updated_at = $3 WHERE id = $1`, o.ID, o.ProviderID, created)
+			})
 		case r == 6:
 			// An obligation appears that names an object already there.
 			if id := w.pick(reconcile.Charge); id != "" {
@@ -367,5 +421,49 @@ func TestIncrementalEqualsWhole(t *testing.T) {
 	t.Logf("%d seeds, %d passes each side, %d of the nightly passes matched incrementally", *incrementalSeeds, total, inc)
 	if inc*2 < total {
 		t.Errorf("only %d of %d nightly passes matched incrementally: the comparison proves little", inc, total)
+	}
+}
+
+// Each way of leaving something out of the dirty set is caught by the
+// comparison TestIncrementalEqualsWhole makes, within a few histories:
+// the property test can fail.
+func TestIncrementalCatchesABrokenDirtySet(t *testing.T) {
+	faults := map[string]func(q *store.Related, obs *[]reconcile.Obligation){
+		// What the last pass linked to an obligation that changed.
+		"no stale links": func(q *store.Related, _ *[]reconcile.Obligation) {
+			if q != nil {
+				q.LinkedTo = nil
+			}
+		},
+		// The objects naming a changed obligation in their metadata.
+		"no metadata": func(q *store.Related, _ *[]reconcile.Obligation) {
+			if q != nil {
+				q.Metadata = nil
+			}
+		},
+		// Obligations changed since the last pass, but for the first one
+		// of each round.
+		"obligations dropped": func(_ *store.Related, obs *[]reconcile.Obligation) {
+			if obs != nil && len(*obs) > 1 {
+				*obs = (*obs)[:1]
+			}
+		},
+	}
+	for name, fault := range faults {
+		t.Run(name, func(t *testing.T) {
+			restore := runner.SetDirtyFault(fault)
+			defer restore()
+			for seed := range uint64(30) {
+				caught := false
+				t.Run(fmt.Sprint(seed), func(t *testing.T) {
+					runTwin(t, seed, 5, func(string, ...any) { caught = true })
+				})
+				if caught {
+					t.Logf("caught at seed %d", seed)
+					return
+				}
+			}
+			t.Errorf("30 histories with the dirty set broken (%s) concluded as --full: the property test cannot fail", name)
+		})
 	}
 }

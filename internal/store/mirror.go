@@ -519,6 +519,14 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 			return err
 		}
+		// Every term is an index lookup. The planner takes an array of
+		// metadata documents joined by containment for ten rows, and scans
+		// every object with metadata once per document instead of asking
+		// the GIN index (78 s at a million objects for 18,000 documents,
+		// against 0.03 s by the index).
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			return err
+		}
 		// Non-nil slices: pgx sends a nil one as NULL, which matches
 		// nothing either, but an empty array says what is meant.
 		docs := make([]string, len(q.Metadata))
