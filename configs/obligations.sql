@@ -17,3 +17,13 @@ CREATE TABLE obligations (
   updated_at       timestamptz NOT NULL DEFAULT now(),
   paid_at          timestamptz
 );
+
+-- What the reconciler looks rows up by (docs/design.md, "Coverage" and
+-- "Incremental matching"): the names provider objects give (id and
+-- idempotency_key have their keys), and what changed since a time. A
+-- team's own table does well to have the same.
+CREATE INDEX obligations_provider_id_idx ON obligations (provider_id) WHERE provider_id IS NOT NULL;
+CREATE INDEX obligations_target_id_idx ON obligations (target_id) WHERE target_id IS NOT NULL;
+CREATE INDEX obligations_state_idx ON obligations (state);
+CREATE INDEX obligations_created_at_idx ON obligations (created_at);
+CREATE INDEX obligations_updated_at_idx ON obligations (updated_at);

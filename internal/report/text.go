@@ -27,6 +27,10 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 	fmt.Fprintf(w, "  window       %s → %s\n", stamp(run.Window.From), stamp(run.Window.To))
 	fmt.Fprintf(w, "  read         %d obligations, %d provider objects, %d linked\n",
 		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked)
+	if out.Sync.Match == runner.MatchIncremental {
+		fmt.Fprintf(w, "  matched      incrementally: %d obligations that can have changed since the last pass that matched; the rest keep their stored conclusions\n",
+			out.Sync.Rematched)
+	}
 	if c := out.Covered; c.Valid() {
 		fmt.Fprintf(w, "  records      created %s → %s, key evidence from %s\n", stamp(c.From), stamp(c.To), stamp(out.EventsFrom))
 		if out.Partial > 0 {

@@ -27,8 +27,8 @@ import (
 // and keeps the stored conclusions of the rest:
 //
 //   - the obligations changed or added since the last matching pass (by
-//     updated_at and created_at, less the clock skew; the reconciler's own
-//     transitions of that pass are not a change), every EXECUTING and
+//     updated_at and created_at, less the clock skew; a row whose last
+//     change is the reconciler's own transition is not changed), every EXECUTING and
 //     CONFIRMATION_UNKNOWN one, and every one with an open finding;
 //   - the objects this pass read from the provider (listed fresh, told
 //     of by an event, read again), every one still pending, every one
@@ -44,7 +44,7 @@ type MatchMirror interface {
 	ShardMirror
 	Mark(ctx context.Context) (store.MatchMark, bool, error)
 	Open(ctx context.Context) (obligations, objects []string, err error)
-	OwnWrites(ctx context.Context, runID string) (map[string]time.Time, error)
+	OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error)
 }
 
 // Match modes of SyncReport.Match.
@@ -197,7 +197,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	out *Outcome, st *readState) (matcher.Input, bool, error) {
 	w, cover, p := req.Window, st.cover, &st.plan
 	mm := r.Mirror.(MatchMirror)
-	sd, err := r.syncRead(ctx, now, st)
+	sd, err := r.syncRead(ctx, log, now, st)
 	if err != nil {
 		return matcher.Input{}, false, err
 	}
@@ -226,7 +226,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	if err != nil {
 		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 	}
-	own, err := mm.OwnWrites(ctx, mark.RunID)
+	own, err := mm.OwnWrites(ctx, since)
 	if err != nil {
 		return matcher.Input{}, false, err
 	}

@@ -433,6 +433,9 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	} else {
 		st.plan.report.MatchReason = why
 	}
+	if st.plan.report.MatchReason != "" {
+		log.Info("matched whole", "reason", st.plan.report.MatchReason)
+	}
 	// keysFrom is where the key evidence read is complete from.
 	listing, keysFrom, err := r.readProvider(ctx, log, now, st)
 	if err != nil {

@@ -207,7 +207,7 @@ type synced struct {
 // account's share: the objects created since it was complete, the events
 // since it was brought up to date, and again by id the objects whose
 // events disagree.
-func (r *Runner) syncRead(ctx context.Context, now time.Time, st *readState) (*synced, error) {
+func (r *Runner) syncRead(ctx context.Context, log *slog.Logger, now time.Time, st *readState) (*synced, error) {
 	if st.synced != nil {
 		return st.synced, nil
 	}
@@ -271,6 +271,8 @@ func (r *Runner) syncRead(ctx context.Context, now time.Time, st *readState) (*s
 		st.keysFrom = earlier(p.keysFrom, evFrom)
 	}
 	st.synced = out
+	log.Info("read the provider incrementally", "fresh_from", p.report.Fresh.From, "events_from", p.report.Events.From,
+		"listed", len(sync.Objects), "events", sync.Stats.Events, "changes", len(sync.Changes), "unsettled", len(sync.Unsettled))
 	return out, nil
 }
 
@@ -279,7 +281,7 @@ func (r *Runner) syncRead(ctx context.Context, now time.Time, st *readState) (*s
 // mirror can prove it.
 func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconcile.Window, now time.Time, st *readState) (*sources.Listing, error) {
 	p := &st.plan
-	sd, err := r.syncRead(ctx, now, st)
+	sd, err := r.syncRead(ctx, log, now, st)
 	if err != nil {
 		return nil, err
 	}
@@ -316,9 +318,7 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 		}
 	}
 	keys = append(keys, sync.Keys...)
-	log.Info("read the provider incrementally", "fresh_from", p.report.Fresh.From, "events_from", p.report.Events.From,
-		"listed", len(sync.Objects), "events", sync.Stats.Events, "mirrored", len(mirrored), "mirrored_keys", p.report.MirroredKeys,
-		"changed", p.report.Changed, "unsettled", len(sync.Unsettled))
+	log.Info("read the mirror whole", "mirrored", len(mirrored), "mirrored_keys", p.report.MirroredKeys, "changed", p.report.Changed)
 	return &sources.Listing{Objects: objects, Keys: keys, Stats: sync.Stats}, nil
 }
 

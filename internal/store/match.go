@@ -131,13 +131,14 @@ func (m *Mirror) Open(ctx context.Context) (obligations, objects []string, err e
 	return obligations, objects, nil
 }
 
-// OwnWrites returns the obligations run transitioned, each with the time
-// it wrote into the row's updated_at (the run's clock): the reconciler's
-// own change, not another's (docs/design.md, "Incremental matching").
-func (m *Mirror) OwnWrites(ctx context.Context, runID string) (map[string]time.Time, error) {
-	rows, err := m.pool.Query(ctx, `SELECT obligation_id, at FROM reconcile.transitions WHERE run_id = $1`, runID)
+// OwnWrites returns the obligations the reconciler transitioned at or
+// after since, each with the last time it wrote into the row's updated_at
+// (its pass's clock): the reconciler's own change, not another's
+// (docs/design.md, "Incremental matching").
+func (m *Mirror) OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error) {
+	rows, err := m.pool.Query(ctx, `SELECT obligation_id, max(at) FROM reconcile.transitions WHERE at >= $1 GROUP BY 1`, since)
 	if err != nil {
-		return nil, fmt.Errorf("read the run's transitions: %w", err)
+		return nil, fmt.Errorf("read the reconciler's transitions: %w", err)
 	}
 	defer rows.Close()
 	out := map[string]time.Time{}
@@ -145,7 +146,7 @@ func (m *Mirror) OwnWrites(ctx context.Context, runID string) (map[string]time.T
 		var id string
 		var at time.Time
 		if err := rows.Scan(&id, &at); err != nil {
-			return nil, fmt.Errorf("read the run's transitions: %w", err)
+			return nil, fmt.Errorf("read the reconciler's transitions: %w", err)
 		}
 		out[id] = at.UTC()
 	}
