@@ -20,10 +20,11 @@ CREATE TABLE obligations (
 
 -- What the reconciler looks rows up by (docs/design.md, "Coverage" and
 -- "Incremental matching"): the names provider objects give (id and
--- idempotency_key have their keys), and what changed since a time. A
--- team's own table does well to have the same.
+-- idempotency_key have their keys) and the creation it counts by. No
+-- index on state or updated_at: the reconciler's compare-and-set and the
+-- workflow change both on every transition, and an index on either makes
+-- every such UPDATE write each index (no HOT update); reading what
+-- changed since a time scans the table instead.
 CREATE INDEX obligations_provider_id_idx ON obligations (provider_id) WHERE provider_id IS NOT NULL;
 CREATE INDEX obligations_target_id_idx ON obligations (target_id) WHERE target_id IS NOT NULL;
-CREATE INDEX obligations_state_idx ON obligations (state);
 CREATE INDEX obligations_created_at_idx ON obligations (created_at);
-CREATE INDEX obligations_updated_at_idx ON obligations (updated_at);
