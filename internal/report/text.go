@@ -28,7 +28,7 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 	fmt.Fprintf(w, "  read         %d obligations, %d provider objects, %d linked\n",
 		run.Counts.Obligations, run.Counts.ProviderObjects, run.Counts.Linked)
 	if out.Sync.Match == runner.MatchIncremental {
-		fmt.Fprintf(w, "  matched      incrementally: %d obligations that can have changed since the last pass that matched; the rest keep their stored conclusions\n",
+		fmt.Fprintf(w, "  matched      incrementally: %d obligations again (what changed since the last pass that matched, what is open, what is connected to those); the rest keep their stored conclusions\n",
 			out.Sync.Rematched)
 	}
 	if c := out.Covered; c.Valid() {

@@ -68,3 +68,22 @@ func TestWriteFindingsTextNeutralisesOutsideText(t *testing.T) {
 		t.Errorf("WriteFindingsText wrote %d lines, want a header and one a finding:\n%s", n, b.String())
 	}
 }
+
+// The text report of a pass that matched incrementally says so, and how
+// much it matched again; one that matched whole says nothing of it.
+func TestWriteTextSaysHowThePassMatched(t *testing.T) {
+	for _, tt := range []struct {
+		sync runner.SyncReport
+		want string
+	}{
+		{runner.SyncReport{Mode: runner.SyncIncremental, Match: runner.MatchIncremental, Rematched: 7},
+			"matched      incrementally: 7 obligations again"},
+		{runner.SyncReport{Mode: runner.SyncIncremental, Match: runner.MatchFull, MatchReason: "--full"}, ""},
+	} {
+		var b bytes.Buffer
+		WriteText(&b, &runner.Outcome{Run: reconcile.Run{ID: "run_1", Status: reconcile.RunCompleted}, Sync: tt.sync})
+		if got := strings.Contains(b.String(), "matched      incrementally"); got != (tt.want != "") || !strings.Contains(b.String(), tt.want) {
+			t.Errorf("%s match: want %q in\n%s", tt.sync.Match, tt.want, b.String())
+		}
+	}
+}

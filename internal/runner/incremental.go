@@ -69,8 +69,9 @@ func (m *matchedSet) linkOf(id string) (string, bool) {
 	return m.links[i].ObligationID, true
 }
 
-// matched records, for the mirror, the links of every object of in as res
-// found them (the least obligation each links to) and the pass's mark.
+// setMatched records, for the mirror, the links of every object of in as
+// res found them (the least obligation each links to) and the pass's
+// mark.
 func (st *readState) setMatched(in *matcher.Input, res *matcher.Result, run reconcile.Run, now time.Time, digest string) {
 	if st.created == nil {
 		return // no count of the table to mark with
@@ -293,6 +294,12 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 			}
 			add(named)
 		}
+		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+		if r.beforeCoverage(byID, w, subject, now, cover) {
+			// Nothing retrieved yet: the whole read retrieves once.
+			p.report.MatchReason = "an obligation to decide on began before the coverage"
+			return matcher.Input{}, false, nil
+		}
 		// The objects that obligations to decide on name and no record
 		// read holds are looked up by id, as a whole read looks them up;
 		// the obligations in scope naming what is found are connected to
@@ -301,7 +308,6 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		for i := range kept {
 			held[kept[i].ID] = struct{}{}
 		}
-		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
 		var missing []string
 		for _, o := range byID {
 			if !decides(&o, w, subject) {
@@ -345,21 +351,18 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	}
 	slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
-	var linkOnly []string
-	oldest := time.Time{}
-	out.Context = 0
-	for i := range obs {
-		if !decides(&obs[i], w, subject) {
-			linkOnly = append(linkOnly, obs[i].ID)
-			out.Context++
-		} else if oldest.IsZero() || obs[i].CreatedAt.Before(oldest) {
-			oldest = obs[i].CreatedAt
-		}
-	}
-	if from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback); from.Before(cover.From) {
+	if r.beforeCoverage(byID, w, subject, now, cover) {
+		// One that only a retrieved object connects.
 		p.report.MatchReason = "an obligation to decide on began before the coverage"
 		return matcher.Input{}, false, nil
 	}
+	var linkOnly []string
+	for i := range obs {
+		if !decides(&obs[i], w, subject) {
+			linkOnly = append(linkOnly, obs[i].ID)
+		}
+	}
+	out.Context = len(linkOnly)
 	keysFrom := later(cover.From, st.keysFrom)
 	warnKeysGone(log, keysFrom, cover.From)
 	p.report.Match, p.report.Rematched = MatchIncremental, len(obs)-len(linkOnly)
@@ -377,6 +380,20 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		Subject:     w,
 		Context:     linkOnly,
 	}, true, nil
+}
+
+// beforeCoverage reports whether an obligation of obs that a pass about
+// w decides on began before what cover reads back to: the whole read
+// reads further back for it (docs/design.md, "Coverage").
+func (r *Runner) beforeCoverage(obs map[string]reconcile.Obligation, w reconcile.Window, subject sources.Named, now time.Time,
+	cover reconcile.Window) bool {
+	oldest := time.Time{}
+	for _, o := range obs {
+		if decides(&o, w, subject) && (oldest.IsZero() || o.CreatedAt.Before(oldest)) {
+			oldest = o.CreatedAt
+		}
+	}
+	return r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback).Before(cover.From)
 }
 
 // dirtyFault, set by tests alone, breaks the dirty set on purpose: the
@@ -418,14 +435,7 @@ func (r *Runner) seedOf(obs []reconcile.Obligation, changed map[string]bool, q *
 // the mirror's told in kw, and what this pass's events told.
 func (r *Runner) keysOfChanged(ctx context.Context, mm MatchMirror, objs []reconcile.ProviderObject, told []reconcile.KeyEvidence,
 	kw reconcile.Window) ([]reconcile.KeyEvidence, error) {
-	ids := make([]string, 0, len(objs))
-	for i := range objs {
-		ids = append(ids, objs[i].ID)
-		if pi := objs[i].PaymentIntent; pi != "" {
-			ids = append(ids, pi)
-		}
-	}
-	ids = sortedSet(ids)
+	ids := keyHolders(objs)
 	var keys []reconcile.KeyEvidence
 	if kw.Valid() {
 		var err error

@@ -303,6 +303,17 @@ func (p *prefetched) keysOf(ctx context.Context, objs []reconcile.ProviderObject
 	if !kw.Valid() || len(objs) == 0 {
 		return nil, nil
 	}
+	keys, err := p.mirror.(ShardMirror).KeysOf(ctx, keyHolders(objs), kw)
+	if err != nil {
+		return nil, fmt.Errorf("read the pass's fetches: %w", err)
+	}
+	return keys, nil
+}
+
+// keyHolders are the ids whose key evidence links objs, sorted, each
+// once: each object's own and the intent its charge belongs to, listed
+// or not (a key may link an absent intent's charges).
+func keyHolders(objs []reconcile.ProviderObject) []string {
 	ids := make([]string, 0, len(objs))
 	for i := range objs {
 		ids = append(ids, objs[i].ID)
@@ -310,12 +321,7 @@ func (p *prefetched) keysOf(ctx context.Context, objs []reconcile.ProviderObject
 			ids = append(ids, pi)
 		}
 	}
-	slices.Sort(ids)
-	keys, err := p.mirror.(ShardMirror).KeysOf(ctx, slices.Compact(ids), kw)
-	if err != nil {
-		return nil, fmt.Errorf("read the pass's fetches: %w", err)
-	}
-	return keys, nil
+	return sortedSet(ids)
 }
 
 // closeOver is what a decision about any of seeds (objects listed from
