@@ -617,7 +617,7 @@ func (r *Runner) listOlder(ctx context.Context, w reconcile.Window, now time.Tim
 		return l, keysFrom, nil
 	}
 	st.saw(p.seen, l.Objects...)
-	st.save.Keys = append(st.save.Keys, l.Keys...)
+	st.saveKeys(l.Keys)
 	if keysFrom.After(w.From) {
 		// Stripe keeps events 30 days; the mirror keeps the keys they told
 		// for longer. Every kept key links; key evidence is complete from
@@ -627,7 +627,9 @@ func (r *Runner) listOlder(ctx context.Context, w reconcile.Window, now time.Tim
 			return nil, time.Time{}, fmt.Errorf("read the mirror: %w", err)
 		}
 		p.report.MirroredKeys += len(old)
-		l = &sources.Listing{Objects: l.Objects, Keys: append(old, l.Keys...), Stats: l.Stats}
+		if len(old) > 0 {
+			l = &sources.Listing{Objects: l.Objects, Keys: append(old, l.Keys...), Stats: l.Stats}
+		}
 		if !p.keysFrom.IsZero() && p.keysFrom.Before(keysFrom) && !p.cur.Keys.To.Before(keysFrom) {
 			keysFrom = later(w.From, p.keysFrom)
 		}

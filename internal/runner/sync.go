@@ -161,6 +161,18 @@ func (st *readState) markFresh(id string) {
 	st.fresh[id] = true
 }
 
+// saveKeys records key evidence for the mirror. A first pass's million
+// keys are the listing's own, shared rather than copied: clipped, so that
+// neither an append to the listing's keys nor one to the mirror's can
+// write over the other's.
+func (st *readState) saveKeys(keys []reconcile.KeyEvidence) {
+	if len(st.save.Keys) == 0 {
+		st.save.Keys = slices.Clip(keys)
+		return
+	}
+	st.save.Keys = append(st.save.Keys, keys...)
+}
+
 // saw records objects for the mirror as the provider showed them at at.
 func (st *readState) saw(at time.Time, objs ...reconcile.ProviderObject) {
 	if len(objs) > 0 {
@@ -220,7 +232,7 @@ func (r *Runner) syncRead(ctx context.Context, log *slog.Logger, now time.Time, 
 	p.report.Listed = len(sync.Objects)
 	p.report.EventsRead = sync.Stats.Events
 	st.saw(p.seen, sync.Objects...)
-	st.save.Keys = sync.Keys
+	st.saveKeys(sync.Keys)
 	for _, o := range sync.Objects {
 		st.markFresh(o.ID)
 	}

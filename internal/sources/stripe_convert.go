@@ -4,6 +4,7 @@ import (
 	"maps"
 	"strings"
 	"time"
+	"unique"
 
 	stripe "github.com/stripe/stripe-go/v79"
 
@@ -16,8 +17,14 @@ import (
 func unixUTC(sec int64) time.Time { return time.Unix(sec, 0).UTC() }
 
 func money(amount int64, currency stripe.Currency) reconcile.Money {
-	return reconcile.Money{Amount: amount, Currency: strings.ToLower(string(currency))}
+	return reconcile.Money{Amount: amount, Currency: word(strings.ToLower(string(currency)))}
 }
+
+// word is the one copy of a word that a million objects repeat (a
+// currency, a status): decoded, each object holds a copy of its own, and
+// at a million objects those copies are tens of megabytes for the
+// collector to keep and sweep (docs/design.md, "Memory").
+func word(s string) string { return unique.Make(s).Value() }
 
 // copyMetadata carries metadata as it is: it may hold anything a caller
 // put there (non-UTF-8 bytes, card numbers); the matcher reads two keys,
@@ -75,7 +82,7 @@ func paymentIntentStatus(status string) reconcile.Status {
 func chargeObject(c *stripe.Charge) reconcile.ProviderObject {
 	o := reconcile.ProviderObject{
 		ID: c.ID, Kind: reconcile.Charge, Money: money(c.Amount, c.Currency),
-		Status: chargeStatus(string(c.Status), c.Captured), RawStatus: string(c.Status),
+		Status: chargeStatus(string(c.Status), c.Captured), RawStatus: word(string(c.Status)),
 		AmountRefunded: c.AmountRefunded, Metadata: copyMetadata(c.Metadata), Created: unixUTC(c.Created),
 	}
 	if c.PaymentIntent != nil {
@@ -90,7 +97,7 @@ func chargeObject(c *stripe.Charge) reconcile.ProviderObject {
 func refundObject(r *stripe.Refund) reconcile.ProviderObject {
 	o := reconcile.ProviderObject{
 		ID: r.ID, Kind: reconcile.Refund, Money: money(r.Amount, r.Currency),
-		Status: refundStatus(string(r.Status)), RawStatus: string(r.Status),
+		Status: refundStatus(string(r.Status)), RawStatus: word(string(r.Status)),
 		Metadata: copyMetadata(r.Metadata), Created: unixUTC(r.Created),
 	}
 	if r.Charge != nil {
@@ -109,7 +116,7 @@ func refundObject(r *stripe.Refund) reconcile.ProviderObject {
 func paymentIntentObject(p *stripe.PaymentIntent) reconcile.ProviderObject {
 	o := reconcile.ProviderObject{
 		ID: p.ID, Kind: reconcile.PaymentIntent, Money: money(p.Amount, p.Currency),
-		Status: paymentIntentStatus(string(p.Status)), RawStatus: string(p.Status),
+		Status: paymentIntentStatus(string(p.Status)), RawStatus: word(string(p.Status)),
 		Metadata: copyMetadata(p.Metadata), Created: unixUTC(p.Created),
 	}
 	if p.LatestCharge != nil {
@@ -165,25 +172,27 @@ func keyEventTypes() []string {
 	return out
 }
 
-// keyEventKinds maps each type of keyEvents to the kind of its object.
-func keyEventKinds() map[string]reconcile.ObjectKind {
-	m := map[string]reconcile.ObjectKind{}
+// keyEventKinds maps each type of keyEvents to its entry: the kind of its
+// object, and the type's name, which every evidence of the type shares
+// rather than holding the copy its event was decoded into.
+func keyEventKinds() map[string]keyEvent {
+	m := map[string]keyEvent{}
 	for _, k := range keyEvents() {
-		m[k.typ] = k.kind
+		m[k.typ] = k
 	}
 	return m
 }
 
 // evidence is the key evidence of one event, if it is of a key-bearing
 // type, carries a request key, and is about an object of the type's kind.
-func evidence(kinds map[string]reconcile.ObjectKind, eventID, typ string, created int64, key, requestID, objectID, object string) (reconcile.KeyEvidence, bool) {
-	kind, ok := kinds[typ]
-	if !ok || key == "" || objectID == "" || object != string(kind) {
+func evidence(kinds map[string]keyEvent, eventID, typ string, created int64, key, requestID, objectID, object string) (reconcile.KeyEvidence, bool) {
+	ke, ok := kinds[typ]
+	if !ok || key == "" || objectID == "" || object != string(ke.kind) {
 		return reconcile.KeyEvidence{}, false
 	}
 	return reconcile.KeyEvidence{
-		ObjectID: objectID, ObjectKind: kind, Key: key,
-		EventID: eventID, EventType: typ, RequestID: requestID, Created: unixUTC(created),
+		ObjectID: objectID, ObjectKind: ke.kind, Key: key,
+		EventID: eventID, EventType: ke.typ, RequestID: requestID, Created: unixUTC(created),
 	}, true
 }
 

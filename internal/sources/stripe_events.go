@@ -309,7 +309,7 @@ func (s *Stripe) listEvents(params *stripe.EventListParams) *stripe.Iter {
 
 // lightKeyEvidence is the key evidence of a lightEvent: which idempotency
 // key created which object, if the event says so.
-func lightKeyEvidence(ev *lightEvent, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
+func lightKeyEvidence(ev *lightEvent, kinds map[string]keyEvent) (reconcile.KeyEvidence, bool) {
 	if ev.Request == nil || ev.Data == nil {
 		return reconcile.KeyEvidence{}, false
 	}

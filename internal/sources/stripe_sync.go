@@ -94,26 +94,28 @@ type change struct {
 // mergeChanges keeps the newest account of each object. Two events of the
 // newest second that disagree leave the object unsettled: which came last
 // is unknown.
-func mergeChanges(results []page) ([]Change, []string) {
+func mergeChanges(read [][]page) ([]Change, []string) {
 	type state struct {
 		c         change
 		unsettled bool
 	}
 	newest := map[string]*state{}
-	for _, r := range results {
-		for _, c := range r.changes {
-			st, seen := newest[c.id]
-			switch {
-			case !seen:
-				newest[c.id] = &state{c: c, unsettled: !c.ok}
-			case c.At.After(st.c.At):
-				*st = state{c: c, unsettled: !c.ok}
-			case c.At.Equal(st.c.At):
-				if !c.ok || !st.c.ok || !SameObject(c.Object, st.c.Object) {
-					st.unsettled = true
-				}
-				if c.EventID < st.c.EventID {
-					st.c.EventID, st.c.EventType = c.EventID, c.EventType
+	for _, pages := range read {
+		for _, r := range pages {
+			for _, c := range r.changes {
+				st, seen := newest[c.id]
+				switch {
+				case !seen:
+					newest[c.id] = &state{c: c, unsettled: !c.ok}
+				case c.At.After(st.c.At):
+					*st = state{c: c, unsettled: !c.ok}
+				case c.At.Equal(st.c.At):
+					if !c.ok || !st.c.ok || !SameObject(c.Object, st.c.Object) {
+						st.unsettled = true
+					}
+					if c.EventID < st.c.EventID {
+						st.c.EventID, st.c.EventType = c.EventID, c.EventType
+					}
 				}
 			}
 		}

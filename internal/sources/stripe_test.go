@@ -912,7 +912,7 @@ func TestBackoffIsBoundedAndSeeded(t *testing.T) {
 // created which object, through evidence as the reader's scanner does:
 // the tests state evidence's rules over whole events.
 // kinds is keyEventKinds().
-func keyEvidence(ev *stripe.Event, kinds map[string]reconcile.ObjectKind) (reconcile.KeyEvidence, bool) {
+func keyEvidence(ev *stripe.Event, kinds map[string]keyEvent) (reconcile.KeyEvidence, bool) {
 	if ev.Request == nil || ev.Data == nil {
 		return reconcile.KeyEvidence{}, false
 	}
