@@ -122,8 +122,11 @@ type ProgressEvent struct {
 // a view of it that reads one connected account instead, with everything
 // that belongs to the key shared (docs/design.md, "Reading the provider").
 type Stripe struct {
-	api  *client.API
-	opts StripeOptions
+	api *client.API
+	// backend is the API backend of api, which list pages are read
+	// through (fetch, stripe_page.go).
+	backend *stripe.BackendImplementation
+	opts    StripeOptions
 	// pace is the key's: Stripe limits requests per key, whatever account
 	// they name, so every view of the key goes through this one.
 	pace *pace
@@ -194,6 +197,7 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 		EnableTelemetry:   stripe.Bool(false),
 	})
 	s.api = client.New(o.APIKey, backends)
+	s.backend = backends.API.(*stripe.BackendImplementation)
 	return s, nil
 }
 
@@ -639,7 +643,7 @@ func (s *Stripe) ForAccount(id string) *Stripe {
 	}
 	p := s.platform
 	v := &Stripe{
-		api: p.api, opts: p.opts, pace: p.pace, keyed: p.keyed, platform: p, host: p.host, sleep: p.sleep,
+		api: p.api, backend: p.backend, opts: p.opts, pace: p.pace, keyed: p.keyed, platform: p, host: p.host, sleep: p.sleep,
 		account: id, label: id, log: p.log.With(slog.String("account", id)),
 	}
 	if !reconcile.ValidAccountID(id) {

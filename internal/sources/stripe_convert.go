@@ -16,10 +16,6 @@ import (
 
 func unixUTC(sec int64) time.Time { return time.Unix(sec, 0).UTC() }
 
-func money(amount int64, currency stripe.Currency) reconcile.Money {
-	return reconcile.Money{Amount: amount, Currency: word(strings.ToLower(string(currency)))}
-}
-
 // word is the one copy of a word that a million objects repeat (a
 // currency, a status): decoded, each object holds a copy of its own, and
 // at a million objects those copies are tens of megabytes for the
@@ -79,53 +75,88 @@ func paymentIntentStatus(status string) reconcile.Status {
 	return reconcile.Pending
 }
 
-func chargeObject(c *stripe.Charge) reconcile.ProviderObject {
+// wireObject is what the reader reads of a charge, refund or payment
+// intent, however it was decoded: by stripe-go (an object retrieved by id,
+// an event's object) or by the reader's own page decoder (a list page,
+// stripe_page.go). Its fields are Stripe's members of those names.
+type wireObject struct {
+	kind           reconcile.ObjectKind
+	id             string
+	amount         int64
+	currency       string
+	status         string
+	captured       bool // charges
+	amountRefunded int64
+	metadata       map[string]string
+	created        int64
+	paymentIntent  string // charges and refunds
+	customer       string // charges and intents
+	charge         string // refunds
+	latestCharge   string // intents
+}
+
+// object is what w becomes: the one statement of how Stripe's members
+// map to a ProviderObject. metadata is taken as it is: the caller owns it.
+func (w *wireObject) object() reconcile.ProviderObject {
 	o := reconcile.ProviderObject{
-		ID: c.ID, Kind: reconcile.Charge, Money: money(c.Amount, c.Currency),
-		Status: chargeStatus(string(c.Status), c.Captured), RawStatus: word(string(c.Status)),
-		AmountRefunded: c.AmountRefunded, Metadata: copyMetadata(c.Metadata), Created: unixUTC(c.Created),
+		ID: w.id, Kind: w.kind, Money: reconcile.Money{Amount: w.amount, Currency: word(strings.ToLower(w.currency))},
+		RawStatus: word(w.status), Created: unixUTC(w.created),
 	}
-	if c.PaymentIntent != nil {
-		o.PaymentIntent = c.PaymentIntent.ID
+	if len(w.metadata) > 0 {
+		o.Metadata = w.metadata
 	}
-	if c.Customer != nil {
-		o.Customer = c.Customer.ID
+	switch w.kind {
+	case reconcile.Charge:
+		o.Status, o.AmountRefunded = chargeStatus(w.status, w.captured), w.amountRefunded
+		o.PaymentIntent, o.Customer = w.paymentIntent, w.customer
+	case reconcile.Refund:
+		o.Status = refundStatus(w.status)
+		o.Charge, o.PaymentIntent = w.charge, w.paymentIntent
+		o.Target = o.Charge
+		if o.Target == "" {
+			o.Target = o.PaymentIntent
+		}
+	case reconcile.PaymentIntent:
+		o.Status = paymentIntentStatus(w.status)
+		o.Charge, o.Customer = w.latestCharge, w.customer
 	}
 	return o
+}
+
+func chargeObject(c *stripe.Charge) reconcile.ProviderObject {
+	w := wireObject{kind: reconcile.Charge, id: c.ID, amount: c.Amount, currency: string(c.Currency), status: string(c.Status),
+		captured: c.Captured, amountRefunded: c.AmountRefunded, metadata: copyMetadata(c.Metadata), created: c.Created}
+	if c.PaymentIntent != nil {
+		w.paymentIntent = c.PaymentIntent.ID
+	}
+	if c.Customer != nil {
+		w.customer = c.Customer.ID
+	}
+	return w.object()
 }
 
 func refundObject(r *stripe.Refund) reconcile.ProviderObject {
-	o := reconcile.ProviderObject{
-		ID: r.ID, Kind: reconcile.Refund, Money: money(r.Amount, r.Currency),
-		Status: refundStatus(string(r.Status)), RawStatus: word(string(r.Status)),
-		Metadata: copyMetadata(r.Metadata), Created: unixUTC(r.Created),
-	}
+	w := wireObject{kind: reconcile.Refund, id: r.ID, amount: r.Amount, currency: string(r.Currency), status: string(r.Status),
+		metadata: copyMetadata(r.Metadata), created: r.Created}
 	if r.Charge != nil {
-		o.Charge = r.Charge.ID
+		w.charge = r.Charge.ID
 	}
 	if r.PaymentIntent != nil {
-		o.PaymentIntent = r.PaymentIntent.ID
+		w.paymentIntent = r.PaymentIntent.ID
 	}
-	o.Target = o.Charge
-	if o.Target == "" {
-		o.Target = o.PaymentIntent
-	}
-	return o
+	return w.object()
 }
 
 func paymentIntentObject(p *stripe.PaymentIntent) reconcile.ProviderObject {
-	o := reconcile.ProviderObject{
-		ID: p.ID, Kind: reconcile.PaymentIntent, Money: money(p.Amount, p.Currency),
-		Status: paymentIntentStatus(string(p.Status)), RawStatus: word(string(p.Status)),
-		Metadata: copyMetadata(p.Metadata), Created: unixUTC(p.Created),
-	}
+	w := wireObject{kind: reconcile.PaymentIntent, id: p.ID, amount: p.Amount, currency: string(p.Currency), status: string(p.Status),
+		metadata: copyMetadata(p.Metadata), created: p.Created}
 	if p.LatestCharge != nil {
-		o.Charge = p.LatestCharge.ID
+		w.latestCharge = p.LatestCharge.ID
 	}
 	if p.Customer != nil {
-		o.Customer = p.Customer.ID
+		w.customer = p.Customer.ID
 	}
-	return o
+	return w.object()
 }
 
 // keyEvents are the event types whose request is the one that created the

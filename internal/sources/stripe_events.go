@@ -2,46 +2,39 @@ package sources
 
 import (
 	"encoding/json"
-	"net/http"
 	"strconv"
 
 	stripe "github.com/stripe/stripe-go/v79"
-	"github.com/stripe/stripe-go/v79/form"
 
 	"reconcile"
 )
 
-// Events are the longest list the reader reads (one or more per object),
-// and stripe-go decodes each event's data.object into a
-// map[string]interface{} after decoding it into the event: most of a
-// listing's CPU went there. The reader needs of an event only its id,
-// type, time, request key and the id, kind and creation time of its
-// object, and the whole object only for a change to an object the
-// listing does not hold. So the events list goes through stripe-go's
-// backend (the same HTTP client, key, pacing and error handling) into a
-// page type of the reader's own that keeps data.object as raw JSON and
-// decodes only its head; Change decodes the rest, into stripe-go's own
-// types, when it needs it.
-
-// eventPage is one page of the events list.
-type eventPage struct {
-	stripe.APIResource
-	stripe.ListMeta
-	Data []*lightEvent `json:"data"`
-}
+// Events are the longest list the reader reads (one or more per object).
+// The reader needs of an event only its id, type, time, request key and
+// the id, kind and creation time of its object, and the whole object only
+// for a change to an object the listing does not hold. So a page of events
+// is decoded into lightEvents (pageReader.event, stripe_page.go) that keep
+// data.object as raw JSON and decode only its head; Change decodes the
+// rest, into stripe-go's own types, when it needs it.
 
 // lightEvent is an event as far as the reader reads it.
 type lightEvent struct {
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Created int64  `json:"created"`
-	Request *struct {
-		ID             string `json:"id"`
-		IdempotencyKey string `json:"idempotency_key"`
-	} `json:"request"`
-	Data *struct {
-		Object eventObject `json:"object"`
-	} `json:"data"`
+	ID      string        `json:"id"`
+	Type    string        `json:"type"`
+	Created int64         `json:"created"`
+	Request *eventRequest `json:"request"`
+	Data    *eventData    `json:"data"`
+}
+
+// eventRequest is the request an event tells of.
+type eventRequest struct {
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// eventData holds an event's object.
+type eventData struct {
+	Object eventObject `json:"object"`
 }
 
 // eventObject is an event's data.object: its head decoded, the rest kept
@@ -290,21 +283,6 @@ func nextElement(b []byte, i int) (at int, ok bool) {
 		return i, false
 	}
 	return i, true
-}
-
-// listEvents lists one page of events as stripe-go's event.Client.List
-// does, into eventPage.
-func (s *Stripe) listEvents(params *stripe.EventListParams) *stripe.Iter {
-	b, key := s.api.Events.B, s.api.Events.Key
-	return stripe.GetIter(params, func(p *stripe.Params, f *form.Values) ([]interface{}, stripe.ListContainer, error) {
-		page := &eventPage{}
-		err := b.CallRaw(http.MethodGet, "/v1/events", key, f, p, page)
-		ret := make([]interface{}, len(page.Data))
-		for i, v := range page.Data {
-			ret[i] = v
-		}
-		return ret, page, err
-	})
 }
 
 // lightKeyEvidence is the key evidence of a lightEvent: which idempotency

@@ -153,8 +153,11 @@ func (s *Stripe) listParams(ctx context.Context, after string) stripe.ListParams
 	return lp
 }
 
-func (sp span) created() *stripe.RangeQueryParams {
-	return &stripe.RangeQueryParams{GreaterThanOrEqual: sp.from, LesserThan: sp.to}
+// query is the query of one page of a list created in sp, after the
+// cursor.
+func (s *Stripe) query(ctx context.Context, sp span, after string) *listQuery {
+	return &listQuery{ListParams: s.listParams(ctx, after),
+		Created: &stripe.RangeQueryParams{GreaterThanOrEqual: sp.from, LesserThan: sp.to}}
 }
 
 // listPlan is what one read lists: the objects created in objects (none
@@ -175,28 +178,39 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 	types := stripe.StringSlice(p.eventTypes)
 	from, to := ceilUnix(p.objects.From), ceilUnix(p.objects.To)
 	return lister{ListEvents, func(ctx context.Context, sp span, after string) (page, error) {
-		it := s.listEvents(&stripe.EventListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created(), Types: types})
-		if err := checked(it.Err(), it.List().(*eventPage).LastResponse, eventShape); err != nil {
+		q := s.query(ctx, sp, after)
+		q.Types = types
+		pr := pageReaders.Get().(*pageReader)
+		defer pageReaders.Put(pr)
+		res, err := s.fetch("/v1/events", q, pr)
+		if err != nil {
 			return page{}, err
 		}
 		var pg page
-		for it.Next() {
-			ev := it.Current().(*lightEvent)
+		var ev lightEvent
+		pg.hasMore, err = pr.page(res, func(pr *pageReader) error {
+			if err := pr.event(&ev); err != nil {
+				return err
+			}
 			pg.ids = append(pg.ids, ev.ID)
 			if ev.Created >= sp.from && ev.Created < sp.to {
 				pg.events++
 			}
-			if k, ok := lightKeyEvidence(ev, kinds); ok {
+			if k, ok := lightKeyEvidence(&ev, kinds); ok {
 				pg.keys = append(pg.keys, k)
 			}
 			if p.changes {
-				if c, ok := lightChange(ev, from, to); ok {
+				// Before the reader reads on: the object's JSON is its buffer's.
+				if c, ok := lightChange(&ev, from, to); ok {
 					pg.changes = append(pg.changes, c)
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			return page{}, err
 		}
-		pg.hasMore = it.Meta().HasMore
-		return pg, nil
+		return pg, checkPage(res, eventShape)
 	}}
 }
 
@@ -213,49 +227,38 @@ func checked(err error, res *stripe.APIResponse, sh shape) error {
 // objectListers read the charges, payment intents and refunds.
 func (s *Stripe) objectListers() []lister {
 	return []lister{
-		{ListCharges, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.Charges.List(&stripe.ChargeListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created()})
-			if err := checked(it.Err(), it.ChargeList().LastResponse, chargeShape); err != nil {
-				return page{}, err
-			}
-			var pg page
-			for it.Next() {
-				c := it.Charge()
-				pg.ids = append(pg.ids, c.ID)
-				pg.objects = append(pg.objects, chargeObject(c))
-			}
-			pg.hasMore = it.Meta().HasMore
-			return pg, nil
-		}},
-		{ListPaymentIntents, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.PaymentIntents.List(&stripe.PaymentIntentListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created()})
-			if err := checked(it.Err(), it.PaymentIntentList().LastResponse, paymentIntentShape); err != nil {
-				return page{}, err
-			}
-			var pg page
-			for it.Next() {
-				p := it.PaymentIntent()
-				pg.ids = append(pg.ids, p.ID)
-				pg.objects = append(pg.objects, paymentIntentObject(p))
-			}
-			pg.hasMore = it.Meta().HasMore
-			return pg, nil
-		}},
-		{ListRefunds, func(ctx context.Context, sp span, after string) (page, error) {
-			it := s.api.Refunds.List(&stripe.RefundListParams{ListParams: s.listParams(ctx, after), CreatedRange: sp.created()})
-			if err := checked(it.Err(), it.RefundList().LastResponse, refundShape); err != nil {
-				return page{}, err
-			}
-			var pg page
-			for it.Next() {
-				r := it.Refund()
-				pg.ids = append(pg.ids, r.ID)
-				pg.objects = append(pg.objects, refundObject(r))
-			}
-			pg.hasMore = it.Meta().HasMore
-			return pg, nil
-		}},
+		s.objectLister(ListCharges, "/v1/charges", reconcile.Charge, chargeShape),
+		s.objectLister(ListPaymentIntents, "/v1/payment_intents", reconcile.PaymentIntent, paymentIntentShape),
+		s.objectLister(ListRefunds, "/v1/refunds", reconcile.Refund, refundShape),
 	}
+}
+
+// objectLister reads the list name of objects of kind at path, each
+// entry of shape sh.
+func (s *Stripe) objectLister(name, path string, kind reconcile.ObjectKind, sh shape) lister {
+	return lister{name, func(ctx context.Context, sp span, after string) (page, error) {
+		pr := pageReaders.Get().(*pageReader)
+		defer pageReaders.Put(pr)
+		res, err := s.fetch(path, s.query(ctx, sp, after), pr)
+		if err != nil {
+			return page{}, err
+		}
+		var pg page
+		pg.objects = make([]reconcile.ProviderObject, 0, pageSize)
+		pg.hasMore, err = pr.page(res, func(pr *pageReader) error {
+			w, err := pr.wireObject(kind)
+			if err != nil {
+				return err
+			}
+			pg.ids = append(pg.ids, w.id)
+			pg.objects = append(pg.objects, w.object())
+			return nil
+		})
+		if err != nil {
+			return page{}, err
+		}
+		return pg, checkPage(res, sh)
+	}}
 }
 
 // List reads the charges, refunds and payment intents created in w, and

@@ -383,21 +383,40 @@ func TestMalformedIsLogged(t *testing.T) {
 	}
 }
 
-// BenchmarkCheckPage weighs the checks of a page against stripe-go's
-// decoding of it, which every page costs anyway: full pages of charges and
-// of events as the test server renders them.
+// BenchmarkCheckPage weighs the reader's decoding of a page (lean) and
+// its checks against stripe-go's decoding of the same page (stripe-go),
+// which the reader did before it decoded pages itself: full pages of
+// charges and of events as the test server renders them.
 //
 // Run: go test -run '^$' -bench BenchmarkCheckPage ./internal/sources
 func BenchmarkCheckPage(b *testing.B) {
 	e := newEnv(b)
 	benchData(b, e, 300)
+	kinds := keyEventKinds()
 	for _, c := range []struct {
 		list   string
 		sh     shape
 		decode func([]byte) error
+		entry  func(*pageReader) error
 	}{
-		{ListCharges, chargeShape, func(raw []byte) error { return json.Unmarshal(raw, &stripe.ChargeList{}) }},
-		{ListEvents, eventShape, func(raw []byte) error { return json.Unmarshal(raw, &eventPage{}) }},
+		{ListCharges, chargeShape, func(raw []byte) error { return json.Unmarshal(raw, &stripe.ChargeList{}) },
+			func(pr *pageReader) error {
+				w, err := pr.wireObject(reconcile.Charge)
+				_ = w.object()
+				return err
+			}},
+		{ListEvents, eventShape, func(raw []byte) error {
+			var pg struct {
+				stripe.ListMeta
+				Data []*lightEvent `json:"data"`
+			}
+			return json.Unmarshal(raw, &pg)
+		}, func(pr *pageReader) error {
+			var ev lightEvent
+			err := pr.event(&ev)
+			lightKeyEvidence(&ev, kinds)
+			return err
+		}},
 	} {
 		req, err := http.NewRequestWithContext(b.Context(), http.MethodGet, e.base+"/v1/"+c.list+"?limit=100", nil)
 		if err != nil {
@@ -414,10 +433,23 @@ func BenchmarkCheckPage(b *testing.B) {
 			b.Fatalf("%s: a full page that passes its check, got %v, %d bytes", c.list, err, len(raw))
 		}
 		resp := &stripe.APIResponse{RawJSON: raw}
-		b.Run(c.list+"/decode", func(b *testing.B) {
+		b.Run(c.list+"/stripe-go", func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
 			for b.Loop() {
 				if err := c.decode(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.list+"/lean", func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
+			pr := pageReaders.Get().(*pageReader)
+			for b.Loop() {
+				pr.body.Reset()
+				pr.body.Write(raw)
+				if _, err := pr.page(resp, c.entry); err != nil {
 					b.Fatal(err)
 				}
 			}
