@@ -186,7 +186,7 @@ func (s *Stripe) eventsLister(p listPlan) lister {
 		if err != nil {
 			return page{}, err
 		}
-		var pg page
+		pg := page{ids: make([]string, 0, pageSize), keys: make([]reconcile.KeyEvidence, 0, pageSize)}
 		var ev lightEvent
 		pg.hasMore, err = pr.page(res, func(pr *pageReader) error {
 			if err := pr.event(&ev); err != nil {
@@ -243,8 +243,7 @@ func (s *Stripe) objectLister(name, path string, kind reconcile.ObjectKind, sh s
 		if err != nil {
 			return page{}, err
 		}
-		var pg page
-		pg.objects = make([]reconcile.ProviderObject, 0, pageSize)
+		pg := page{ids: make([]string, 0, pageSize), objects: make([]reconcile.ProviderObject, 0, pageSize)}
 		pg.hasMore, err = pr.page(res, func(pr *pageReader) error {
 			w, err := pr.wireObject(kind)
 			if err != nil {
