@@ -229,6 +229,13 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 			return out, err
 		}
 	}
+	// Every statement of an apply is a lookup or a write of the run's own
+	// rows; the planner's estimate of the findings' read (a subquery per
+	// open finding) passes JIT's threshold, and compiling it took longer
+	// than running it (0.2 s of 0.37 s at ten thousand open findings).
+	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+		return out, err
+	}
 	// Read first: the snapshot every later decision is taken against.
 	stored, err := readFindings(ctx, tx, in.findings)
 	if err != nil {
