@@ -342,32 +342,26 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 	if err != nil {
 		return nil, nil, fmt.Errorf("apply transitions: %w", err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	missed, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, nil, fmt.Errorf("apply transitions: %w", err)
 	}
-	ok := make(map[string]bool, len(done))
-	for _, id := range done {
-		ok[id] = true
-	}
-	var missed []string
-	for _, t := range ts {
-		if ok[t.ObligationID] {
-			applied = append(applied, t)
-		} else {
-			missed = append(missed, t.ObligationID)
-		}
-	}
 	if len(missed) == 0 {
-		return applied, nil, nil
+		return ts, nil, nil
+	}
+	notApplied := make(map[string]bool, len(missed))
+	for _, id := range missed {
+		notApplied[id] = true
 	}
 	reasons, err := s.skipReasons(ctx, tx, ts, missed)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, t := range ts {
-		if !ok[t.ObligationID] {
+		if notApplied[t.ObligationID] {
 			skipped = append(skipped, Skipped{Transition: t, Reason: reasons[t.ObligationID]})
+		} else {
+			applied = append(applied, t)
 		}
 	}
 	return applied, skipped, nil

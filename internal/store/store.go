@@ -171,7 +171,12 @@ func buildObligationSQL(t reconcile.ObligationTable, types reconcile.ObligationT
 	}
 	// One statement for every transition of a run: the rows whose state
 	// and lease are still what the matcher read are updated, each writes
-	// its audit row, and the ids returned are those applied. A row a worker
+	// its audit row, and the ids returned are those not applied (none, as
+	// a rule: returning the applied ones sent a hundred thousand ids back
+	// for nothing). The ids are unnested again for that rather than c
+	// read twice: a CTE read once is planned inline, and joined by the
+	// table's primary key; read twice, it is materialised and the whole
+	// table hashed. A row a worker
 	// changed meanwhile simply does not match. paid_at and provider_id are
 	// only ever filled, never overwritten. The time of the run is one
 	// parameter per column type ($9 for the audit, $11 and $12 for paid_at
@@ -193,10 +198,12 @@ func buildObligationSQL(t reconcile.ObligationTable, types reconcile.ObligationT
 	WHERE o.` + q.id + ` = c.id AND o.` + q.state + ` = c.from_raw
 		AND o.` + q.leaseExpiresAt + ` IS NOT DISTINCT FROM c.lease
 	RETURNING c.id::text AS id, c.from_state, c.to_state, c.provider_id::text AS provider_id
+), ins AS (
+	INSERT INTO reconcile.transitions (obligation_id, from_state, to_state, provider_id, run_id, at)
+	SELECT id, from_state, to_state, provider_id, $10, $9::timestamptz FROM upd
+	RETURNING obligation_id
 )
-INSERT INTO reconcile.transitions (obligation_id, from_state, to_state, provider_id, run_id, at)
-SELECT id, from_state, to_state, provider_id, $10, $9::timestamptz FROM upd
-RETURNING obligation_id`
+SELECT x.id FROM unnest($1::text[]) AS x(id) WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.obligation_id = x.id)`
 	q.current = `SELECT ` + q.id + `::text, ` + q.state + `::text, ` + q.leaseExpiresAt + ` FROM ` + q.table +
 		` WHERE ` + q.id + ` = ANY(` + texts(1, types.ID.Base) + `)`
 	return q
