@@ -917,6 +917,10 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 func namedIf(l *sources.Listing, opts matcher.Options, keep func(reconcile.ProviderObject) bool) sources.Named {
 	var n sources.Named
 	all := keep == nil
+	if all {
+		n.ProviderIDs = make([]string, 0, len(l.Objects))
+		n.Keys = make([]string, 0, len(l.Keys))
+	}
 	for _, o := range l.Objects {
 		if !all && !keep(o) {
 			continue
@@ -932,7 +936,9 @@ func namedIf(l *sources.Listing, opts matcher.Options, keep func(reconcile.Provi
 	slices.Sort(n.ProviderIDs)
 	n.ProviderIDs = slices.Compact(n.ProviderIDs)
 	for _, k := range l.Keys {
-		if _, kept := slices.BinarySearch(n.ProviderIDs, k.ObjectID); all || kept {
+		if all {
+			n.Keys = append(n.Keys, k.Key)
+		} else if _, kept := slices.BinarySearch(n.ProviderIDs, k.ObjectID); kept {
 			n.Keys = append(n.Keys, k.Key)
 		}
 	}

@@ -244,8 +244,12 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 			" OR " + q(c.ProviderID) + " = ANY(" + in(first+2, types.ProviderID) + ")" +
 			" OR " + q(c.TargetID) + " = ANY(" + in(target, types.TargetID) + ")"
 	}
-	qs.read = "SELECT " + r.list + from + " WHERE " + scope + " OR " + named(6)
-	qs.named = "SELECT " + r.list + from + " WHERE " + named(1)
+	// Read and ReadNamed select how many rows they return with every row
+	// (counted), so that collect holds them in one slice of the right
+	// length from the first row on.
+	counted := r.list + countColumn
+	qs.read = "SELECT " + counted + from + " WHERE " + scope + " OR " + named(6)
+	qs.named = "SELECT " + counted + from + " WHERE " + named(1)
 	qs.oldest = "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope
 	// The state compared as text: a value no enum label holds is still a
 	// value to leave out.
@@ -283,8 +287,8 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 		}
 		platform := " AND (" + col + " IS NULL OR " + col + " = ''" + cast + ")"
 		acct := func(n int) string { return fmt.Sprintf(" AND %s = $%d::text%s", col, n, cast) }
-		read := "SELECT " + r.list + from + " WHERE (" + scope + " OR " + named(6) + ")"
-		nm := "SELECT " + r.list + from + " WHERE (" + named(1) + ")"
+		read := "SELECT " + counted + from + " WHERE (" + scope + " OR " + named(6) + ")"
+		nm := "SELECT " + counted + from + " WHERE (" + named(1) + ")"
 		oldest := "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE (" + scope + ")"
 		// The account's parameter follows the others: read's last is
 		// the target ids' ($9 apart, else provider ids' $8), named's
@@ -532,7 +536,7 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, look
 	if err != nil {
 		return nil, err
 	}
-	return r.collect(rows, keep)
+	return r.collect(rows, keep, true)
 }
 
 // Get returns the obligation with id, or an error wrapping ErrNotFound when
@@ -554,7 +558,7 @@ func (r *Obligations) Get(ctx context.Context, id string) (reconcile.Obligation,
 	}
 	// collect refuses a second row with the same id: the id column is then
 	// not unique.
-	obs, err := r.collect(rows, nil)
+	obs, err := r.collect(rows, nil, false)
 	if err != nil {
 		return reconcile.Obligation{}, fmt.Errorf("get obligation %q: %w", id, err)
 	}
@@ -825,16 +829,20 @@ func (r *Obligations) checkStates(ctx context.Context, col catalogColumn) []stri
 // collect maps rows to obligations, one row at a time into reused scan
 // targets, sorts them by id and closes rows.
 //
-// A million obligations are a quarter of a gigabyte of structs: rows go
-// into chunks of growing size rather than one slice that append would copy
-// at every doubling, the sort moves (id, index) pairs rather than the
-// structs, and the result is written once, in order, into a slice of
-// exactly the right length.
+// A million obligations are a quarter of a gigabyte of structs, and a
+// second copy of them was the highest the heap stood in a first pass (the
+// collector then let it grow to twice that). With counted, the statement
+// selects its row count last (countColumn), and every row goes straight
+// into one slice of that length; the sort moves (id, index) pairs, and the
+// rows are then put in order in place, each moved once. Without it (Get),
+// or when keep keeps only some rows (a shard's), rows go into chunks of
+// growing size and are copied once, in order, into a slice of exactly the
+// right length.
 //
 // A row that cannot be mapped fails the whole read, its error naming the
 // obligation (or, without a usable id, the row's number and idempotency
 // key) and the column by its configuration field.
-func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool) ([]reconcile.Obligation, error) {
+func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool, counted bool) ([]reconcile.Obligation, error) {
 	defer rows.Close()
 	// Kind, provider, currency, state and lease owner take a handful of
 	// values over a whole table: one string each instead of one per row.
@@ -855,10 +863,17 @@ func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool) ([]recon
 	if r.table.Columns.Account != "" {
 		targets = append(targets, &account)
 	}
+	var total int64
+	if counted {
+		targets = append(targets, &total)
+	}
 	var (
 		chunks [][]reconcile.Obligation
 		order  []idIndex
 		n      int // rows seen
+		// exact is the one slice of every row, in the order they came,
+		// when the count came with them and every row is kept.
+		exact []reconcile.Obligation
 	)
 	// which names the row for an error: by id, or when the id is NULL or
 	// blank by its number in the result and its idempotency key (known
@@ -923,16 +938,27 @@ func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool) ([]recon
 		if keep != nil && !keep(id.s) {
 			continue
 		}
-		if len(next) == cap(next) {
-			chunks = append(chunks, next)
-			next = make([]reconcile.Obligation, 0, min(2*cap(next), 8192))
-		}
-		order = append(order, idIndex{id: id.s, chunk: int32(len(chunks)), at: int32(len(next))})
 		canonical, mapped := r.canon[state.s]
 		if !mapped {
 			canonical = r.table.Canonical(state.s)
 		}
-		next = append(next, reconcile.Obligation{
+		to := &next
+		switch {
+		case counted && keep == nil:
+			if exact == nil {
+				exact = make([]reconcile.Obligation, 0, total)
+				order = make([]idIndex, 0, total)
+			}
+			order = append(order, idIndex{id: id.s, at: int32(len(exact))})
+			to = &exact
+		default:
+			if len(next) == cap(next) {
+				chunks = append(chunks, next)
+				next = make([]reconcile.Obligation, 0, min(2*cap(next), 8192))
+			}
+			order = append(order, idIndex{id: id.s, chunk: int32(len(chunks)), at: int32(len(next))})
+		}
+		*to = append(*to, reconcile.Obligation{
 			ID:             id.s,
 			Account:        account.s,
 			Kind:           k,
@@ -962,18 +988,55 @@ func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool) ([]recon
 	if !slices.IsSortedFunc(order, cmp) {
 		slices.SortFunc(order, cmp)
 	}
-	obs := make([]reconcile.Obligation, len(order))
-	for i, o := range order {
+	for i := 1; i < len(order); i++ {
 		// One query returns each row once: equal ids mean the configured id
 		// column is not unique, and compare-and-set by id would be
 		// ambiguous.
-		if i > 0 && o.id == order[i-1].id {
+		if order[i].id == order[i-1].id {
 			return nil, fmt.Errorf("id %q is on more than one row of %s: "+
-				"obligations.columns.id must name a unique column", o.id, r.name)
+				"obligations.columns.id must name a unique column", order[i].id, r.name)
 		}
+	}
+	if exact != nil {
+		permute(exact, order)
+		return exact, nil
+	}
+	obs := make([]reconcile.Obligation, len(order))
+	for i, o := range order {
 		obs[i] = chunks[o.chunk][o.at]
 	}
 	return obs, nil
+}
+
+// countColumn is the last column of Read's and ReadNamed's select lists:
+// how many rows the statement returns.
+const countColumn = ", count(*) OVER ()"
+
+// permute puts obs in the order of order (order[i].at is where the i-th
+// obligation is now) in place, following each cycle of the permutation
+// once: every obligation is moved once, through one spare.
+func permute(obs []reconcile.Obligation, order []idIndex) {
+	from := make([]int32, len(order))
+	for i, o := range order {
+		from[i] = o.at
+	}
+	for i := range from {
+		if from[i] == int32(i) || from[i] < 0 {
+			continue
+		}
+		spare := obs[i]
+		j := i
+		for {
+			k := int(from[j])
+			from[j] = -1
+			if k == i {
+				obs[j] = spare
+				break
+			}
+			obs[j] = obs[k]
+			j = k
+		}
+	}
 }
 
 // collectFields are the configuration fields of the select list's columns,

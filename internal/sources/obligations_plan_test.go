@@ -2,6 +2,9 @@ package sources
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +109,30 @@ func explain(tb testing.TB, r *Obligations, sql string, args []any) string {
 		tb.Fatalf("explain: %v", err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// permute puts a Read's rows in id order in place, whatever order they
+// came in: every permutation of a few sizes, each obligation moved to
+// where the sorted order says and none lost.
+func TestPermuteSortsInPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 2, 3, 7, 100, 1000} {
+		for range 20 {
+			obs := make([]reconcile.Obligation, n)
+			for i, p := range rng.Perm(n) {
+				obs[i] = reconcile.Obligation{ID: fmt.Sprintf("ob-%05d", p)}
+			}
+			order := make([]idIndex, n)
+			for i := range obs {
+				order[i] = idIndex{id: obs[i].ID, at: int32(i)}
+			}
+			slices.SortFunc(order, func(a, b idIndex) int { return strings.Compare(a.id, b.id) })
+			permute(obs, order)
+			for i := range obs {
+				if want := fmt.Sprintf("ob-%05d", i); obs[i].ID != want {
+					t.Fatalf("n=%d: obs[%d] = %q, want %q", n, i, obs[i].ID, want)
+				}
+			}
+		}
+	}
 }
