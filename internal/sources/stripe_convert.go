@@ -19,7 +19,7 @@ func unixUTC(sec int64) time.Time { return time.Unix(sec, 0).UTC() }
 // word is the one copy of a word that a million objects repeat (a
 // currency, a status): decoded, each object holds a copy of its own, and
 // at a million objects those copies are tens of megabytes for the
-// collector to keep and sweep (docs/design.md, "Memory").
+// collector to keep and sweep (docs/design.md, "Memory and CPU").
 func word(s string) string { return unique.Make(s).Value() }
 
 // copyMetadata carries metadata as it is: it may hold anything a caller

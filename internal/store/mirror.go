@@ -726,7 +726,7 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 	}
 	cols := []string{"account", "id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
 		"payment_intent", "charge", "customer", "metadata", "created", "seen_at", "linked_to"}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_objects_in"}, cols, src); err != nil {
+	if err := copyBinary(ctx, tx, "mirror_objects_in", cols, src.appendRow); err != nil {
 		return fmt.Errorf("objects: copy: %w", err)
 	}
 	// The planner sizes the unanalysed batch by its pages: a handful of
@@ -764,16 +764,25 @@ func saveKeys(ctx context.Context, tx pgx.Tx, account string, keys []reconcile.K
 	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE mirror_keys_in (LIKE reconcile.provider_keys) ON COMMIT DROP`); err != nil {
 		return fmt.Errorf("keys: %w", err)
 	}
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"mirror_keys_in"},
+	i := 0
+	err := copyBinary(ctx, tx, "mirror_keys_in",
 		[]string{"account", "object_id", "key", "object_kind", "event_id", "event_type", "created", "request_id"},
-		pgx.CopyFromSlice(len(keys), func(i int) ([]any, error) {
-			k := &keys[i]
-			var req *string
-			if k.RequestID != "" {
-				req = &k.RequestID
+		func(b []byte) ([]byte, bool, error) {
+			if i == len(keys) {
+				return b, false, nil
 			}
-			return []any{account, k.ObjectID, k.Key, string(k.ObjectKind), k.EventID, k.EventType, k.Created, req}, nil
-		}))
+			k := &keys[i]
+			i++
+			b = appendFields(b, 8)
+			b = appendText(b, account)
+			b = appendText(b, k.ObjectID)
+			b = appendText(b, k.Key)
+			b = appendText(b, string(k.ObjectKind))
+			b = appendText(b, k.EventID)
+			b = appendText(b, k.EventType)
+			b = appendTimestamptz(b, k.Created)
+			return appendTextOrNull(b, k.RequestID), true, nil
+		})
 	if err != nil {
 		return fmt.Errorf("keys: copy: %w", err)
 	}
@@ -855,8 +864,6 @@ type seenSource struct {
 	account string
 	// linkOf, when set, gives a matched object's link (MatchSave.LinkOf).
 	linkOf func(string) (string, bool)
-	row    [16]any
-	err    error
 }
 
 func newSeenSource(seen []SeenObjects) *seenSource {
@@ -901,48 +908,60 @@ func newSeenSource(seen []SeenObjects) *seenSource {
 	return s
 }
 
-func (s *seenSource) Next() bool {
-	for s.g < len(s.seen) {
+// appendRow appends the next object not skipped as a binary COPY row
+// (copyBinary); false when none is left.
+func (s *seenSource) appendRow(b []byte) ([]byte, bool, error) {
+	for {
+		if s.g >= len(s.seen) {
+			return b, false, nil
+		}
 		if s.i+1 < len(s.seen[s.g].Objects) {
 			s.i++
-			if s.skip[s.g][s.i] {
-				continue
+			if !s.skip[s.g][s.i] {
+				break
 			}
-			return true
+			continue
 		}
 		s.g, s.i = s.g+1, -1
 	}
-	return false
-}
-
-func (s *seenSource) Values() ([]any, error) {
 	g := &s.seen[s.g]
 	o := &g.Objects[s.i]
-	var meta any
+	b = appendFields(b, 16)
+	b = appendText(b, s.account)
+	b = appendText(b, o.ID)
+	b = appendText(b, string(o.Kind))
+	b = appendInt8(b, o.Money.Amount)
+	b = appendText(b, o.Money.Currency)
+	b = appendText(b, string(o.Status))
+	b = appendText(b, o.RawStatus)
+	b = appendInt8(b, o.AmountRefunded)
+	b = appendTextOrNull(b, o.Target)
+	b = appendTextOrNull(b, o.PaymentIntent)
+	b = appendTextOrNull(b, o.Charge)
+	b = appendTextOrNull(b, o.Customer)
 	if len(o.Metadata) > 0 {
 		// No card number is kept readable at rest: masked on the way in,
 		// but never the values linking reads (docs/design.md, "Untrusted
 		// text").
-		b, err := json.Marshal(redact.Metadata(o.Metadata, s.linkKeys...))
+		doc, err := json.Marshal(redact.Metadata(o.Metadata, s.linkKeys...))
 		if err != nil {
-			s.err = fmt.Errorf("object %q: metadata: %w", o.ID, err)
-			return nil, s.err
+			return b, false, fmt.Errorf("object %q: metadata: %w", o.ID, err)
 		}
-		meta = string(b)
+		b = appendJSONB(b, doc)
+	} else {
+		b = appendNull(b)
 	}
-	var linked any
+	b = appendTimestamptz(b, o.Created)
+	b = appendTimestamptz(b, g.At)
+	// '' for an object the pass matched to nothing, NULL for one it did
+	// not match (saveObjects).
 	if s.linkOf != nil {
 		if obl, ok := s.linkOf(o.ID); ok {
-			linked = obl
+			return appendText(b, obl), true, nil
 		}
 	}
-	s.row = [16]any{s.account, o.ID, string(o.Kind), o.Money.Amount, o.Money.Currency, string(o.Status), o.RawStatus,
-		o.AmountRefunded, nullString(o.Target), nullString(o.PaymentIntent), nullString(o.Charge),
-		nullString(o.Customer), meta, o.Created, g.At, linked}
-	return s.row[:], nil
+	return appendNull(b), true, nil
 }
-
-func (s *seenSource) Err() error { return s.err }
 
 // mirrorText scans a text column straight from pgx's buffer, NULL as "";
 // with intern set, equal values share one string.
