@@ -104,9 +104,13 @@ func (st *readState) matchSave() *store.MatchSave {
 	ms := &store.MatchSave{Mark: m.mark, LinkOf: m.linkOf}
 	if st.plan.report.Mode == SyncIncremental {
 		for _, l := range m.links {
-			if !st.fresh[l.ObjectID] {
-				ms.Relinked = append(ms.Relinked, l)
+			if st.fresh[l.ObjectID] {
+				continue // saved whole, its link with it
 			}
+			if was, ok := st.stored[l.ObjectID]; ok && was == l.ObligationID {
+				continue // the mirror holds this link already
+			}
+			ms.Relinked = append(ms.Relinked, l)
 		}
 	}
 	return ms
@@ -265,7 +269,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		rows[o.ID] = true
 	}
 	add(opened)
-	seed := store.Related{Pending: true, UnlinkedIntents: true}
+	seed := store.Related{Pending: true, UnlinkedIntents: true, Linked: st.storeLink}
 	ids := map[string]struct{}{}
 	for _, id := range openObj {
 		ids[id] = struct{}{}
@@ -284,7 +288,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 			if kept, err = closeRelated(ctx, mm, cover, p.since, 2*r.Matcher.DuplicateWindow, kept, ids, seed); err != nil {
 				return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
 			}
-			seed, ids = store.Related{}, map[string]struct{}{}
+			seed, ids = store.Related{Linked: st.storeLink}, map[string]struct{}{}
 			if keys, err = r.keysOfChanged(ctx, mm, kept, sd.sync.Keys, kw); err != nil {
 				return matcher.Input{}, false, err
 			}

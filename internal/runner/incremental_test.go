@@ -291,7 +291,9 @@ func (e *env) exec(sql string, args ...any) {
 }
 
 // stored is what a reconciler's database holds of its conclusions: every
-// finding's fingerprint, status and content, and every obligation's row.
+// finding's fingerprint, status and content, every obligation's row, and
+// the link the mirror keeps of every object (what the next nightly pass
+// reaches obligations by).
 func (e *env) stored() []string {
 	e.tb.Helper()
 	var out []string
@@ -300,6 +302,8 @@ func (e *env) stored() []string {
 			FROM reconcile.findings ORDER BY fingerprint`,
 		`SELECT 'obligation ' || id || ' ' || state || ' ' || coalesce(provider_id, '') || ' ' || coalesce(paid_at::text, '')
 			FROM obligations ORDER BY id`,
+		`SELECT 'link ' || account || '/' || id || ' ' || coalesce(linked_to, '-')
+			FROM reconcile.provider_objects ORDER BY account, id`,
 	} {
 		rows, err := e.pool.Query(context.Background(), q)
 		if err != nil {

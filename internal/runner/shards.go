@@ -452,6 +452,7 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 			return kept, nil
 		}
 		q.Held = func(id string) bool { _, ok := have[id]; return ok }
+		q.Linked = seed.Linked
 		got, err := mirror.Related(ctx, w, q, since)
 		if err != nil {
 			return nil, err

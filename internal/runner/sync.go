@@ -107,6 +107,21 @@ type readState struct {
 	// obligations the mark keeps (nil: not counted, no mark).
 	matched *matchedSet
 	created *int64
+	// stored are the links the mirror held of the objects an incremental
+	// pass read from it by relation (store.Related.Linked): the object's
+	// obligation, "" for none. A link found the same is not written again.
+	stored map[string]string
+}
+
+// storeLink records what the mirror linked object id to (store.Related.Linked).
+func (st *readState) storeLink(id, obligation string, linked bool) {
+	if st.stored == nil {
+		st.stored = map[string]string{}
+	}
+	if !linked {
+		obligation = ""
+	}
+	st.stored[id] = obligation
 }
 
 // Phase is one step of a pass and how long it took.

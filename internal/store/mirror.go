@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
@@ -242,8 +243,10 @@ func (m *Mirror) Get(ctx context.Context, ids []string, since time.Time) ([]Mirr
 	return out, nil
 }
 
-// scanMirrorObjects reads the objects of one account's rows.
-func scanMirrorObjects(rows pgx.Rows, account string, each func(reconcile.ProviderObject, time.Time)) error {
+// scanMirrorObjects reads the objects of one account's rows: the columns
+// of mirrorObjectColumns, then one per extra scan target, which each may
+// read.
+func scanMirrorObjects(rows pgx.Rows, account string, each func(reconcile.ProviderObject, time.Time), extra ...any) error {
 	defer rows.Close()
 	// Kinds, currencies and statuses take a handful of values: one string
 	// each rather than one per row.
@@ -254,8 +257,8 @@ func scanMirrorObjects(rows pgx.Rows, account string, each func(reconcile.Provid
 		metadata                         []byte
 		created, seen                    time.Time
 	)
-	targets := []any{&id, &kind, &amount, &currency, &status, &raw, &refunded, &target, &pi, &charge, &customer,
-		&metadata, &created, &seen}
+	targets := append([]any{&id, &kind, &amount, &currency, &status, &raw, &refunded, &target, &pi, &charge, &customer,
+		&metadata, &created, &seen}, extra...)
 	for rows.Next() {
 		if err := rows.Scan(targets...); err != nil {
 			return fmt.Errorf("object %q: %w", id.s, err)
@@ -451,6 +454,11 @@ type Related struct {
 	// Held, when set, says which objects the asker holds already: their
 	// ids are matched, but they are not read again.
 	Held func(id string) bool
+	// Linked, when set, is told of every object read what the last
+	// matching pass linked it to (linked false: nothing, or no pass
+	// matched it), so that a pass that finds the same link need not
+	// write it again (MatchSave.Relinked).
+	Linked func(id, obligation string, linked bool)
 }
 
 // MetadataPair is one metadata key and value.
@@ -481,7 +489,7 @@ func (q Related) empty() bool {
 // $13 linked-to obligations, $14 metadata documents, $15 pending, $16
 // unlinked intents (migration 00014's indexes). A false boolean is a
 // constant under the custom plan Related forces: its term reads nothing.
-const relatedSQL = `SELECT ` + mirrorObjectColumns + relatedFrom
+const relatedSQL = `SELECT ` + mirrorObjectColumns + `, linked_to` + relatedFrom
 
 // relatedIDsSQL is the ids relatedSQL's terms name, before its window
 // and seen_at are looked at: the terms are index lookups whose sizes the
@@ -542,6 +550,13 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		customers[i], amounts[i], los[i], his[i] = t.Customer, t.Amount, t.From, t.To
 	}
 	var out []reconcile.ProviderObject
+	var linked pgtype.Text
+	each := func(o reconcile.ProviderObject, _ time.Time) {
+		out = append(out, o)
+		if q.Linked != nil {
+			q.Linked(o.ID, linked.String, linked.Valid)
+		}
+	}
 	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// A shard's closure runs this statement round after round: after
 		// five, PostgreSQL may plan it once for any arrays (a generic
@@ -593,19 +608,19 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 			if len(ids) == 0 {
 				return nil
 			}
-			rows, err = tx.Query(ctx, `SELECT `+mirrorObjectColumns+` FROM reconcile.provider_objects
+			rows, err = tx.Query(ctx, `SELECT `+mirrorObjectColumns+`, linked_to FROM reconcile.provider_objects
 				WHERE account = $1 AND id = ANY($2::text[]) AND created >= $3 AND created < $4 AND seen_at >= $5`,
 				m.account, ids, args[1], args[2], since)
 			if err != nil {
 				return err
 			}
-			return scanMirrorObjects(rows, m.account, func(o reconcile.ProviderObject, _ time.Time) { out = append(out, o) })
+			return scanMirrorObjects(rows, m.account, each, &linked)
 		}
 		rows, err := tx.Query(ctx, relatedSQL, args...)
 		if err != nil {
 			return err
 		}
-		return scanMirrorObjects(rows, m.account, func(o reconcile.ProviderObject, _ time.Time) { out = append(out, o) })
+		return scanMirrorObjects(rows, m.account, each, &linked)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read related mirrored objects: %w", err)
