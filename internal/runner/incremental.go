@@ -283,14 +283,14 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// pass, however many rounds of the closure reach them: asked again
 	// every round, the open findings' eleven thousand names and objects
 	// cost 0.3 to 0.6 s a round at a million.
-	keysAsked, namesAsked := map[string]bool{}, newAskedNames()
+	keysAsked, namesAsked, terms := map[string]bool{}, newAskedNames(), newClosure()
 	for closed := false; ; {
 		// What the provider showed is closed over even when no obligation
 		// changed.
 		for ; !closed || len(fresh) > 0; closed = true {
 			r.seedOf(fresh, rows, &seed, ids)
 			fresh = nil
-			if kept, err = closeRelated(ctx, mm, cover, p.since, 2*r.Matcher.DuplicateWindow, kept, ids, seed); err != nil {
+			if kept, err = closeRelated(ctx, mm, cover, p.since, 2*r.Matcher.DuplicateWindow, kept, ids, seed, terms); err != nil {
 				return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
 			}
 			seed, ids = store.Related{Linked: st.storeLink}, map[string]struct{}{}

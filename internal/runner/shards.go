@@ -365,26 +365,43 @@ func (p *prefetched) closeOver(ctx context.Context, seeds, have []reconcile.Prov
 // amount created within twinReach of it, a refund's by its movement.
 func closeShard(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, twinReach time.Duration,
 	kept []reconcile.ProviderObject, ids map[string]struct{}, keys []string) ([]reconcile.ProviderObject, error) {
-	return closeRelated(ctx, mirror, w, since, twinReach, kept, ids, store.Related{Keys: keys})
+	return closeRelated(ctx, mirror, w, since, twinReach, kept, ids, store.Related{Keys: keys}, nil)
+}
+
+// closure is what a closure asked of the mirror already: every id asked
+// for, as an id, an intent or a charge (a bit each), and every pair. An
+// incremental pass keeps one across its rounds, so that what an earlier
+// round asked of the objects it held is not asked again.
+type closure struct {
+	asked     map[string]uint8
+	pairs     map[closurePair]struct{}
+	customers map[string]string // an intent's customer, for its charges that name none
+}
+
+type closurePair struct {
+	customer        string
+	amount, created int64
+}
+
+func newClosure() *closure {
+	return &closure{asked: map[string]uint8{}, pairs: map[closurePair]struct{}{}, customers: map[string]string{}}
 }
 
 // closeRelated is closeShard starting from seed's terms besides ids: what
 // an incremental pass asks of the mirror for the obligations it matches
-// again (docs/design.md, "Incremental matching").
+// again (docs/design.md, "Incremental matching"). c, when set, is what an
+// earlier call asked already (and then what this one asked too).
 func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, since time.Time, twinReach time.Duration,
-	kept []reconcile.ProviderObject, ids map[string]struct{}, seed store.Related) ([]reconcile.ProviderObject, error) {
+	kept []reconcile.ProviderObject, ids map[string]struct{}, seed store.Related, c *closure) ([]reconcile.ProviderObject, error) {
 	have := make(map[string]struct{}, len(kept))
 	for i := range kept {
 		have[kept[i].ID] = struct{}{}
 	}
-	// Every id asked for, as an id, an intent or a charge (a bit each),
-	// and every pair: asked once.
-	asked := map[string]uint8{}
-	type pair struct {
-		customer        string
-		amount, created int64
+	if c == nil {
+		c = newClosure()
 	}
-	pairs := map[pair]struct{}{}
+	asked, pairs, customers := c.asked, c.pairs, c.customers
+	type pair = closurePair
 	const asID, asIntent, asCharge = 1, 2, 4
 	ask := func(list *[]string, as uint8, v string) {
 		if v != "" && asked[v]&as == 0 {
@@ -392,7 +409,6 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 			*list = append(*list, v)
 		}
 	}
-	customers := map[string]string{} // an intent's customer, for its charges that name none
 	q := seed
 	for id := range ids {
 		if _, ok := have[id]; !ok {
