@@ -284,7 +284,7 @@ func (s *Server) retrieve(acct, name, id string) ([]byte, *apiErr) {
 				return nil, s.accountInvalid(id)
 			}
 		}
-		i, ok := l.pos[id]
+		i, ok := l.index(id)
 		if !ok && name == ListAccounts {
 			return nil, s.accountInvalid(id)
 		}
@@ -479,7 +479,7 @@ func (l *list) page(lq listQuery, what string) ([]*entry, bool, *apiErr) {
 	i1 := firstIndex(es, func(e *entry) bool { return e.created < lq.lo })
 	var out []*entry
 	if lq.before != "" {
-		p, ok := l.pos[lq.before]
+		p, ok := l.index(lq.before)
 		if !ok {
 			return nil, false, invalid("ending_before", "resource_missing", fmt.Sprintf("No such %s: '%s'", what, lq.before))
 		}
@@ -495,7 +495,7 @@ func (l *list) page(lq listQuery, what string) ([]*entry, bool, *apiErr) {
 	}
 	start := i0
 	if lq.after != "" {
-		p, ok := l.pos[lq.after]
+		p, ok := l.index(lq.after)
 		if !ok {
 			return nil, false, invalid("starting_after", "resource_missing", fmt.Sprintf("No such %s: '%s'", what, lq.after))
 		}

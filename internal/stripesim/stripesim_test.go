@@ -147,6 +147,50 @@ func TestListOrderCursorsAndFilters(t *testing.T) {
 	s.AssertNoWrites(t)
 }
 
+// Objects added after the lists were read are merged into their order,
+// newer and older alike, and every cursor finds its place again: the list
+// paged two at a time is the whole list in Stripe's order, after each of
+// each addition: newer ones, one between the others, and an older one.
+func TestAddingAfterReading(t *testing.T) {
+	s := New(testKey)
+	fiveCharges(t, s)
+	base := start(t, s)
+	page := func() []string {
+		var all []string
+		q := url.Values{"limit": {"2"}}
+		for {
+			r := get(t, base, "/v1/charges", q)
+			got := ids(t, r)
+			all = append(all, got...)
+			if r.body["has_more"] != true {
+				return all
+			}
+			q.Set("starting_after", got[len(got)-1])
+		}
+	}
+	if diff := cmp.Diff([]string{"ch_5", "ch_4", "ch_3b", "ch_3", "ch_2", "ch_1"}, page()); diff != "" {
+		t.Fatalf("before (-want +got):\n%s", diff)
+	}
+	// Newer ones, the usual day's business, and one between the others.
+	mustAdd(t, s, "", charge("ch_7", t0.Add(7*time.Second)), charge("ch_6", t0.Add(6*time.Second)),
+		charge("ch_2b", t0.Add(2*time.Second)))
+	if diff := cmp.Diff([]string{"ch_7", "ch_6", "ch_5", "ch_4", "ch_3b", "ch_3", "ch_2b", "ch_2", "ch_1"}, page()); diff != "" {
+		t.Errorf("after adding (-want +got):\n%s", diff)
+	}
+	r := get(t, base, "/v1/charges", url.Values{"limit": {"2"}, "ending_before": {"ch_2b"}})
+	if diff := cmp.Diff([]string{"ch_3b", "ch_3"}, ids(t, r)); diff != "" {
+		t.Errorf("ending before ch_2b (-want +got):\n%s", diff)
+	}
+	// An older one: every place before it moves.
+	mustAdd(t, s, "", charge("ch_0", t0))
+	if diff := cmp.Diff([]string{"ch_7", "ch_6", "ch_5", "ch_4", "ch_3b", "ch_3", "ch_2b", "ch_2", "ch_1", "ch_0"}, page()); diff != "" {
+		t.Errorf("after adding an older one (-want +got):\n%s", diff)
+	}
+	if r := get(t, base, "/v1/charges/ch_2b", nil); r.status != http.StatusOK || r.body["id"] != "ch_2b" {
+		t.Errorf("retrieve ch_2b: %d %v", r.status, r.body["id"])
+	}
+}
+
 func TestParameterErrors(t *testing.T) {
 	s := New(testKey)
 	fiveCharges(t, s)
