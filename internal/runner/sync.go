@@ -200,6 +200,11 @@ func (st *readState) saw(at time.Time, objs ...reconcile.ProviderObject) {
 func (r *Runner) fetch(ctx context.Context, ids []string, now time.Time, st *readState) ([]reconcile.ProviderObject, []reconcile.Lookup) {
 	found, lookups := r.Provider.Retrieve(ctx, ids)
 	st.plan.report.Retrieved += len(ids)
+	for _, l := range lookups {
+		if l.Result == reconcile.LookupNotFound {
+			st.save.Absent = append(st.save.Absent, l.ID)
+		}
+	}
 	if st.fetched == nil {
 		st.fetched = map[string]reconcile.ProviderObject{}
 	}
@@ -378,7 +383,27 @@ func (r *Runner) namedFromMirror(ctx context.Context, ids []string, st *readStat
 		}
 	}
 	st.plan.report.Mirrored += len(objs)
+	if am, ok := r.Mirror.(AbsenceMirror); ok && len(rest) > 0 {
+		// What the provider answered an earlier pass it has no object of
+		// is absent still: a 404 is evidence of absence, and Stripe never
+		// gives an id to an object later (docs/design.md, "Incremental
+		// matching").
+		absent, err := am.Absent(ctx, rest, st.plan.since)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("read the mirror: %w", err)
+		}
+		for _, id := range absent {
+			lookups = append(lookups, reconcile.Lookup{ID: id, Result: reconcile.LookupNotFound})
+		}
+		rest = slices.DeleteFunc(rest, func(id string) bool { _, ok := slices.BinarySearch(absent, id); return ok })
+	}
 	return objs, lookups, rest, nil
+}
+
+// AbsenceMirror also keeps which ids the provider answered it has no
+// object of (store.Mirror is one).
+type AbsenceMirror interface {
+	Absent(ctx context.Context, ids []string, since time.Time) ([]string, error)
 }
 
 // verify retrieves again the mirrored payment intents the pass is about to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +217,21 @@ func TestSecondPassReadsLittle(t *testing.T) {
 	if second.Sync.Match != runner.MatchIncremental || second.Sync.Rematched*10 > 4000 {
 		t.Errorf("second pass: match %q (%s), %d obligations matched again; want incremental, a few",
 			second.Sync.Match, second.Sync.MatchReason, second.Sync.Rematched)
+	}
+	// What the first pass's retrievals found absent the second takes from
+	// the mirror, and finds absent still: it asks Stripe for none of it.
+	absent := func(out *runner.Outcome) []string {
+		var ids []string
+		for _, l := range out.Lookups {
+			if l.Result == reconcile.LookupNotFound {
+				ids = append(ids, l.ID)
+			}
+		}
+		return ids
+	}
+	if a1, a2 := absent(first), absent(second); len(a1) == 0 || !slices.Equal(a1, a2) || second.Sync.Retrieved != 0 {
+		t.Errorf("absent ids: first pass %v, second %v, second retrieved %d; want the same, some, none retrieved",
+			a1, a2, second.Sync.Retrieved)
 	}
 	t.Logf("first pass read %d, second %d (%.2f%%): %+v", firstReads, secondReads,
 		100*float64(secondReads)/float64(firstReads), second.Sync)

@@ -98,6 +98,9 @@ type MirrorUpdate struct {
 	// of two events telling one object's key, across saves, the earliest
 	// is kept.
 	Keys []reconcile.KeyEvidence
+	// Absent are the ids the pass retrieved and the provider answered it
+	// has no such object for (404), as of Now (Absent reads them back).
+	Absent []string
 	// Cursors are set where their window is valid (non-empty for objects,
 	// From ≤ To for keys and changes with a non-zero To) and left as they
 	// are otherwise.
@@ -667,6 +670,9 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		if err := saveKeys(ctx, tx, m.account, u.Keys); err != nil {
 			return err
 		}
+		if err := saveAbsent(ctx, tx, m.account, u.Absent, u.Now); err != nil {
+			return err
+		}
 		if err := saveCursors(ctx, tx, m.account, u); err != nil {
 			return err
 		}
@@ -770,6 +776,51 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 		return fmt.Errorf("objects: insert: %w", err)
 	}
 	return nil
+}
+
+// saveAbsent records that the provider had no object of each of ids at
+// now.
+func saveAbsent(ctx context.Context, tx pgx.Tx, account string, ids []string, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile.provider_absent (account, id, seen_at)
+		SELECT $1, id, $3 FROM unnest($2::text[]) AS a(id)
+		ON CONFLICT (account, id) DO UPDATE SET seen_at = greatest(reconcile.provider_absent.seen_at, EXCLUDED.seen_at)`,
+		account, sortedSet(ids), now)
+	if err != nil {
+		return fmt.Errorf("absent: %w", err)
+	}
+	return nil
+}
+
+// Absent returns which of ids the provider answered, at or after since,
+// it has no object of (MirrorUpdate.Absent) and the mirror holds no
+// object of since, sorted: a 404 is evidence of absence, and Stripe never
+// gives an id to an object later (docs/design.md, "Incremental
+// matching").
+func (m *Mirror) Absent(ctx context.Context, ids []string, since time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, `SELECT a.id FROM reconcile.provider_absent a
+		WHERE a.account = $1 AND a.id = ANY($2::text[]) AND a.seen_at >= $3
+			AND NOT EXISTS (SELECT 1 FROM reconcile.provider_objects p WHERE p.account = a.account AND p.id = a.id)`,
+		m.account, ids, since)
+	if err != nil {
+		return nil, fmt.Errorf("read absent ids: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read absent ids: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// sortedSet is ids sorted, each once (a copy).
+func sortedSet(ids []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(ids)))
 }
 
 func saveKeys(ctx context.Context, tx pgx.Tx, account string, keys []reconcile.KeyEvidence) error {

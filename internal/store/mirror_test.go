@@ -380,3 +380,38 @@ func TestMirrorAccountsApart(t *testing.T) {
 		t.Errorf("a refused save wrote: %d objects, were %d", after, before)
 	}
 }
+
+// What a pass found absent is absent for the next, as of when it was
+// found, for the account it was found of, until the mirror holds the
+// object itself.
+func TestMirrorAbsent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	m, other := NewMirror(e.pool), NewMirror(e.pool).ForAccount("acct_1Other")
+	ctx := t.Context()
+	at := t0()
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at, Absent: []string{"ch_gone", "re_gone", "ch_gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	asked := []string{"ch_gone", "re_gone", "ch_unasked"}
+	if got, err := m.Absent(ctx, asked, at); err != nil || !slices.Equal(got, []string{"ch_gone", "re_gone"}) {
+		t.Errorf("Absent = %v, %v; want ch_gone and re_gone", got, err)
+	}
+	if got, err := m.Absent(ctx, asked, at.Add(time.Second)); err != nil || len(got) != 0 {
+		t.Errorf("Absent since after it was found = %v, %v; want none", got, err)
+	}
+	if got, err := other.Absent(ctx, asked, at); err != nil || len(got) != 0 {
+		t.Errorf("Absent of another account = %v, %v; want none", got, err)
+	}
+	// Found again later: the later answer stands. An object of the id
+	// saved since overrides the answer.
+	later := at.Add(time.Hour)
+	err := m.Save(ctx, MirrorUpdate{RunID: "run_2", Now: later, Absent: []string{"re_gone"},
+		Seen: []SeenObjects{{At: later, Objects: []reconcile.ProviderObject{mirrorCharge("ch_gone", at, nil)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Absent(ctx, asked, at.Add(time.Minute)); err != nil || !slices.Equal(got, []string{"re_gone"}) {
+		t.Errorf("Absent after the second save = %v, %v; want re_gone alone", got, err)
+	}
+}
