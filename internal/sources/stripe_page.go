@@ -344,6 +344,15 @@ func (pr *pageReader) str(field string) (s string, ok bool, err error) {
 	return s, err == nil, err
 }
 
+// strInto reads a string into *dst, leaving it as it is for null.
+func (pr *pageReader) strInto(dst *string, field string) error {
+	s, ok, err := pr.str(field)
+	if ok {
+		*dst = s
+	}
+	return err
+}
+
 // unquote is the JSON string v (valid JSON) as encoding/json reads it:
 // escapes resolved, invalid UTF-8 and lone surrogates as U+FFFD. Only a
 // string holding either comes here.
@@ -465,11 +474,7 @@ func (pr *pageReader) ref(field string) (string, error) {
 			if name != "id" {
 				return d.SkipValue()
 			}
-			s, ok, err := pr.str(field + ".id")
-			if ok {
-				id = s
-			}
-			return err
+			return pr.strInto(&id, field+".id")
 		})
 		return id, err
 	case 'n':
@@ -505,21 +510,28 @@ func (pr *pageReader) object(each func(name string) error) error {
 	return err
 }
 
+// objectNext reports whether an object comes next, which the caller then
+// reads; a null is read and is none (false); anything else is refused as
+// what, as encoding/json refuses it for a pointer to a struct or a map.
+func (pr *pageReader) objectNext(what string) (bool, error) {
+	d := &pr.dec
+	switch d.PeekKind() {
+	case '{':
+		return true, nil
+	case 'n', 0:
+		_, err := d.ReadValue()
+		return false, err
+	}
+	return false, errType(what + " is not an object")
+}
+
 // metadata reads a metadata object as encoding/json reads it into a
 // map[string]string: null is none, each value must be a string, the last
 // of equal keys wins. An empty one is none, as copyMetadata has it.
 func (pr *pageReader) metadata() (map[string]string, error) {
 	d := &pr.dec
-	switch d.PeekKind() {
-	case 'n':
-		_, err := d.ReadValue()
+	if ok, err := pr.objectNext("metadata"); !ok {
 		return nil, err
-	case '{':
-	case 0:
-		_, err := d.ReadValue()
-		return nil, err
-	default:
-		return nil, errType("metadata is not an object")
 	}
 	if _, err := d.ReadToken(); err != nil {
 		return nil, err
@@ -622,13 +634,8 @@ func (pr *pageReader) wireObject(kind reconcile.ObjectKind) (wireObject, error) 
 func (pr *pageReader) event(ev *lightEvent) error {
 	d := &pr.dec
 	*ev = lightEvent{}
-	switch d.PeekKind() {
-	case '{':
-	case 'n', 0:
-		_, err := d.ReadValue()
+	if ok, err := pr.objectNext("an event"); !ok {
 		return err
-	default:
-		return errType("an event is not an object")
 	}
 	return pr.object(func(name string) error {
 		var err error
@@ -653,17 +660,9 @@ func (pr *pageReader) event(ev *lightEvent) error {
 // request reads an event's request: null is none.
 func (pr *pageReader) request(ev *lightEvent) error {
 	d := &pr.dec
-	switch d.PeekKind() {
-	case 'n':
+	if ok, err := pr.objectNext("an event's request"); !ok {
 		ev.Request = nil
-		_, err := d.ReadValue()
 		return err
-	case '{':
-	case 0:
-		_, err := d.ReadValue()
-		return err
-	default:
-		return errType("an event's request is not an object")
 	}
 	if ev.Request == nil {
 		ev.Request = &eventRequest{}
@@ -672,17 +671,9 @@ func (pr *pageReader) request(ev *lightEvent) error {
 		var err error
 		switch name {
 		case "id":
-			var s string
-			var ok bool
-			if s, ok, err = pr.str("request.id"); ok {
-				ev.Request.ID = s
-			}
+			err = pr.strInto(&ev.Request.ID, "request.id")
 		case "idempotency_key":
-			var s string
-			var ok bool
-			if s, ok, err = pr.str("request.idempotency_key"); ok {
-				ev.Request.IdempotencyKey = s
-			}
+			err = pr.strInto(&ev.Request.IdempotencyKey, "request.idempotency_key")
 		default:
 			err = d.SkipValue()
 		}
@@ -694,17 +685,9 @@ func (pr *pageReader) request(ev *lightEvent) error {
 // raw JSON with its head read (eventObject).
 func (pr *pageReader) eventData(ev *lightEvent) error {
 	d := &pr.dec
-	switch d.PeekKind() {
-	case 'n':
+	if ok, err := pr.objectNext("an event's data"); !ok {
 		ev.Data = nil
-		_, err := d.ReadValue()
 		return err
-	case '{':
-	case 0:
-		_, err := d.ReadValue()
-		return err
-	default:
-		return errType("an event's data is not an object")
 	}
 	if ev.Data == nil {
 		ev.Data = &eventData{}
