@@ -128,11 +128,13 @@ func (r *Runner) matchDigest() string {
 // since a time, whatever its clock says.
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// CreatedCounter counts obligations by creation (sources.Obligations is
-// one): what tells an incremental pass that rows were deleted, or written
-// with old times, since the last pass.
-type CreatedCounter interface {
-	CreatedBefore(ctx context.Context, a, b time.Time) (int64, int64, error)
+// Censor counts the obligations table in one scan (sources.Obligations is
+// one): by creation, what tells an incremental pass that rows were
+// deleted, or written with old times, since the last pass; and the rows
+// in unmapped states, which a pass reading only what changed still
+// reports.
+type Censor interface {
+	Census(ctx context.Context, a, b time.Time, w reconcile.Window) (sources.Census, error)
 }
 
 // incrementalMatch says whether this share of a pass may match only what
@@ -141,7 +143,7 @@ type CreatedCounter interface {
 // the mark the pass leaves (st.created).
 func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Time, st *readState) (store.MatchMark, string, error) {
 	mm, ok := r.Mirror.(MatchMirror)
-	cc, counts := r.Obligations.(CreatedCounter)
+	cc, counts := r.Obligations.(Censor)
 	var mark store.MatchMark
 	marked := false
 	if ok && counts {
@@ -154,14 +156,14 @@ func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Tim
 		if marked {
 			before = earlier(mark.MatchedAt.Add(-r.Matcher.ClockSkew), at)
 		}
-		then, n, err := cc.CreatedBefore(ctx, before, at)
+		c, err := cc.Census(ctx, before, at, req.Window)
 		if err != nil {
 			return store.MatchMark{}, "", err
 		}
-		st.created = &n
-		if marked && then != mark.Obligations {
+		st.created, st.unmapped = &c.CreatedB, c.Unmapped
+		if marked && c.CreatedA != mark.Obligations {
 			return mark, fmt.Sprintf("the obligations created before the last pass were %d then and are %d now: rows were deleted or written with old times",
-				mark.Obligations, then), nil
+				mark.Obligations, c.CreatedA), nil
 		}
 	}
 	switch {

@@ -321,13 +321,11 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 		p.st.setMatched(&in, &res, p.out.Run, now, r.matchDigest())
 	}
 	p.out.Input, p.out.Result = in, res
-	if uc, ok := r.Obligations.(UnmappedCounter); ok && res.Incremental {
+	if res.Incremental {
 		// An incremental match read only what changed; the rows it never
-		// transitions are counted in the table (docs/design.md,
+		// transitions were counted in the table (docs/design.md,
 		// "Incremental matching").
-		if p.out.Unmapped, err = uc.Unmapped(ctx, req.Window); err != nil {
-			return err
-		}
+		p.out.Unmapped = p.st.unmapped
 		warnUnmapped(log, p.out.Unmapped)
 	} else {
 		p.out.Unmapped = unmappedStates(log, own)

@@ -111,6 +111,9 @@ type readState struct {
 	// pass read from it by relation (store.Related.Linked): the object's
 	// obligation, "" for none. A link found the same is not written again.
 	stored map[string]string
+	// unmapped counts, by raw state, the window's obligations in unmapped
+	// states, as the table's census counted them (Censor).
+	unmapped map[string]int
 }
 
 // storeLink records what the mirror linked object id to (store.Related.Linked).

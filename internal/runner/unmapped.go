@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -30,13 +29,6 @@ func unmappedStates(log *slog.Logger, obs []reconcile.Obligation) map[string]int
 	}
 	warnUnmapped(log, counts)
 	return counts
-}
-
-// UnmappedCounter counts the obligations in an unmapped state by window,
-// without reading them (sources.Obligations is one): an incremental
-// match reads only what changed, and still reports them all.
-type UnmappedCounter interface {
-	Unmapped(ctx context.Context, w reconcile.Window) (map[string]int, error)
 }
 
 // warnUnmapped warns once per unmapped raw state value.

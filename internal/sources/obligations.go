@@ -63,12 +63,11 @@ type obligationQueries struct {
 	types     reconcile.ObligationTypes
 	read, get string
 	// named is read's named terms alone; oldest the earliest creation
-	// among read's state and window terms; unmapped counts, by raw state,
-	// the rows created or updated in a window whose state is none of the
-	// mapped values.
-	named, oldest, unmapped string
-	// created counts the rows created before $1 and before $2.
-	created string
+	// among read's state and window terms; census counts, by raw state,
+	// the rows created before $1 and before $2, and those created or
+	// updated in a window ($4 to $7) whose state is none of the mapped
+	// values ($3).
+	named, oldest, census string
 	// mapped are the raw values of every mapped state.
 	mapped []string
 	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
@@ -92,7 +91,7 @@ type obligationQueries struct {
 // accountQueries are read, named and oldest restricted to one account's
 // obligations.
 type accountQueries struct {
-	read, named, oldest, unmapped, created string
+	read, named, oldest, census string
 }
 
 // nameFilter keeps the names that can be values of one column's type.
@@ -182,7 +181,7 @@ func (r *Obligations) readsNothing() bool {
 func (r *Obligations) statements(q *obligationQueries) (accountQueries, []any) {
 	switch {
 	case !r.scoped || r.table.Columns.Account == "":
-		return accountQueries{read: q.read, named: q.named, oldest: q.oldest, unmapped: q.unmapped, created: q.created}, nil
+		return accountQueries{read: q.read, named: q.named, oldest: q.oldest, census: q.census}, nil
 	case r.account == "":
 		return q.platform, nil
 	}
@@ -251,21 +250,22 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 	qs.read = "SELECT " + counted + from + " WHERE " + scope + " OR " + named(6)
 	qs.named = "SELECT " + counted + from + " WHERE " + named(1)
 	qs.oldest = "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope
-	// The state compared as text: a value no enum label holds is still a
-	// value to leave out.
-	window := "(" + q(c.CreatedAt) + " >= $2::" + types.CreatedAt.Base + " AND " + q(c.CreatedAt) + " < $3::" + types.CreatedAt.Base + ")" +
-		" OR (" + q(c.UpdatedAt) + " >= $4::" + types.UpdatedAt.Base + " AND " + q(c.UpdatedAt) + " < $5::" + types.UpdatedAt.Base + ")"
-	unmapped := func(restrict string) string {
-		return "SELECT " + q(c.State) + "::text, count(*)" + from + " WHERE NOT (" + q(c.State) + "::text = ANY($1::text[])) AND (" +
-			window + ")" + restrict + " GROUP BY 1"
+	// One scan for every count an incremental pass takes of the table,
+	// grouped by the raw state (a handful of groups), summed in Go. The
+	// state compared as text: a value no enum label holds is still a value
+	// to leave out. The window's created and updated bounds are $4 to $7.
+	created, updated := q(c.CreatedAt), q(c.UpdatedAt)
+	before := func(n int) string {
+		return fmt.Sprintf("count(*) FILTER (WHERE %s < $%d::%s)", created, n, types.CreatedAt.Base)
 	}
-	qs.unmapped = unmapped("")
-	created := func(restrict string) string {
-		c := q(c.CreatedAt)
-		return "SELECT count(*) FILTER (WHERE " + c + " < $1::" + types.CreatedAt.Base + "), count(*)" + from +
-			" WHERE " + c + " < $2::" + types.CreatedAt.Base + restrict
+	window := "(" + created + " >= $4::" + types.CreatedAt.Base + " AND " + created + " < $5::" + types.CreatedAt.Base + ")" +
+		" OR (" + updated + " >= $6::" + types.UpdatedAt.Base + " AND " + updated + " < $7::" + types.UpdatedAt.Base + ")"
+	census := func(restrict string) string {
+		return "SELECT " + q(c.State) + "::text, " + before(1) + ", " + before(2) +
+			", count(*) FILTER (WHERE NOT (" + q(c.State) + "::text = ANY($3::text[])) AND (" + window + "))" +
+			from + " WHERE true" + restrict + " GROUP BY 1"
 	}
-	qs.created = created("")
+	qs.census = census("")
 	for _, st := range reconcile.States {
 		qs.mapped = append(qs.mapped, r.table.Raw(st))
 	}
@@ -293,10 +293,9 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 		// The account's parameter follows the others: read's last is
 		// the target ids' ($9 apart, else provider ids' $8), named's
 		// five fewer, oldest's $5.
-		qs.platform = accountQueries{read: read + platform, named: nm + platform, oldest: oldest + platform, unmapped: unmapped(platform),
-			created: created(platform)}
+		qs.platform = accountQueries{read: read + platform, named: nm + platform, oldest: oldest + platform, census: census(platform)}
 		qs.account = accountQueries{read: read + acct(qs.targetParam+1), named: nm + acct(qs.targetParam-4), oldest: oldest + acct(6),
-			unmapped: unmapped(acct(6)), created: created(acct(3))}
+			census: census(acct(8))}
 	}
 	return qs
 }
@@ -444,63 +443,56 @@ func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time
 	return oldest.t, nil
 }
 
-// Unmapped counts, by raw value, the obligations created or updated in w
-// whose state the configuration does not map (docs/design.md, "States and
-// who moves them"): what a pass that reads only what changed still
-// reports of the rows it never transitions. nil when there are none. A
-// view (ForAccount) counts its account's alone.
-func (r *Obligations) Unmapped(ctx context.Context, w reconcile.Window) (map[string]int, error) {
-	if r.readsNothing() {
-		return nil, nil
-	}
-	q, err := r.prepared(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("count unmapped states: %w", err)
-	}
-	sql, extra := r.statements(q)
-	args := append([]any{q.mapped, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, extra...)
-	rows, err := r.pool.Query(ctx, sql.unmapped, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count unmapped states: %w", err)
-	}
-	defer rows.Close()
-	var counts map[string]int
-	for rows.Next() {
-		var raw string
-		var n int
-		if err := rows.Scan(&raw, &n); err != nil {
-			return nil, fmt.Errorf("count unmapped states: %w", err)
-		}
-		if counts == nil {
-			counts = map[string]int{}
-		}
-		counts[raw] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count unmapped states: %w", err)
-	}
-	return counts, nil
+// Census is what an incremental pass counts of the obligations table
+// (docs/design.md, "Incremental matching"), in one scan.
+type Census struct {
+	// CreatedA and CreatedB count the rows created before a and before b
+	// (a ≤ b): a pass compares the first with what the last pass counted
+	// before the same time, and keeps the second for the next.
+	CreatedA, CreatedB int64
+	// Unmapped counts, by raw value, the rows created or updated in w
+	// whose state the configuration does not map (docs/design.md, "States
+	// and who moves them"): what a pass that reads only what changed
+	// still reports of the rows it never transitions. nil when none.
+	Unmapped map[string]int
 }
 
-// CreatedBefore counts the obligations created before a and before b
-// (a ≤ b): an incremental pass compares the first with what the last
-// pass counted before the same time, and keeps the second for the next
-// (docs/design.md, "Incremental matching"). A view (ForAccount) counts
-// its account's alone.
-func (r *Obligations) CreatedBefore(ctx context.Context, a, b time.Time) (int64, int64, error) {
+// Census counts the table for an incremental pass over w at b, whose last
+// pass counted before a. A view (ForAccount) counts its account's alone.
+func (r *Obligations) Census(ctx context.Context, a, b time.Time, w reconcile.Window) (Census, error) {
+	var c Census
 	if r.readsNothing() {
-		return 0, 0, nil
+		return c, nil
 	}
 	q, err := r.prepared(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count obligations: %w", err)
+		return c, fmt.Errorf("count obligations: %w", err)
 	}
 	sql, extra := r.statements(q)
-	var na, nb int64
-	if err := r.pool.QueryRow(ctx, sql.created, append([]any{a.UTC(), b.UTC()}, extra...)...).Scan(&na, &nb); err != nil {
-		return 0, 0, fmt.Errorf("count obligations: %w", err)
+	args := append([]any{a.UTC(), b.UTC(), q.mapped, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, extra...)
+	rows, err := r.pool.Query(ctx, sql.census, args...)
+	if err != nil {
+		return c, fmt.Errorf("count obligations: %w", err)
 	}
-	return na, nb, nil
+	var (
+		raw               string
+		na, nb, nUnmapped int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&raw, &na, &nb, &nUnmapped}, func() error {
+		c.CreatedA += na
+		c.CreatedB += nb
+		if nUnmapped > 0 {
+			if c.Unmapped == nil {
+				c.Unmapped = map[string]int{}
+			}
+			c.Unmapped[raw] = int(nUnmapped)
+		}
+		return nil
+	})
+	if err != nil {
+		return Census{}, fmt.Errorf("count obligations: %w", err)
+	}
+	return c, nil
 }
 
 // lookupMost is the most names ReadNamed looks up one by one in the

@@ -60,7 +60,12 @@ func TestObligationsForAccount(t *testing.T) {
 		"w-old-paid-named", "x-old-paid", "y-old-unknown", "z-old-executing"}
 	for i, typ := range []string{"text", "varchar(40)", "char(40)", "acct_id"} {
 		t.Run(typ, func(t *testing.T) {
-			r := newObligationsReader(t, pool, oblAccountTable(t, pool, fmt.Sprintf("acct_%d", i), typ))
+			schema := fmt.Sprintf("acct_%d", i)
+			r := newObligationsReader(t, pool, oblAccountTable(t, pool, schema, typ))
+			// States the configuration does not map, for Census: two in the
+			// window (the platform's t, acct_B's r), one before it.
+			oblExec(t, pool, `UPDATE `+schema+`.obligations SET state = 'CANCELLED' WHERE id IN ('t-created-before-to', 'r-updated-in-window')`)
+			oblExec(t, pool, `UPDATE `+schema+`.obligations SET state = 'VOID' WHERE id = 'p-old-failed'`)
 			// The views come first: the first of them reads the catalogue,
 			// for the reader and the others as well.
 			views := map[string]*sources.Obligations{}
@@ -74,12 +79,16 @@ func TestObligationsForAccount(t *testing.T) {
 				acct        string
 				read, named []string
 				oldest      time.Time
+				census      sources.Census
 			}{
 				{"", []string{"o-old-approved", "p-old-failed", "t-created-before-to", "v-created-at-from"},
-					[]string{"o-old-approved", "p-old-failed"}, oblFrom},
-				{"acct_A", []string{"x-old-paid", "y-old-unknown", "z-old-executing"}, []string{"x-old-paid"}, oblOld},
-				{"acct_B", []string{"r-updated-in-window", "w-old-paid-named"}, []string{"w-old-paid-named"}, oblOld},
-				{"acct_C", []string{}, []string{}, time.Time{}},
+					[]string{"o-old-approved", "p-old-failed"}, oblFrom,
+					sources.Census{CreatedA: 6, CreatedB: 8, Unmapped: map[string]int{"CANCELLED": 1}}},
+				{"acct_A", []string{"x-old-paid", "y-old-unknown", "z-old-executing"}, []string{"x-old-paid"}, oblOld,
+					sources.Census{CreatedA: 3, CreatedB: 3}},
+				{"acct_B", []string{"r-updated-in-window", "w-old-paid-named"}, []string{"w-old-paid-named"}, oblOld,
+					sources.Census{CreatedA: 2, CreatedB: 2, Unmapped: map[string]int{"CANCELLED": 1}}},
+				{"acct_C", []string{}, []string{}, time.Time{}, sources.Census{}},
 			} {
 				v := views[tt.acct]
 				got, err := v.Read(t.Context(), w, oblAccountNamed)
@@ -105,6 +114,19 @@ func TestObligationsForAccount(t *testing.T) {
 				if err != nil || !oldest.Equal(tt.oldest) {
 					t.Errorf("Oldest of %q = %v, %v; want %v", tt.acct, oldest, err, tt.oldest)
 				}
+				// Created before the window and before its end; unmapped in
+				// it, by state.
+				c, err := v.Census(t.Context(), oblFrom, oblTo, w)
+				if err != nil {
+					t.Fatalf("Census of %q: %v", tt.acct, err)
+				}
+				if diff := cmp.Diff(tt.census, c); diff != "" {
+					t.Errorf("Census of %q (-want +got):\n%s", tt.acct, diff)
+				}
+			}
+			c, err := r.Census(t.Context(), oblFrom, oblTo, w)
+			if diff := cmp.Diff(sources.Census{CreatedA: 11, CreatedB: 13, Unmapped: map[string]int{"CANCELLED": 2}}, c); err != nil || diff != "" {
+				t.Errorf("the reader's Census: %v (-want +got):\n%s", err, diff)
 			}
 			if r.Types().ID.Name == "" {
 				t.Error("the views' Check left the reader without the column types: they do not share them")
