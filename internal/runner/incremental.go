@@ -265,10 +265,14 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	add(changed)
 	// Only a changed row can have new names: what linked to any other
 	// obligation when the last pass matched it is linked to it in the
-	// mirror (linked_to), and what is new is read already.
+	// mirror (linked_to), and what is new is read already. An EXECUTING
+	// or CONFIRMATION_UNKNOWN row is read whatever its age, and is
+	// changed only when it was created or updated since.
 	rows := make(map[string]bool, len(changed))
 	for _, o := range changed {
-		rows[o.ID] = true
+		if !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since) {
+			rows[o.ID] = true
+		}
 	}
 	add(opened)
 	seed := store.Related{Pending: true, UnlinkedIntents: true, Linked: st.storeLink}
