@@ -258,6 +258,9 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, in applyInput, now time.Ti
 	if err := upsertFindings(ctx, tx, plan.upserts, in.run.ID, now); err != nil {
 		return out, err
 	}
+	if err := seeFindings(ctx, tx, plan.seen, in.run.ID, now); err != nil {
+		return out, err
+	}
 	if err := resolveFindings(ctx, tx, plan.resolve, in.run.ID, now); err != nil {
 		return out, err
 	}
@@ -448,7 +451,8 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 		f.acknowledged_at, f.acknowledged_by, f.ack_reason, f.last_alerted_at,
 		EXISTS (SELECT 1 FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint AND o.sent_at IS NULL),
 		(SELECT max(o.sent_at) FROM reconcile.outbox o WHERE o.fingerprint = f.fingerprint),
-		f.account, coalesce((SELECT a.name FROM reconcile.accounts a WHERE a.id = f.account), '')
+		f.account, coalesce((SELECT a.name FROM reconcile.accounts a WHERE a.id = f.account), ''),
+		coalesce(f.target, ''), f.paid_out
 	FROM reconcile.findings f
 	WHERE f.fingerprint = ANY($1::text[]) OR f.status = 'open'`, fps)
 	if err != nil {
@@ -462,7 +466,7 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 	_, err = pgx.ForEachRow(rows, []any{&sf.f.Fingerprint, &sf.f.Kind, &sf.f.Severity, &obligationID, &sf.f.ProviderIDs,
 		&sf.f.Money.Amount, &sf.f.Money.Currency, &sf.f.AtRisk.Amount, &sf.f.AtRisk.Currency, &sf.f.ContentHash,
 		&sf.f.Detail, &sf.status, &sf.ackAt, &sf.ackBy, &sf.ackReason, &sf.lastAlerted, &sf.unsent, &sf.lastSent,
-		&sf.f.Account, &sf.f.AccountName}, func() error {
+		&sf.f.Account, &sf.f.AccountName, &sf.f.Target, &sf.f.PaidOut}, func() error {
 		sf.f.ObligationID = stringOf(obligationID)
 		stored[sf.f.Fingerprint] = sf
 		sf = storedFinding{}
@@ -478,6 +482,9 @@ func readFindings(ctx context.Context, tx pgx.Tx, fs []reconcile.Finding) (map[s
 // one snapshot.
 type findingPlan struct {
 	upserts []findingRow
+	// seen are the fingerprints of the open findings found again as they
+	// are stored: only when they were last seen is written.
+	seen    []string
 	resolve []reconcile.Finding
 	alerts  []outboxRow
 	// by kind, for the summary
@@ -556,7 +563,11 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 		if d.Alerted {
 			row.lastAlerted = &now
 		}
-		p.upserts = append(p.upserts, row)
+		if known && old.holds(row) {
+			p.seen = append(p.seen, f.Fingerprint)
+		} else {
+			p.upserts = append(p.upserts, row)
+		}
 		if d.Action == alerts.ActionFire && known {
 			p.reopened++
 		}
@@ -573,6 +584,28 @@ func (s *Store) planFindings(in applyInput, stored map[string]storedFinding, now
 		record(old.f, alerts.Decide(old.lifecycle(), nil, in.covers(old.f), s.opts.RepeatInterval, now).Action)
 	}
 	return p, payloadErr
+}
+
+// holds reports whether the stored row is open and holds every value the
+// upsert of r would write but when the finding was last seen: an
+// unchanged finding found again, as most are every night. At ten thousand
+// open findings the upsert of all of them cost 0.2 to 0.36 s and its
+// arrays as long again to encode.
+func (sf storedFinding) holds(r findingRow) bool {
+	a, b := sf.f, r.f
+	return sf.status == statusOpen && a.Kind == b.Kind && a.Severity == b.Severity && a.ObligationID == b.ObligationID &&
+		slices.Equal(orEmpty(a.ProviderIDs), orEmpty(b.ProviderIDs)) && a.Money == b.Money && a.AtRisk == b.AtRisk &&
+		a.ContentHash == b.ContentHash && a.Detail == b.Detail && a.Target == b.Target && a.PaidOut == b.PaidOut &&
+		a.Account == b.Account && sameTime(sf.ackAt, r.ackAt) && sameString(sf.ackBy, r.ackBy) &&
+		sameString(sf.ackReason, r.ackReason) && sameTime(sf.lastAlerted, r.lastAlerted)
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == nil && b == nil || a != nil && b != nil && a.Equal(*b)
+}
+
+func sameString(a, b *string) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // lifecycle is what alerts.Decide reads of the stored row.
@@ -677,6 +710,24 @@ func upsertFindings(ctx context.Context, tx pgx.Tx, rows []findingRow, runID str
 		accounts)
 	if err != nil {
 		return fmt.Errorf("write findings: %w", err)
+	}
+	return nil
+}
+
+// seeFindings writes when the open findings of fps were last seen; under
+// REPEATABLE READ a row changed since the snapshot fails the statement,
+// as it fails the upsert.
+func seeFindings(ctx context.Context, tx pgx.Tx, fps []string, runID string, now time.Time) error {
+	if len(fps) == 0 {
+		return nil
+	}
+	tag, err := tx.Exec(ctx, `UPDATE reconcile.findings SET last_seen_run = $2, last_seen_at = $3
+	WHERE fingerprint = ANY($1::text[]) AND status = 'open'`, fps, runID, now)
+	if err != nil {
+		return fmt.Errorf("write findings: %w", err)
+	}
+	if int(tag.RowsAffected()) != len(fps) {
+		return fmt.Errorf("write findings: %d of %d were still open", tag.RowsAffected(), len(fps))
 	}
 	return nil
 }

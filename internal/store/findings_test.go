@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"strings"
@@ -434,5 +435,54 @@ func TestObligationHistory(t *testing.T) {
 	empty, err := e.s.ObligationHistory(t.Context(), "refund:unknown")
 	if err != nil || len(empty.Findings)+len(empty.Transitions)+len(empty.Alerts) != 0 {
 		t.Errorf("ObligationHistory(unknown) = %+v, %v; want empty, nil", empty, err)
+	}
+}
+
+// A finding found again as it is stored has only when it was last seen
+// written; one whose content hash is the same but any other column it
+// writes differs (its detail, its money, its target, whether money moved
+// out) is written whole.
+func TestFindingFoundAgain(t *testing.T) {
+	t.Parallel()
+	now := t0()
+	e := newEnv(t, nil)
+	base := newFinding(reconcile.Duplicate, "refund:1", "", 8900, "re_1a", "re_1b")
+	apply := func(runID string, at time.Time, f reconcile.Finding) FindingRecord {
+		t.Helper()
+		if _, err := e.s.Apply(t.Context(), testRun(runID, at), resultOf([]reconcile.Finding{f}, nil), at); err != nil {
+			t.Fatalf("%s: %v", runID, err)
+		}
+		return e.finding(f.Fingerprint)
+	}
+	first := apply("run-1", now, base)
+	again := apply("run-2", now.Add(time.Hour), base)
+	if again.LastSeenRun != "run-2" || !again.LastSeenAt.Equal(now.Add(time.Hour)) || again.FirstSeenRun != "run-1" {
+		t.Errorf("found again: first seen %s, last seen %s at %s; want run-1, run-2 at %s",
+			again.FirstSeenRun, again.LastSeenRun, again.LastSeenAt, now.Add(time.Hour))
+	}
+	first.LastSeenRun, first.LastSeenAt = again.LastSeenRun, again.LastSeenAt
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("found again unchanged, the row changed beyond when it was last seen (-first +again):\n%s", diff)
+	}
+	for i, change := range []func(f *reconcile.Finding){
+		func(f *reconcile.Finding) { f.Detail += " (reworded)" },
+		func(f *reconcile.Finding) { f.Money.Amount++ },
+		func(f *reconcile.Finding) { f.Target = "ch_1" },
+		func(f *reconcile.Finding) { f.PaidOut = !f.PaidOut },
+		func(f *reconcile.Finding) { f.Severity = reconcile.Info },
+	} {
+		// Stored as base first, so that only this change differs.
+		apply(fmt.Sprintf("run-base-%d", i), now.Add(time.Duration(2+2*i)*time.Hour), base)
+		f := base
+		change(&f)
+		runID := fmt.Sprintf("run-change-%d", i)
+		got := apply(runID, now.Add(time.Duration(3+2*i)*time.Hour), f)
+		if got.ContentHash != base.ContentHash {
+			t.Fatalf("change %d moved the content hash; the test wants it unchanged", i)
+		}
+		if got.Detail != f.Detail || got.Money != f.Money || got.Target != f.Target || got.PaidOut != f.PaidOut ||
+			got.Severity != f.Severity || got.LastSeenRun != runID {
+			t.Errorf("change %d: stored %+v; want the finding as found, %+v, last seen by %s", i, got.Finding, f, runID)
+		}
 	}
 }
