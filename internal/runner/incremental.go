@@ -227,9 +227,19 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		}
 	}
 
-	// The obligations changed since the last matching pass.
+	// The obligations changed since the last matching pass, and those of
+	// the open findings, in one scan of the table: read by id after it,
+	// ten thousand open findings' rows cost 0.4 s at a million rows.
 	since := mark.MatchedAt.Add(-r.Matcher.ClockSkew)
-	changed, err := r.Obligations.Read(ctx, reconcile.Window{From: since, To: farFuture}, sources.Named{})
+	openObl, openObj, err := mm.Open(ctx)
+	if err != nil {
+		return matcher.Input{}, false, err
+	}
+	openSet := make(map[string]bool, len(openObl))
+	for _, id := range openObl {
+		openSet[id] = true
+	}
+	scanned, err := r.Obligations.Read(ctx, reconcile.Window{From: since, To: farFuture}, sources.Named{IDs: sortedSet(openObl)})
 	if err != nil {
 		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 	}
@@ -237,18 +247,20 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	if err != nil {
 		return matcher.Input{}, false, err
 	}
-	changed = slices.DeleteFunc(changed, func(o reconcile.Obligation) bool {
-		at, ok := own[o.ID]
-		return ok && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) &&
-			o.State != reconcile.Executing && o.State != reconcile.ConfirmationUnknown
-	})
-	openObl, openObj, err := mm.Open(ctx)
-	if err != nil {
-		return matcher.Input{}, false, err
-	}
-	opened, err := r.Obligations.ReadNamed(ctx, sources.Named{IDs: sortedSet(openObl)})
-	if err != nil {
-		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+	var changed, opened []reconcile.Obligation
+	for _, o := range scanned {
+		open := o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
+		// In scope by state or by time, as Read reads it; a row whose
+		// last change is the reconciler's own transition is not changed.
+		inScope := open || !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since)
+		at, ownWrite := own[o.ID]
+		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !open
+		switch {
+		case inScope && !ownWrite:
+			changed = append(changed, o)
+		case openSet[o.ID]:
+			opened = append(opened, o)
+		}
 	}
 	st.phases.mark("changes")
 
