@@ -582,6 +582,15 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
 			return err
 		}
+		// Its lookups read index pages a cache holds. At the default
+		// random_page_cost (4, a spinning disk's) the planner took reading
+		// the account's 150,000 entries of an index for cheaper than 2,000
+		// descents into it, one per id named: the statement took 160 ms
+		// a round at a million objects, 100 ms at 1.1 (an SSD's, or a
+		// cache's).
+		if _, err := tx.Exec(ctx, "SET LOCAL random_page_cost = 1.1"); err != nil {
+			return err
+		}
 		// Non-nil slices: pgx sends a nil one as NULL, which matches
 		// nothing either, but an empty array says what is meant.
 		docs := make([]string, len(q.Metadata))
