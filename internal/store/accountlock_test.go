@@ -73,14 +73,14 @@ func TestLockAccount(t *testing.T) {
 		next, err = e.s.LockAccount(context.Background(), "acct_a", true)
 		got <- err
 	}()
-	e.waitForLockWaiter("reconcile run lock acct_a")
+	e.waitForLockWaiter("reconcile run lock acct_a", nil)
 	if err := b.Release(ctx); err != nil {
 		t.Fatalf("Release acct_b: %v", err)
 	}
 	if err := platform.Release(ctx); err != nil {
 		t.Fatalf("Release the platform's: %v", err)
 	}
-	e.waitForLockWaiter("reconcile run lock acct_a")
+	e.waitForLockWaiter("reconcile run lock acct_a", nil)
 	if err := a.Release(ctx); err != nil {
 		t.Fatalf("Release acct_a: %v", err)
 	}

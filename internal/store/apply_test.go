@@ -209,12 +209,13 @@ func TestApplyLosesToAConcurrentWorker(t *testing.T) {
 				a   Applied
 				err error
 			}
-			done := make(chan result, 1)
+			done, ended := make(chan result, 1), make(chan struct{})
 			go func() {
+				defer close(ended)
 				a, err := e.s.Apply(context.Background(), testRun("run-1", now), resultOf(nil, []reconcile.Transition{markPaid(ob, "re_1")}), now)
 				done <- result{a, err}
 			}()
-			e.waitForLockWaiter("")
+			e.waitForLockWaiter("", ended)
 			if err := worker.Commit(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -293,10 +294,21 @@ func TestApplyRacingSameResult(t *testing.T) {
 			var wg sync.WaitGroup
 			var a, b Applied
 			var errA, errB error
-			wg.Go(func() { a, errA = first.Apply(context.Background(), testRun("run-a", now), res, now) })
-			<-reached
-			wg.Go(func() { b, errB = e.s.Apply(context.Background(), testRun(secondRun, now), res, now) })
-			e.waitForLockWaiter("")
+			firstEnded, secondEnded := make(chan struct{}), make(chan struct{})
+			wg.Go(func() {
+				defer close(firstEnded)
+				a, errA = first.Apply(context.Background(), testRun("run-a", now), res, now)
+			})
+			select {
+			case <-reached:
+			case <-firstEnded:
+				t.Fatalf("the first apply ended before it wrote its findings: %v", errA)
+			}
+			wg.Go(func() {
+				defer close(secondEnded)
+				b, errB = e.s.Apply(context.Background(), testRun(secondRun, now), res, now)
+			})
+			e.waitForLockWaiter("", secondEnded)
 			close(release)
 			wg.Wait()
 			if errA != nil || errB != nil {

@@ -335,8 +335,11 @@ func resultOf(fs []reconcile.Finding, ts []reconcile.Transition, scope ...string
 }
 
 // waitForLockWaiter returns once some session of the database is blocked
-// waiting for a lock (a row, a transaction or an advisory lock).
-func (e *env) waitForLockWaiter(appName string) {
+// waiting for a lock (a row, a transaction or an advisory lock). It fails
+// the test as soon as ended is closed (nil: never): the work that was to
+// wait ended without waiting, an error as a rule, which would otherwise
+// keep the test waiting for the minute.
+func (e *env) waitForLockWaiter(appName string, ended <-chan struct{}) {
 	e.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -350,6 +353,10 @@ func (e *env) waitForLockWaiter(appName string) {
 		if n > 0 {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-ended:
+			e.tb.Fatal("what was to wait for a lock ended without waiting")
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

@@ -36,7 +36,7 @@ func TestLock(t *testing.T) {
 		second, err = e.s.Lock(context.Background(), true)
 		got <- err
 	}()
-	e.waitForLockWaiter("reconcile run lock")
+	e.waitForLockWaiter("reconcile run lock", nil)
 	if err := first.Release(t.Context()); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestLock(t *testing.T) {
 		_, err := e.s.Lock(ctx, true)
 		got <- err
 	}()
-	e.waitForLockWaiter("reconcile run lock")
+	e.waitForLockWaiter("reconcile run lock", nil)
 	cancel()
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Errorf("Lock with a cancelled context = %v, want context.Canceled", err)
