@@ -247,21 +247,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	if err != nil {
 		return matcher.Input{}, false, err
 	}
-	var changed, opened []reconcile.Obligation
-	for _, o := range scanned {
-		open := o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
-		// In scope by state or by time, as Read reads it; a row whose
-		// last change is the reconciler's own transition is not changed.
-		inScope := open || !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since)
-		at, ownWrite := own[o.ID]
-		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !open
-		switch {
-		case inScope && !ownWrite:
-			changed = append(changed, o)
-		case openSet[o.ID]:
-			opened = append(opened, o)
-		}
-	}
+	changed, opened := splitScanned(scanned, since, own, openSet)
 	st.phases.mark("changes")
 
 	byID := map[string]reconcile.Obligation{}
@@ -409,6 +395,28 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		Subject:     w,
 		Context:     linkOnly,
 	}, true, nil
+}
+
+// splitScanned tells apart the rows of readChanged's scan: those changed
+// since (in Read's scope by state, creation or update, less those whose
+// last change is the reconciler's own transition, own) and those read
+// because an open finding names them (open). A row of the reconciler's
+// own transition that an open finding names is the latter.
+func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[string]time.Time,
+	open map[string]bool) (changed, opened []reconcile.Obligation) {
+	for _, o := range scanned {
+		unsettled := o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
+		inScope := unsettled || !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since)
+		at, ownWrite := own[o.ID]
+		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !unsettled
+		switch {
+		case inScope && !ownWrite:
+			changed = append(changed, o)
+		case open[o.ID]:
+			opened = append(opened, o)
+		}
+	}
+	return changed, opened
 }
 
 // beforeCoverage reports whether an obligation of obs that a pass about
