@@ -268,7 +268,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// changed only when it was created or updated since.
 	rows := make(map[string]bool, len(changed))
 	for _, o := range changed {
-		if !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since) {
+		if touchedSince(&o, since) {
 			rows[o.ID] = true
 		}
 	}
@@ -406,7 +406,7 @@ func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[strin
 	open map[string]bool) (changed, opened []reconcile.Obligation) {
 	for _, o := range scanned {
 		unsettled := o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
-		inScope := unsettled || !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since)
+		inScope := unsettled || touchedSince(&o, since)
 		at, ownWrite := own[o.ID]
 		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !unsettled
 		switch {
@@ -417,6 +417,12 @@ func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[strin
 		}
 	}
 	return changed, opened
+}
+
+// touchedSince reports whether o's row was created or updated at or
+// after since.
+func touchedSince(o *reconcile.Obligation, since time.Time) bool {
+	return !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since)
 }
 
 // beforeCoverage reports whether an obligation of obs that a pass about
