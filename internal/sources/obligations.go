@@ -60,14 +60,10 @@ type Obligations struct {
 // column's own type (an enum with an enum, a uuid with a uuid) and the
 // team's indexes apply.
 type obligationQueries struct {
-	types     reconcile.ObligationTypes
-	read, get string
-	// named is read's named terms alone; oldest the earliest creation
-	// among read's state and window terms; census counts, by raw state,
-	// the rows created before $1 and before $2, and those created or
-	// updated in a window ($4 to $7) whose state is none of the mapped
-	// values ($3).
-	named, oldest, census string
+	types reconcile.ObligationTypes
+	// whole are the statements over the whole table.
+	whole accountQueries
+	get   string
 	// mapped are the raw values of every mapped state.
 	mapped []string
 	// open are the raw state values of EXECUTING and CONFIRMATION_UNKNOWN,
@@ -88,10 +84,16 @@ type obligationQueries struct {
 	platform, account accountQueries
 }
 
-// accountQueries are read, named and oldest restricted to one account's
-// obligations.
+// accountQueries are the reading statements of the whole table, or of one
+// account's obligations. named is read's named terms alone; oldest the
+// earliest creation among read's state and window terms; census counts,
+// by raw state, the rows created before $1 and before $2, and those
+// created or updated in a window ($4 to $7) whose state is none of the
+// mapped values ($3). readMany and namedMany are read and named for more
+// than lookupMost names (manyNames).
 type accountQueries struct {
 	read, named, oldest, census string
+	readMany, namedMany         string
 }
 
 // nameFilter keeps the names that can be values of one column's type.
@@ -181,7 +183,7 @@ func (r *Obligations) readsNothing() bool {
 func (r *Obligations) statements(q *obligationQueries) (accountQueries, []any) {
 	switch {
 	case !r.scoped || r.table.Columns.Account == "":
-		return accountQueries{read: q.read, named: q.named, oldest: q.oldest, census: q.census}, nil
+		return q.whole, nil
 	case r.account == "":
 		return q.platform, nil
 	}
@@ -247,9 +249,13 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 	// (counted), so that collect holds them in one slice of the right
 	// length from the first row on.
 	counted := r.list + countColumn
-	qs.read = "SELECT " + counted + from + " WHERE " + scope + " OR " + named(6)
-	qs.named = "SELECT " + counted + from + " WHERE " + named(1)
-	qs.oldest = "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope
+	qs.whole = accountQueries{
+		read:      "SELECT " + counted + from + " WHERE " + scope + " OR " + named(6),
+		readMany:  "SELECT " + counted + from + " WHERE " + scope + " OR " + unestimated(named(6)),
+		named:     "SELECT " + counted + from + " WHERE " + named(1),
+		namedMany: "SELECT " + counted + from + " WHERE " + unestimated(named(1)),
+		oldest:    "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope,
+	}
 	// One scan for every count an incremental pass takes of the table,
 	// grouped by the raw state (a handful of groups), summed in Go. The
 	// state compared as text: a value no enum label holds is still a value
@@ -265,7 +271,7 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 			", count(*) FILTER (WHERE NOT (" + q(c.State) + "::text = ANY($3::text[])) AND (" + window + "))" +
 			from + " WHERE true" + restrict + " GROUP BY 1"
 	}
-	qs.census = census("")
+	qs.whole.census = census("")
 	for _, st := range reconcile.States {
 		qs.mapped = append(qs.mapped, r.table.Raw(st))
 	}
@@ -288,14 +294,20 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 		platform := " AND (" + col + " IS NULL OR " + col + " = ''" + cast + ")"
 		acct := func(n int) string { return fmt.Sprintf(" AND %s = $%d::text%s", col, n, cast) }
 		read := "SELECT " + counted + from + " WHERE (" + scope + " OR " + named(6) + ")"
+		readMany := "SELECT " + counted + from + " WHERE (" + scope + " OR " + unestimated(named(6)) + ")"
 		nm := "SELECT " + counted + from + " WHERE (" + named(1) + ")"
+		nmMany := "SELECT " + counted + from + " WHERE " + unestimated(named(1))
 		oldest := "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE (" + scope + ")"
 		// The account's parameter follows the others: read's last is
 		// the target ids' ($9 apart, else provider ids' $8), named's
 		// five fewer, oldest's $5.
-		qs.platform = accountQueries{read: read + platform, named: nm + platform, oldest: oldest + platform, census: census(platform)}
-		qs.account = accountQueries{read: read + acct(qs.targetParam+1), named: nm + acct(qs.targetParam-4), oldest: oldest + acct(6),
-			census: census(acct(8))}
+		restrict := func(and string, and5 string) accountQueries {
+			return accountQueries{read: read + and, readMany: readMany + and, named: nm + and5, namedMany: nmMany + and5}
+		}
+		qs.platform = restrict(platform, platform)
+		qs.platform.oldest, qs.platform.census = oldest+platform, census(platform)
+		qs.account = restrict(acct(qs.targetParam+1), acct(qs.targetParam-4))
+		qs.account.oldest, qs.account.census = oldest+acct(6), census(acct(8))
 	}
 	return qs
 }
@@ -339,6 +351,9 @@ type Named struct {
 	IDs, Keys, ProviderIDs []string
 }
 
+// count is how many names n holds.
+func (n Named) count() int { return len(n.IDs) + len(n.Keys) + len(n.ProviderIDs) }
+
 // Read returns the scope of docs/design.md's "Coverage", sorted by id, each obligation once:
 // every obligation whose state is EXECUTING or CONFIRMATION_UNKNOWN
 // whatever its age; those created or updated in [w.From, w.To); and those
@@ -375,7 +390,11 @@ func (r *Obligations) read(ctx context.Context, w reconcile.Window, named Named,
 	}
 	sql, extra := r.statements(q)
 	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, q.namedArgs(named)...)
-	obs, err := r.query(ctx, keep, false, sql.read, append(args, extra...)...)
+	stmt, plan := sql.read, planned
+	if named.count() > lookupMost {
+		stmt, plan = sql.readMany, manyNames
+	}
+	obs, err := r.query(ctx, keep, plan, stmt, append(args, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
 	}
@@ -398,7 +417,7 @@ func (q *obligationQueries) namedArgs(named Named) []any {
 // (docs/design.md, "Coverage"). Rows are refused as Read refuses them. A
 // view (ForAccount) reads its account's alone.
 func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.Obligation, error) {
-	if len(named.IDs)+len(named.Keys)+len(named.ProviderIDs) == 0 || r.readsNothing() {
+	if named.count() == 0 || r.readsNothing() {
 		return nil, nil
 	}
 	q, err := r.prepared(ctx)
@@ -409,8 +428,11 @@ func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.O
 	// A few thousand names are looked up by the table's indexes: the
 	// planner took ten thousand for enough to scan a million rows (0.3 to
 	// 0.45 s a round of an incremental pass, against a few hundredths).
-	lookup := len(named.IDs)+len(named.Keys)+len(named.ProviderIDs) <= lookupMost
-	obs, err := r.query(ctx, nil, lookup, sql.named, append(q.namedArgs(named), extra...)...)
+	stmt, plan := sql.named, lookUp
+	if named.count() > lookupMost {
+		stmt, plan = sql.namedMany, manyNames
+	}
+	obs, err := r.query(ctx, nil, plan, stmt, append(q.namedArgs(named), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
 	}
@@ -496,14 +518,40 @@ func (r *Obligations) Census(ctx context.Context, a, b time.Time, w reconcile.Wi
 }
 
 // lookupMost is the most names ReadNamed looks up one by one in the
-// table's indexes; more are joined as the planner sees fit.
+// table's indexes, and the most Read and ReadNamed let the planner weigh:
+// more are compared in one scan of the table (manyNames).
 const lookupMost = 100_000
 
+// readPlan is how query lets PostgreSQL plan a reading statement.
+type readPlan int
+
+const (
+	// planned: as the planner sees fit, under a custom plan.
+	planned readPlan = iota
+	// lookUp: the names looked up in the table's indexes, no scan of it.
+	lookUp
+	// manyNames: more than lookupMost names, compared in one scan of the
+	// table by a single process (see unestimated). At a million
+	// obligations named by 2.1 million names (a first pass's), the
+	// planner spent 4.1 to 5.1 s weighing each name against the columns'
+	// statistics, and starting two parallel workers took 4.2 s more,
+	// each sent its own copy of the plan and its constant arrays, which
+	// then found no page left to read: 9.4 s for the statement, against
+	// 1.1 to 1.75 s without both (0.9 s without the names).
+	manyNames
+)
+
+// unestimated is terms, a statement's named terms, behind a coalesce
+// that the planner does not look into for its estimate: comparing each
+// of a million names with a column's statistics costs seconds, while the
+// executor still compares the column with each array by one hash probe.
+func unestimated(terms string) string { return "coalesce(" + terms + ", false)" }
+
 // query runs one of the reading statements in a read-only transaction and
-// collects its rows. With lookup, the statement looks names up: no
+// collects its rows, planned as plan says. With lookUp, the statement looks names up: no
 // sequential scan where an index serves (a table without one is scanned
 // all the same), and no JIT.
-func (r *Obligations) query(ctx context.Context, keep func(id string) bool, lookup bool, sql string, args ...any) ([]reconcile.Obligation, error) {
+func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan readPlan, sql string, args ...any) ([]reconcile.Obligation, error) {
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
@@ -519,9 +567,14 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, look
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 		return nil, fmt.Errorf("set plan_cache_mode: %w", err)
 	}
-	if lookup {
+	switch plan {
+	case lookUp:
 		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL jit = off"); err != nil {
 			return nil, fmt.Errorf("set enable_seqscan: %w", err)
+		}
+	case manyNames:
+		if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
+			return nil, fmt.Errorf("set max_parallel_workers_per_gather: %w", err)
 		}
 	}
 	rows, err := tx.Query(ctx, sql, args...)

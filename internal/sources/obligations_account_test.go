@@ -2,6 +2,7 @@ package sources_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,17 @@ var oblAccounts = map[string]string{
 // oblAccountNamed names x (acct_A), p (the platform's, NULL), o (the
 // platform's, ”) and, by its key, w (acct_B).
 var oblAccountNamed = sources.Named{IDs: []string{"x-old-paid", "p-old-failed", "o-old-approved"}, Keys: []string{"key-w"}}
+
+// oblAccountManyNamed names what oblAccountNamed names among more names
+// than Read and ReadNamed let the planner weigh: they take statements of
+// their own, which must read the same rows.
+var oblAccountManyNamed = func() sources.Named {
+	n := sources.Named{IDs: slices.Clone(oblAccountNamed.IDs), Keys: slices.Clone(oblAccountNamed.Keys)}
+	for i := range 100_001 {
+		n.ProviderIDs = append(n.ProviderIDs, fmt.Sprintf("ch_absent_%d", i))
+	}
+	return n
+}()
 
 // oblAccountTable copies the reference table with oblFixture's rows into
 // schema, with an account column of type typ holding oblAccounts, and
@@ -109,6 +121,18 @@ func TestObligationsForAccount(t *testing.T) {
 				}
 				if diff := cmp.Diff(tt.named, oblIDs(got)); diff != "" {
 					t.Errorf("ReadNamed of %q (-want +got):\n%s", tt.acct, diff)
+				}
+				if got, err = v.Read(t.Context(), w, oblAccountManyNamed); err != nil {
+					t.Fatalf("Read of %q, many names: %v", tt.acct, err)
+				}
+				if diff := cmp.Diff(tt.read, oblIDs(got)); diff != "" {
+					t.Errorf("Read of %q, many names (-want +got):\n%s", tt.acct, diff)
+				}
+				if got, err = v.ReadNamed(t.Context(), oblAccountManyNamed); err != nil {
+					t.Fatalf("ReadNamed of %q, many names: %v", tt.acct, err)
+				}
+				if diff := cmp.Diff(tt.named, oblIDs(got)); diff != "" {
+					t.Errorf("ReadNamed of %q, many names (-want +got):\n%s", tt.acct, diff)
 				}
 				oldest, err := v.Oldest(t.Context(), w)
 				if err != nil || !oldest.Equal(tt.oldest) {

@@ -76,7 +76,7 @@ func TestObligationsReadUsesTeamIndexes(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"read", q.read, readArgs},
+		{"read", q.whole.read, readArgs},
 		{"get", q.get, []any{"0b0f8a52-3c1e-4a47-9d0a-6f2a1b8c9d01"}},
 		{"read of a connected account", q.account.read, append(readArgs, "acct_1")},
 		{"read of the platform", q.platform.read, readArgs},

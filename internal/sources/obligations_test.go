@@ -121,8 +121,16 @@ func TestObligationsReadScope(t *testing.T) {
 		{"named twice and already in scope", sources.Named{
 			IDs: []string{"z-old-executing", "x-old-paid"}, Keys: []string{"key:x-old-paid"}, ProviderIDs: []string{"ch_x", "re_w"},
 		}, plus("w-old-paid-named", "x-old-paid")},
-		{"50k names of which one exists", sources.Named{IDs: append(slices.Clone(many), "p-old-failed"), Keys: many, ProviderIDs: many},
+		// More names than the planner is let weigh (150k): each way of
+		// naming still reads its row.
+		{"150k names of which one exists", sources.Named{IDs: append(slices.Clone(many), "p-old-failed"), Keys: many, ProviderIDs: many},
 			plus("p-old-failed")},
+		{"150k names, PAID named by idempotency key", sources.Named{IDs: many, Keys: append(slices.Clone(many), "key-w"), ProviderIDs: many},
+			plus("w-old-paid-named")},
+		{"150k names, PAID named by provider_id", sources.Named{IDs: many, Keys: many, ProviderIDs: append(slices.Clone(many), "re_w")},
+			plus("w-old-paid-named")},
+		{"150k names, PAID named by target_id", sources.Named{IDs: many, Keys: many, ProviderIDs: append(slices.Clone(many), "ch_w_target")},
+			plus("w-old-paid-named")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := r.Read(t.Context(), w, tc.named)
