@@ -237,7 +237,8 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 		"Related": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, q.Intents, q.Charges, customers, amounts, los, his, q.Keys,
 			[]string{}, []string{}, false, false},
 			[]string{"provider_objects_pkey", "provider_objects_intent_idx", "provider_objects_charge_idx",
-				"provider_objects_target_idx", "provider_objects_customer_idx", "provider_keys_key_idx"}, true, false},
+				"provider_objects_target_idx", "provider_objects_customer_idx", "provider_objects_bare_charges_idx",
+				"provider_keys_key_idx"}, true, false},
 		// An incremental pass's terms (migration 00014).
 		"Related, incremental": {relatedSQL, []any{"acct_1", w.From, w.To, at, q.IDs, []string{}, []string{}, []string{}, []int64{},
 			[]time.Time{}, []time.Time{}, []string{}, []string{"charge:5"}, []string{`{"obligation_id": "charge:6"}`}, true, true},
