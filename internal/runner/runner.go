@@ -448,10 +448,26 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	if err != nil {
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
-	subject := namedIf(listing, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+	// What the subject's objects name (sorted lists of up to a million
+	// names each, 1.4 s of a first pass's CPU) is looked at only for an
+	// obligation out of scope by state and window, so it is listed the
+	// first time one is: from the listing as first read, not the stretch
+	// read further back below.
+	var subject *sources.Named
+	subjectOf := listing
+	deciding := func(o *reconcile.Obligation) bool {
+		if inScope(o, w) {
+			return true
+		}
+		if subject == nil {
+			n := namedIf(subjectOf, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+			subject = &n
+		}
+		return decides(o, w, *subject)
+	}
 	oldest := time.Time{}
 	for i := range obs {
-		if decides(&obs[i], w, subject) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
+		if deciding(&obs[i]) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
 			oldest = obs[i].CreatedAt
 		}
 	}
@@ -496,7 +512,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		// A shard decides on its own obligations only; it reads the
 		// others' to link its records (docs/design.md, "Shards").
 		own := st.shard == nil || st.shard.owns(obs[i].ID)
-		if decided[i] = own && decides(&obs[i], w, subject); !decided[i] {
+		if decided[i] = own && deciding(&obs[i]); !decided[i] {
 			linkOnly = append(linkOnly, obs[i].ID)
 			if own {
 				out.Context++
@@ -663,7 +679,7 @@ func join(older *sources.Listing, olderKeys time.Time, l *sources.Listing, later
 // name are read only to link them (docs/design.md,
 // "Coverage").
 func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named) bool {
-	if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {
+	if inScope(o, w) {
 		return true
 	}
 	in := func(list []string, v string) bool {
@@ -672,6 +688,13 @@ func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named)
 	}
 	return in(subject.IDs, o.ID) || in(subject.Keys, o.IdempotencyKey) ||
 		in(subject.ProviderIDs, o.ProviderID) || in(subject.ProviderIDs, o.TargetID)
+}
+
+// inScope reports whether a pass about w decides on o whatever the
+// records name: it is EXECUTING or CONFIRMATION_UNKNOWN, or was created
+// or updated in w.
+func inScope(o *reconcile.Obligation, w reconcile.Window) bool {
+	return o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt)
 }
 
 // mergeObligations adds to obs (sorted by id) those of more it lacks,
