@@ -548,9 +548,9 @@ const (
 func unestimated(terms string) string { return "coalesce(" + terms + ", false)" }
 
 // query runs one of the reading statements in a read-only transaction and
-// collects its rows, planned as plan says. With lookUp, the statement looks names up: no
-// sequential scan where an index serves (a table without one is scanned
-// all the same), and no JIT.
+// collects its rows, planned as plan says. With lookUp, the statement
+// looks names up: no sequential scan where an index serves (a table
+// without one is scanned all the same), and no JIT.
 func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan readPlan, sql string, args ...any) ([]reconcile.Obligation, error) {
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
