@@ -101,7 +101,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer os.RemoveAll(dir)
 	}
 	b := &bench{ctx: ctx, root: root, dir: dir, log: stderr, getenv: getenv}
-	t := &table{started: time.Now(), loadBefore: loadavg(), cpu: cpuModel(), goVersion: runtime.Version()}
+	t := &table{started: time.Now(), loadBefore: loadavg(), cpu: cpuModel(), goVersion: runtime.Version(),
+		postgres: postgresLine(ctx, getenv)}
 	for _, step := range []struct {
 		section string
 		run     func(*bench, *table, options) error

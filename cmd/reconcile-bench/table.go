@@ -13,6 +13,7 @@ type table struct {
 	started, finished     time.Time
 	loadBefore, loadAfter string
 	cpu, goVersion        string
+	postgres              string // postgresLine
 
 	matcher []matcherRow
 	fetch   map[string]result // paced, unpaced
@@ -163,7 +164,8 @@ func (t *table) write(w io.Writer, o options) {
 	fmt.Fprintf(w, "%s, %s, %s, GOMAXPROCS %d. Load average (1, 5, 15 min) %s before, %s after; took %s.\n",
 		t.started.UTC().Format(time.RFC3339), t.cpu, t.goVersion, gomaxprocs(), t.loadBefore, t.loadAfter,
 		t.finished.Sub(t.started).Round(time.Second))
-	fmt.Fprintf(w, "A load above the core count means other work shared the machine: wall times are inflated, CPU times less so.\n\n")
+	fmt.Fprintf(w, "A load above the core count means other work shared the machine: wall times are inflated, CPU times less so.\n")
+	fmt.Fprintf(w, "%s\n\n", t.postgres)
 	var targets []string
 
 	if len(t.matcher) > 0 {
