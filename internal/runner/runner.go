@@ -449,7 +449,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
 	// What the subject's objects name (sorted lists of up to a million
-	// names each, 1.4 s of a first pass's CPU) is looked at only for an
+	// names each, 1.7 s of a first pass's CPU) is looked at only for an
 	// obligation out of scope by state and window, so it is listed the
 	// first time one is: from the listing as first read, not the stretch
 	// read further back below.
