@@ -27,7 +27,8 @@ func postgresLine(ctx context.Context, getenv func(string) string) string {
 	if url == "" {
 		url, where = embeddedpg.LocalURL(localAdminURL, getenv), "the local"
 		if !embeddedpg.Answers(ctx, embeddedpg.LocalAddr(getenv)) {
-			return "PostgreSQL: none answers locally; each benchmark process starts an embedded server of its own, with PostgreSQL's default settings."
+			return "PostgreSQL: none answers locally; each benchmark process starts an embedded server of its own (internal/embeddedpg: " +
+				"fsync, synchronous_commit and full_page_writes off, otherwise PostgreSQL's defaults, autovacuum on)."
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
