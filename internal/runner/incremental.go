@@ -405,10 +405,9 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[string]time.Time,
 	open map[string]bool) (changed, opened []reconcile.Obligation) {
 	for _, o := range scanned {
-		unsettled := o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
-		inScope := unsettled || touchedSince(&o, since)
+		inScope := unsettled(&o) || touchedSince(&o, since)
 		at, ownWrite := own[o.ID]
-		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !unsettled
+		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !unsettled(&o)
 		switch {
 		case inScope && !ownWrite:
 			changed = append(changed, o)

@@ -33,3 +33,52 @@ func TestNamedIfKeepsOnlyWhatItKeeps(t *testing.T) {
 		t.Errorf("Named = %+v, want every id and every key", all)
 	}
 }
+
+// The subject is listed only when an obligation out of scope by state and
+// window is looked at, and then decides as decides does: named by an
+// object created in the window, by id, key, provider id or target id.
+func TestLazySubjectListsOnlyWhenNeeded(t *testing.T) {
+	at := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	w := reconcile.Window{From: at, To: at.Add(time.Hour)}
+	l := &sources.Listing{
+		Objects: []reconcile.ProviderObject{
+			{ID: "ch_in", Created: at, Metadata: map[string]string{"obligation_id": "o-named"}},
+			{ID: "ch_out", Created: at.Add(-time.Hour), Metadata: map[string]string{"obligation_id": "o-named-before"}},
+		},
+		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_in", Key: "k-in"}},
+	}
+	s := &lazySubject{l: l, w: w, opts: matcher.OptionsFrom(config.Default().Matcher)}
+	old := at.Add(-24 * time.Hour)
+	for _, o := range []reconcile.Obligation{
+		{ID: "o-created", State: reconcile.Paid, CreatedAt: at, UpdatedAt: at},
+		{ID: "o-updated", State: reconcile.Paid, CreatedAt: old, UpdatedAt: at},
+		{ID: "o-executing", State: reconcile.Executing, CreatedAt: old, UpdatedAt: old},
+		{ID: "o-unknown", State: reconcile.ConfirmationUnknown, CreatedAt: old, UpdatedAt: old},
+	} {
+		if !s.decides(&o) {
+			t.Errorf("%s in scope: not decided on", o.ID)
+		}
+	}
+	if s.named != nil {
+		t.Fatalf("the subject was listed with every obligation in scope: %+v", *s.named)
+	}
+	for _, tt := range []struct {
+		o    reconcile.Obligation
+		want bool
+	}{
+		{reconcile.Obligation{ID: "o-named"}, true},
+		{reconcile.Obligation{ID: "o-key", IdempotencyKey: "k-in"}, true},
+		{reconcile.Obligation{ID: "o-provider", ProviderID: "ch_in"}, true},
+		{reconcile.Obligation{ID: "o-target", TargetID: "ch_in"}, true},
+		{reconcile.Obligation{ID: "o-named-before"}, false},
+		{reconcile.Obligation{ID: "o-other", ProviderID: "ch_out"}, false},
+	} {
+		tt.o.State, tt.o.CreatedAt, tt.o.UpdatedAt = reconcile.Paid, old, old
+		if got := s.decides(&tt.o); got != tt.want {
+			t.Errorf("%s out of scope: decided on %v, want %v", tt.o.ID, got, tt.want)
+		}
+	}
+	if s.named == nil {
+		t.Error("the subject was never listed")
+	}
+}

@@ -448,26 +448,12 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	if err != nil {
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
-	// What the subject's objects name (sorted lists of up to a million
-	// names each, 1.7 s of a first pass's CPU) is looked at only for an
-	// obligation out of scope by state and window, so it is listed the
-	// first time one is: from the listing as first read, not the stretch
-	// read further back below.
-	var subject *sources.Named
-	subjectOf := listing
-	deciding := func(o *reconcile.Obligation) bool {
-		if inScope(o, w) {
-			return true
-		}
-		if subject == nil {
-			n := namedIf(subjectOf, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
-			subject = &n
-		}
-		return decides(o, w, *subject)
-	}
+	// The subject is what the listing as first read names, not the
+	// stretch read further back below.
+	subject := &lazySubject{l: listing, w: w, opts: r.Matcher}
 	oldest := time.Time{}
 	for i := range obs {
-		if deciding(&obs[i]) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
+		if subject.decides(&obs[i]) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
 			oldest = obs[i].CreatedAt
 		}
 	}
@@ -512,7 +498,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		// A shard decides on its own obligations only; it reads the
 		// others' to link its records (docs/design.md, "Shards").
 		own := st.shard == nil || st.shard.owns(obs[i].ID)
-		if decided[i] = own && deciding(&obs[i]); !decided[i] {
+		if decided[i] = own && subject.decides(&obs[i]); !decided[i] {
 			linkOnly = append(linkOnly, obs[i].ID)
 			if own {
 				out.Context++
@@ -691,10 +677,38 @@ func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named)
 }
 
 // inScope reports whether a pass about w decides on o whatever the
-// records name: it is EXECUTING or CONFIRMATION_UNKNOWN, or was created
-// or updated in w.
+// records name: it is unsettled, or was created or updated in w.
 func inScope(o *reconcile.Obligation, w reconcile.Window) bool {
-	return o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt)
+	return unsettled(o) || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt)
+}
+
+// unsettled reports whether o is EXECUTING or CONFIRMATION_UNKNOWN: in
+// scope whatever its age.
+func unsettled(o *reconcile.Obligation) bool {
+	return o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
+}
+
+// lazySubject tells, as decides does, whether a pass about w decides on an
+// obligation, with the subject (what l's objects created in w name)
+// listed the first time an obligation out of scope needs it: sorted lists
+// of up to a million names each, 1.7 s of a first pass's CPU, in which
+// every obligation is in scope.
+type lazySubject struct {
+	l     *sources.Listing
+	w     reconcile.Window
+	opts  matcher.Options
+	named *sources.Named // nil until listed
+}
+
+func (s *lazySubject) decides(o *reconcile.Obligation) bool {
+	if inScope(o, s.w) {
+		return true
+	}
+	if s.named == nil {
+		n := namedIf(s.l, s.opts, func(o reconcile.ProviderObject) bool { return s.w.Contains(o.Created) })
+		s.named = &n
+	}
+	return decides(o, s.w, *s.named)
 }
 
 // mergeObligations adds to obs (sorted by id) those of more it lacks,
