@@ -390,10 +390,7 @@ func (r *Obligations) read(ctx context.Context, w reconcile.Window, named Named,
 	}
 	sql, extra := r.statements(q)
 	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, q.namedArgs(named)...)
-	stmt, plan := sql.read, planned
-	if named.count() > lookupMost {
-		stmt, plan = sql.readMany, manyNames
-	}
+	stmt, plan := sql.forRead(named)
 	obs, err := r.query(ctx, keep, plan, stmt, append(args, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read obligations: %w", err)
@@ -428,10 +425,7 @@ func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.O
 	// A few thousand names are looked up by the table's indexes: the
 	// planner took ten thousand for enough to scan a million rows (0.3 to
 	// 0.45 s a round of an incremental pass, against a few hundredths).
-	stmt, plan := sql.named, lookUp
-	if named.count() > lookupMost {
-		stmt, plan = sql.namedMany, manyNames
-	}
+	stmt, plan := sql.forNamed(named)
 	obs, err := r.query(ctx, nil, plan, stmt, append(q.namedArgs(named), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
@@ -541,6 +535,34 @@ const (
 	manyNames
 )
 
+// forRead is Read's statement for named and how it is planned.
+func (q accountQueries) forRead(named Named) (string, readPlan) {
+	if named.count() > lookupMost {
+		return q.readMany, manyNames
+	}
+	return q.read, planned
+}
+
+// forNamed is ReadNamed's statement for named and how it is planned.
+func (q accountQueries) forNamed(named Named) (string, readPlan) {
+	if named.count() > lookupMost {
+		return q.namedMany, manyNames
+	}
+	return q.named, lookUp
+}
+
+// settings are the SET LOCAL statements query runs before a statement
+// planned as p.
+func (p readPlan) settings() string {
+	switch p {
+	case lookUp:
+		return "SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
+	case manyNames:
+		return "SET LOCAL max_parallel_workers_per_gather = 0"
+	}
+	return ""
+}
+
 // unestimated is terms, a statement's named terms, behind a coalesce
 // that the planner does not look into for its estimate: comparing each
 // of a million names with a column's statistics costs seconds, while the
@@ -567,14 +589,9 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 		return nil, fmt.Errorf("set plan_cache_mode: %w", err)
 	}
-	switch plan {
-	case lookUp:
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off; SET LOCAL jit = off"); err != nil {
-			return nil, fmt.Errorf("set enable_seqscan: %w", err)
-		}
-	case manyNames:
-		if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
-			return nil, fmt.Errorf("set max_parallel_workers_per_gather: %w", err)
+	if set := plan.settings(); set != "" {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			return nil, fmt.Errorf("%s: %w", set, err)
 		}
 	}
 	rows, err := tx.Query(ctx, sql, args...)

@@ -136,3 +136,95 @@ func TestPermuteSortsInPlace(t *testing.T) {
 		}
 	}
 }
+
+// More than lookupMost names take statements of their own: the named
+// terms behind a coalesce the planner does not estimate, and no parallel
+// workers, each of which would be sent its own copy of the names. At or
+// under it, the planner sees the names, and a read may go parallel.
+func TestManyNamesPlan(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO obligations (id, kind, idempotency_key, provider, provider_id, amount, currency,
+			state, created_at, updated_at)
+		SELECT 'ob-' || g, 'charge', 'key-' || g, 'stripe', 'ch_' || g, 100, 'usd', 'PAID',
+			timestamptz '2026-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 minute'
+		FROM generate_series(1, 50000) g;
+		ANALYZE obligations`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := r.prepared(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql, _ := r.statements(q)
+	few := Named{ProviderIDs: []string{"ch_7", "ch_8"}}
+	var many Named
+	for i := range lookupMost + 1 {
+		many.ProviderIDs = append(many.ProviderIDs, fmt.Sprintf("ch_%d", i))
+	}
+	from := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	readArgs := func(n Named) []any {
+		return append([]any{q.open, from, from.Add(time.Hour), from, from.Add(time.Hour)}, q.namedArgs(n)...)
+	}
+	for _, tc := range []struct {
+		name             string
+		stmt             func(Named) (string, readPlan)
+		args             func(Named) []any
+		named            Named
+		plan             readPlan
+		coalesce, gather bool
+	}{
+		{"read, few names", sql.forRead, readArgs, few, planned, false, true},
+		{"read, many names", sql.forRead, readArgs, many, manyNames, true, false},
+		{"named, few names", sql.forNamed, q.namedArgs, few, lookUp, false, false},
+		{"named, many names", sql.forNamed, q.namedArgs, many, manyNames, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stmt, plan := tc.stmt(tc.named)
+			if plan != tc.plan {
+				t.Fatalf("planned as %d, want %d", plan, tc.plan)
+			}
+			text := explainPlanned(t, r, stmt, tc.args(tc.named), plan)
+			if got := strings.Contains(text, "COALESCE"); got != tc.coalesce {
+				t.Errorf("named terms behind a coalesce: %v, want %v:\n%.2000s", got, tc.coalesce, text)
+			}
+			if got := strings.Contains(text, "Gather"); got != tc.gather {
+				t.Errorf("parallel workers: %v, want %v:\n%.2000s", got, tc.gather, text)
+			}
+		})
+	}
+}
+
+// explainPlanned returns the plan of sql with args as query runs it
+// planned as plan, with parallel workers made free, so that only plan's
+// settings keep a read from them.
+func explainPlanned(tb testing.TB, r *Obligations, sql string, args []any, plan readPlan) string {
+	tb.Helper()
+	var lines []string
+	err := pgx.BeginFunc(context.Background(), r.pool, func(tx pgx.Tx) error {
+		ctx := context.Background()
+		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL parallel_setup_cost = 0;
+			SET LOCAL parallel_tuple_cost = 0; SET LOCAL min_parallel_table_scan_size = 0`); err != nil {
+			return err
+		}
+		if set := plan.settings(); set != "" {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (VERBOSE) "+sql, args...)
+		if err != nil {
+			return err
+		}
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("explain: %v", err)
+	}
+	return strings.Join(lines, "\n")
+}
