@@ -93,12 +93,21 @@ func TestObligationsReadUsesTeamIndexes(t *testing.T) {
 // explain returns the plan of sql with args, sequential scans priced out.
 func explain(tb testing.TB, r *Obligations, sql string, args []any) string {
 	tb.Helper()
+	return explainAfter(tb, r, "SET LOCAL enable_seqscan = off", sql, args)
+}
+
+// explainAfter returns the plan of sql with args, in a transaction that
+// first runs the statements of setup ("" none).
+func explainAfter(tb testing.TB, r *Obligations, setup, sql string, args []any) string {
+	tb.Helper()
 	var lines []string
 	err := pgx.BeginFunc(context.Background(), r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(context.Background(), "SET LOCAL enable_seqscan = off"); err != nil {
-			return err
+		if setup != "" {
+			if _, err := tx.Exec(context.Background(), setup); err != nil {
+				return err
+			}
 		}
-		rows, err := tx.Query(context.Background(), "EXPLAIN "+sql, args...)
+		rows, err := tx.Query(context.Background(), "EXPLAIN (VERBOSE) "+sql, args...)
 		if err != nil {
 			return err
 		}
@@ -188,7 +197,14 @@ func TestManyNamesPlan(t *testing.T) {
 			if plan != tc.plan {
 				t.Fatalf("planned as %d, want %d", plan, tc.plan)
 			}
-			text := explainPlanned(t, r, stmt, tc.args(tc.named), plan)
+			// As query runs it, with parallel workers made free, so that
+			// only plan's settings keep a read from them.
+			setup := `SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL parallel_setup_cost = 0;
+				SET LOCAL parallel_tuple_cost = 0; SET LOCAL min_parallel_table_scan_size = 0`
+			if set := plan.settings(); set != "" {
+				setup += "; " + set
+			}
+			text := explainAfter(t, r, setup, stmt, tc.args(tc.named))
 			if got := strings.Contains(text, "COALESCE"); got != tc.coalesce {
 				t.Errorf("named terms behind a coalesce: %v, want %v:\n%.2000s", got, tc.coalesce, text)
 			}
@@ -197,34 +213,4 @@ func TestManyNamesPlan(t *testing.T) {
 			}
 		})
 	}
-}
-
-// explainPlanned returns the plan of sql with args as query runs it
-// planned as plan, with parallel workers made free, so that only plan's
-// settings keep a read from them.
-func explainPlanned(tb testing.TB, r *Obligations, sql string, args []any, plan readPlan) string {
-	tb.Helper()
-	var lines []string
-	err := pgx.BeginFunc(context.Background(), r.pool, func(tx pgx.Tx) error {
-		ctx := context.Background()
-		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL parallel_setup_cost = 0;
-			SET LOCAL parallel_tuple_cost = 0; SET LOCAL min_parallel_table_scan_size = 0`); err != nil {
-			return err
-		}
-		if set := plan.settings(); set != "" {
-			if _, err := tx.Exec(ctx, set); err != nil {
-				return err
-			}
-		}
-		rows, err := tx.Query(ctx, "EXPLAIN (VERBOSE) "+sql, args...)
-		if err != nil {
-			return err
-		}
-		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	if err != nil {
-		tb.Fatalf("explain: %v", err)
-	}
-	return strings.Join(lines, "\n")
 }
