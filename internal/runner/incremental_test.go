@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -298,7 +297,9 @@ func (e *env) stored() []string {
 	e.tb.Helper()
 	var out []string
 	for _, q := range []string{
-		`SELECT 'finding ' || fingerprint || ' ' || kind || ' ' || coalesce(obligation_id, '') || ' ' || status || ' ' || content_hash
+		`SELECT 'finding ' || fingerprint || ' ' || kind || ' ' || severity || ' ' || coalesce(obligation_id, '') || ' ' || status || ' ' ||
+			content_hash || ' ' || amount || currency || ' ' || at_risk_amount || at_risk_currency || ' ' || coalesce(target, '') || ' ' ||
+			paid_out || ' ' || detail
 			FROM reconcile.findings ORDER BY fingerprint`,
 		`SELECT 'obligation ' || id || ' ' || state || ' ' || coalesce(provider_id, '') || ' ' || coalesce(paid_at::text, '')
 			FROM obligations ORDER BY id`,
@@ -381,10 +382,13 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 // transitions.
 func diffOutcomes(whole, got *runner.Outcome) string {
 	var diff string
+	// Every field: what a finding says (its detail, the money at risk, its
+	// target) is finance's, and a nightly pass must say it as --full does,
+	// not only find the same problem.
 	fp := func(fs []reconcile.Finding) []string {
 		var out []string
 		for _, f := range fs {
-			out = append(out, f.Fingerprint+" "+string(f.Kind)+" "+f.ObligationID+" "+strings.Join(f.ProviderIDs, ",")+" "+f.ContentHash)
+			out = append(out, fmt.Sprintf("%+v", f))
 		}
 		return out
 	}
