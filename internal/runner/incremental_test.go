@@ -398,7 +398,8 @@ func diffOutcomes(whole, got *runner.Outcome) string {
 	tr := func(ts []reconcile.Transition) []string {
 		var out []string
 		for _, t := range ts {
-			out = append(out, t.ObligationID+" "+t.ProviderID)
+			out = append(out, fmt.Sprintf("%s %s→%s (%q, lease %s) %s %s", t.ObligationID, t.From, t.To, t.FromRaw,
+				t.FromLeaseExpiresAt.UTC().Format(time.RFC3339Nano), t.ProviderID, t.Money))
 		}
 		return out
 	}
