@@ -9,12 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reconcile/internal/embeddedpg"
+	"reconcile/internal/pgtest"
 )
-
-// localAdminURL is the local server the benchmarks' processes use when
-// TEST_DATABASE_URL is unset and it answers (pgtest.AdminURL), at
-// embeddedpg.LocalAddr.
-const localAdminURL = "postgres://root@127.0.0.1:5432/postgres?sslmode=disable"
 
 // postgresLine says which PostgreSQL the benchmarks ran against, by
 // version, and the settings that move their figures: with autovacuum off
@@ -25,7 +21,9 @@ const localAdminURL = "postgres://root@127.0.0.1:5432/postgres?sslmode=disable"
 func postgresLine(ctx context.Context, getenv func(string) string) string {
 	url, where := getenv("TEST_DATABASE_URL"), "TEST_DATABASE_URL's"
 	if url == "" {
-		url, where = embeddedpg.LocalURL(localAdminURL, getenv), "the local"
+		// The local server the benchmarks' processes use when it answers
+		// (pgtest.AdminURL).
+		url, where = embeddedpg.LocalURL(pgtest.DefaultAdminURL, getenv), "the local"
 		if !embeddedpg.Answers(ctx, embeddedpg.LocalAddr(getenv)) {
 			return "PostgreSQL: none answers locally; each benchmark process starts an embedded server of its own (internal/embeddedpg: " +
 				"fsync, synchronous_commit and full_page_writes off, otherwise PostgreSQL's defaults, autovacuum on)."

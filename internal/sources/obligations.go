@@ -249,13 +249,6 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 	// (counted), so that collect holds them in one slice of the right
 	// length from the first row on.
 	counted := r.list + countColumn
-	qs.whole = accountQueries{
-		read:      "SELECT " + counted + from + " WHERE " + scope + " OR " + named(6),
-		readMany:  "SELECT " + counted + from + " WHERE " + scope + " OR " + unestimated(named(6)),
-		named:     "SELECT " + counted + from + " WHERE " + named(1),
-		namedMany: "SELECT " + counted + from + " WHERE " + unestimated(named(1)),
-		oldest:    "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE " + scope,
-	}
 	// One scan for every count an incremental pass takes of the table,
 	// grouped by the raw state (a handful of groups), summed in Go. The
 	// state compared as text: a value no enum label holds is still a value
@@ -271,7 +264,22 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 			", count(*) FILTER (WHERE NOT (" + q(c.State) + "::text = ANY($3::text[])) AND (" + window + "))" +
 			from + " WHERE true" + restrict + " GROUP BY 1"
 	}
-	qs.whole.census = census("")
+	// statements are the reading statements, each restricted by one more
+	// AND term (none for the whole table) around its whole WHERE clause,
+	// so that the scope's plan (its hash probes, a team's BitmapOr) stays
+	// as it is and the restriction filters its rows: read's and named's
+	// (named's parameters five fewer than read's), oldest's and census's.
+	statements := func(readAnd, namedAnd, oldestAnd, censusAnd string) accountQueries {
+		return accountQueries{
+			read:      "SELECT " + counted + from + " WHERE (" + scope + " OR " + named(6) + ")" + readAnd,
+			readMany:  "SELECT " + counted + from + " WHERE (" + scope + " OR " + unestimated(named(6)) + ")" + readAnd,
+			named:     "SELECT " + counted + from + " WHERE (" + named(1) + ")" + namedAnd,
+			namedMany: "SELECT " + counted + from + " WHERE " + unestimated(named(1)) + namedAnd,
+			oldest:    "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE (" + scope + ")" + oldestAnd,
+			census:    census(censusAnd),
+		}
+	}
+	qs.whole = statements("", "", "", "")
 	for _, st := range reconcile.States {
 		qs.mapped = append(qs.mapped, r.table.Raw(st))
 	}
@@ -283,9 +291,6 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 	// reports rather than picking one.
 	qs.get = "SELECT " + r.list + from + " WHERE " + q(c.ID) + " = " + id + " LIMIT 2"
 	if c.Account != "" {
-		// Each restriction is one more AND term around the whole
-		// scope, so that the scope's plan (its hash probes, a team's
-		// BitmapOr) stays as it is and the account filters its rows.
 		col := q(c.Account)
 		cast := ""
 		if account.Base != textType {
@@ -293,21 +298,11 @@ func (r *Obligations) buildQueries(types reconcile.ObligationTypes, filters map[
 		}
 		platform := " AND (" + col + " IS NULL OR " + col + " = ''" + cast + ")"
 		acct := func(n int) string { return fmt.Sprintf(" AND %s = $%d::text%s", col, n, cast) }
-		read := "SELECT " + counted + from + " WHERE (" + scope + " OR " + named(6) + ")"
-		readMany := "SELECT " + counted + from + " WHERE (" + scope + " OR " + unestimated(named(6)) + ")"
-		nm := "SELECT " + counted + from + " WHERE (" + named(1) + ")"
-		nmMany := "SELECT " + counted + from + " WHERE " + unestimated(named(1))
-		oldest := "SELECT min(" + q(c.CreatedAt) + ")" + from + " WHERE (" + scope + ")"
+		qs.platform = statements(platform, platform, platform, platform)
 		// The account's parameter follows the others: read's last is
 		// the target ids' ($9 apart, else provider ids' $8), named's
-		// five fewer, oldest's $5.
-		restrict := func(and string, and5 string) accountQueries {
-			return accountQueries{read: read + and, readMany: readMany + and, named: nm + and5, namedMany: nmMany + and5}
-		}
-		qs.platform = restrict(platform, platform)
-		qs.platform.oldest, qs.platform.census = oldest+platform, census(platform)
-		qs.account = restrict(acct(qs.targetParam+1), acct(qs.targetParam-4))
-		qs.account.oldest, qs.account.census = oldest+acct(6), census(acct(8))
+		// five fewer, oldest's $5, census's $7.
+		qs.account = statements(acct(qs.targetParam+1), acct(qs.targetParam-4), acct(6), acct(8))
 	}
 	return qs
 }
