@@ -312,21 +312,19 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 		return nil, nil, nil
 	}
 	n := len(ts)
-	ids, fromRaw, toRaw := make([]string, n), make([]string, n), make([]string, n)
-	leases, providerIDs := make([]*time.Time, n), make([]*string, n)
-	fromState, toState := make([]string, n), make([]string, n)
+	ids, leases, providerIDs, moves := make([]string, n), make([]*time.Time, n), make([]*string, n), make([]int32, n)
+	var m transitionMoves
 	for i, t := range ts {
 		ids[i] = t.ObligationID
-		fromRaw[i] = t.FromRaw
-		if fromRaw[i] == "" {
-			fromRaw[i] = s.table.Raw(t.From)
+		fromRaw := t.FromRaw
+		if fromRaw == "" {
+			fromRaw = s.table.Raw(t.From)
 		}
 		from := t.From
 		if from == "" {
 			from = s.table.Canonical(t.FromRaw)
 		}
-		fromState[i], toState[i] = string(from), string(t.To)
-		toRaw[i] = s.table.Raw(t.To)
+		moves[i] = m.number(fromRaw, s.table.Raw(t.To), string(from), string(t.To))
 		// UTC: for a timestamp without time zone pgx sends the wall
 		// clock, and the reader read it as UTC.
 		leases[i] = nullTime(t.FromLeaseExpiresAt.UTC())
@@ -340,7 +338,7 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 		}
 	}
 	at := now.UTC()
-	rows, err := tx.Query(ctx, s.sql().cas, ids, fromRaw, toRaw, leases, providerIDs, fromState, toState,
+	rows, err := tx.Query(ctx, s.sql().cas, ids, leases, providerIDs, moves, m.fromRaw, m.toRaw, m.fromState, m.toState,
 		string(reconcile.Paid), at, runID, at, at)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apply transitions: %w", err)
@@ -368,6 +366,26 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 		}
 	}
 	return applied, skipped, nil
+}
+
+// transitionMoves are the distinct moves of a batch of transitions, by
+// their raw and canonical states, each sent once with the compare-and-set
+// (obligationSQL.cas).
+type transitionMoves struct {
+	fromRaw, toRaw, fromState, toState []string
+}
+
+// number is the move's number among m's, counted from 1 as WITH
+// ORDINALITY counts, added when it is new.
+func (m *transitionMoves) number(fromRaw, toRaw, fromState, toState string) int32 {
+	for i := range m.fromRaw {
+		if m.fromRaw[i] == fromRaw && m.toRaw[i] == toRaw && m.fromState[i] == fromState && m.toState[i] == toState {
+			return int32(i + 1)
+		}
+	}
+	m.fromRaw, m.toRaw = append(m.fromRaw, fromRaw), append(m.toRaw, toRaw)
+	m.fromState, m.toState = append(m.fromState, fromState), append(m.toState, toState)
+	return int32(len(m.fromRaw))
 }
 
 // bigBatch is the number of transitions from which applyTransitions
