@@ -311,35 +311,54 @@ func (s *Store) applyTransitions(ctx context.Context, tx pgx.Tx, ts []reconcile.
 	if len(ts) == 0 {
 		return nil, nil, nil
 	}
-	n := len(ts)
-	ids, leases, providerIDs, moves := make([]string, n), make([]*time.Time, n), make([]*string, n), make([]int32, n)
+	// The transitions go to a temporary table by COPY (sending them as
+	// arrays of parameters cost 0.4 s more at a hundred thousand), each
+	// naming its move by number; the moves go as parameters.
 	var m transitionMoves
-	for i, t := range ts {
-		ids[i] = t.ObligationID
-		fromRaw := t.FromRaw
-		if fromRaw == "" {
-			fromRaw = s.table.Raw(t.From)
-		}
-		from := t.From
-		if from == "" {
-			from = s.table.Canonical(t.FromRaw)
-		}
-		moves[i] = m.number(fromRaw, s.table.Raw(t.To), string(from), string(t.To))
-		// UTC: for a timestamp without time zone pgx sends the wall
-		// clock, and the reader read it as UTC.
-		leases[i] = nullTime(t.FromLeaseExpiresAt.UTC())
-		providerIDs[i] = nullString(t.ProviderID)
+	if _, err := tx.Exec(ctx, s.sql().staging); err != nil {
+		return nil, nil, fmt.Errorf("apply transitions: %w", err)
 	}
-	if n >= bigBatch {
-		// Keep the join's hash and the unnested arrays in memory rather
-		// than spilling them to disk; for this transaction only.
+	i := 0
+	err = copyBinary(ctx, tx, pgx.Identifier{"pg_temp", "transitions_in"}, []string{"id", "lease", "provider_id", "move"},
+		func(b []byte) ([]byte, bool, error) {
+			if i == len(ts) {
+				return b, false, nil
+			}
+			t := &ts[i]
+			i++
+			fromRaw := t.FromRaw
+			if fromRaw == "" {
+				fromRaw = s.table.Raw(t.From)
+			}
+			from := t.From
+			if from == "" {
+				from = s.table.Canonical(t.FromRaw)
+			}
+			b = appendFields(b, 4)
+			b = appendText(b, t.ObligationID)
+			if t.FromLeaseExpiresAt.IsZero() {
+				b = appendNull(b)
+			} else {
+				// A timestamp without time zone holds the wall clock in
+				// UTC, as the reader read it; either type's binary form is
+				// microseconds since 2000.
+				b = appendTimestamptz(b, t.FromLeaseExpiresAt)
+			}
+			b = appendTextOrNull(b, t.ProviderID)
+			return appendInt4(b, m.number(fromRaw, s.table.Raw(t.To), string(from), string(t.To))), true, nil
+		})
+	if err != nil {
+		return nil, nil, fmt.Errorf("apply transitions: copy: %w", err)
+	}
+	if len(ts) >= bigBatch {
+		// Keep the join's hash in memory rather than spilling it to
+		// disk; for this transaction only.
 		if _, err := tx.Exec(ctx, `SELECT set_config('work_mem', '64MB', true)`); err != nil {
 			return nil, nil, fmt.Errorf("apply transitions: %w", err)
 		}
 	}
 	at := now.UTC()
-	rows, err := tx.Query(ctx, s.sql().cas, ids, leases, providerIDs, moves, m.fromRaw, m.toRaw, m.fromState, m.toState,
-		string(reconcile.Paid), at, runID, at, at)
+	rows, err := tx.Query(ctx, s.sql().cas, m.fromRaw, m.toRaw, m.fromState, m.toState, string(reconcile.Paid), at, runID, at, at)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apply transitions: %w", err)
 	}

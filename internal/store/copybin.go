@@ -21,8 +21,8 @@ import (
 // copyBinary streams COPY table (cols) FROM STDIN in the binary format,
 // each row appended by next (false when there are none left), on tx's
 // connection.
-func copyBinary(ctx context.Context, tx pgx.Tx, table string, cols []string, next func(b []byte) ([]byte, bool, error)) error {
-	sql := "COPY " + pgx.Identifier{table}.Sanitize() + " (" + strings.Join(cols, ", ") + ") FROM STDIN (FORMAT binary)"
+func copyBinary(ctx context.Context, tx pgx.Tx, table pgx.Identifier, cols []string, next func(b []byte) ([]byte, bool, error)) error {
+	sql := "COPY " + table.Sanitize() + " (" + strings.Join(cols, ", ") + ") FROM STDIN (FORMAT binary)"
 	_, err := tx.Conn().PgConn().CopyFrom(ctx, &binaryRows{next: next, buf: append([]byte(nil), copyHeader...)}, sql)
 	return err
 }
@@ -85,6 +85,11 @@ func appendTextOrNull(b []byte, s string) []byte {
 		return appendNull(b)
 	}
 	return appendText(b, s)
+}
+
+func appendInt4(b []byte, v int32) []byte {
+	b = binary.BigEndian.AppendUint32(b, 4)
+	return binary.BigEndian.AppendUint32(b, uint32(v))
 }
 
 func appendInt8(b []byte, v int64) []byte {

@@ -756,7 +756,7 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 	}
 	cols := []string{"account", "id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
 		"payment_intent", "charge", "customer", "metadata", "created", "seen_at", "linked_to"}
-	if err := copyBinary(ctx, tx, "mirror_objects_in", cols, src.appendRow); err != nil {
+	if err := copyBinary(ctx, tx, pgx.Identifier{"mirror_objects_in"}, cols, src.appendRow); err != nil {
 		return fmt.Errorf("objects: copy: %w", err)
 	}
 	// The planner sizes the unanalysed batch by its pages: a handful of
@@ -840,7 +840,7 @@ func saveKeys(ctx context.Context, tx pgx.Tx, account string, keys []reconcile.K
 		return fmt.Errorf("keys: %w", err)
 	}
 	i := 0
-	err := copyBinary(ctx, tx, "mirror_keys_in",
+	err := copyBinary(ctx, tx, pgx.Identifier{"mirror_keys_in"},
 		[]string{"account", "object_id", "key", "object_kind", "event_id", "event_type", "created", "request_id"},
 		func(b []byte) ([]byte, bool, error) {
 			if i == len(keys) {

@@ -54,8 +54,10 @@ func readable(c reconcile.ObligationColumns) []string {
 // and, unless dryRun, INSERT and UPDATE on them (goose's and River's
 // version tables but read) and USAGE on its sequences. River's other
 // tables are the job queue's, whose workers need grants of their own
-// (package queue names them); a pass does not touch them. A pass deletes
-// nothing and creates nothing: DELETE and CREATE are migrate's, not its.
+// (package queue names them); a pass does not touch them. Unless dryRun,
+// TEMPORARY on the database: a pass stages rows in temporary tables,
+// dropped at commit. Otherwise a pass deletes nothing and creates
+// nothing: DELETE and CREATE are migrate's, not its.
 //
 // What does not exist is not reported here: the checks of the table
 // (sources.Obligations.Check) and of the schema (CheckSchema) that follow
@@ -76,6 +78,20 @@ func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t reconcile.Obliga
 		return fmt.Errorf("check privileges: %w", err)
 	}
 	missing = append(missing, m...)
+	if !dryRun {
+		// The mirror's save and the apply stage their rows in temporary
+		// tables, dropped at commit. PostgreSQL grants TEMPORARY to every
+		// role by default; a database that revoked it fails here rather
+		// than after the provider calls.
+		var db string
+		var temp bool
+		if err := pool.QueryRow(ctx, `SELECT current_database(), has_database_privilege(current_database(), 'TEMPORARY')`).Scan(&db, &temp); err != nil {
+			return fmt.Errorf("check privileges: %w", err)
+		}
+		if !temp {
+			missing = append(missing, "TEMPORARY on database "+pgx.Identifier{db}.Sanitize())
+		}
+	}
 	if len(missing) > 0 {
 		return &PrivilegeError{Role: role, Missing: missing}
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
@@ -89,5 +90,41 @@ func TestCheckPrivilegesAccountColumn(t *testing.T) {
 	role = rolePool(t, pool, dburl, grants+"\nGRANT SELECT (stripe_account) ON obligations TO reconciler;")
 	if err := CheckPrivileges(ctx, role, mapped, false); err != nil {
 		t.Errorf("account column mapped and granted: %v; want nil", err)
+	}
+}
+
+// A pass that writes stages rows in temporary tables (the mirror's save,
+// the apply): a database that revoked TEMPORARY from PUBLIC fails the
+// check, naming it, unless the role holds it itself; a dry run does not
+// need it.
+func TestCheckPrivilegesTemporary(t *testing.T) {
+	pool, dburl := pgtest.NewMigrated(t, SchemaDigest(), Migrate)
+	ctx := t.Context()
+	var db string
+	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "REVOKE TEMPORARY ON DATABASE "+pgx.Identifier{db}.Sanitize()+" FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	const grants = `GRANT SELECT ON obligations TO reconciler;
+		GRANT UPDATE (state, provider_id, paid_at, updated_at) ON obligations TO reconciler;
+		GRANT USAGE ON SCHEMA reconcile TO reconciler;
+		GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA reconcile TO reconciler;
+		GRANT USAGE ON ALL SEQUENCES IN SCHEMA reconcile TO reconciler;`
+	role := rolePool(t, pool, dburl, grants)
+	table := reconcile.DefaultObligationTable()
+	if err := CheckPrivileges(ctx, role, table, true); err != nil {
+		t.Errorf("dry run without TEMPORARY: %v; want nil", err)
+	}
+	err := CheckPrivileges(ctx, role, table, false)
+	var pe *PrivilegeError
+	if want := []string{"TEMPORARY on database " + pgx.Identifier{db}.Sanitize()}; !errors.As(err, &pe) || !slices.Equal(pe.Missing, want) {
+		t.Errorf("without TEMPORARY: %v; want %q missing alone", err, want)
+	}
+
+	role = rolePool(t, pool, dburl, grants+"\nGRANT TEMPORARY ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO reconciler;")
+	if err := CheckPrivileges(ctx, role, table, false); err != nil {
+		t.Errorf("TEMPORARY granted to the role: %v; want nil", err)
 	}
 }
