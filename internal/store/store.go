@@ -161,21 +161,21 @@ func buildObligationSQL(t reconcile.ObligationTable, types reconcile.ObligationT
 		updatedAt:      ident(t.Columns.UpdatedAt),
 		types:          types,
 	}
-	// texts is parameter n, sent as text[], as an array of type typ; on a
-	// text column the cast would be a no-op and is left out.
-	texts := func(n int, typ string) string {
-		p := fmt.Sprintf("$%d::text[]", n)
-		if typ != `"pg_catalog"."text"` {
-			p += "::" + typ + "[]"
-		}
-		return p
-	}
-	// cast is the text expression e as type typ, left as it is on text.
+	// cast is the text expression e as type typ, left as it is on text,
+	// where the cast would be a no-op.
 	cast := func(e, typ string) string {
 		if typ == `"pg_catalog"."text"` {
 			return e
 		}
 		return e + "::" + typ
+	}
+	// texts is parameter n, sent as text[], as an array of type typ.
+	texts := func(n int, typ string) string {
+		p := fmt.Sprintf("$%d::text[]", n)
+		if e := cast(p, typ); e != p {
+			return e + "[]"
+		}
+		return p
 	}
 	// One statement for every transition of a run, read from a
 	// temporary table the apply fills by COPY: the rows whose state and
