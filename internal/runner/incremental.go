@@ -138,59 +138,113 @@ type Censor interface {
 }
 
 // incrementalMatch says whether this share of a pass may match only what
-// can have changed, and if not why not ("" when it may). It counts the
-// obligations created before the pass's clock less the clock skew, for
-// the mark the pass leaves (st.created).
+// can have changed, and if not why not ("" when it may). It starts the
+// census of the obligations table (st.census), whose count of the
+// obligations created before the pass's clock less the clock skew is the
+// mark the pass leaves (st.created). When the pass may match
+// incrementally, the census is still being read: readChanged takes it
+// after its own scan of the table (takeCensus), and matches whole if it
+// tells of rows deleted or written with old times.
 func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Time, st *readState) (store.MatchMark, string, error) {
 	mm, ok := r.Mirror.(MatchMirror)
 	cc, counts := r.Obligations.(Censor)
-	var mark store.MatchMark
-	marked := false
-	if ok && counts {
-		var err error
-		if mark, marked, err = mm.Mark(ctx); err != nil {
-			return store.MatchMark{}, "", err
-		}
-		at := now.Add(-r.Matcher.ClockSkew)
-		before := at
-		if marked {
-			before = earlier(mark.MatchedAt.Add(-r.Matcher.ClockSkew), at)
-		}
-		c, err := cc.Census(ctx, before, at, req.Window)
-		if err != nil {
-			return store.MatchMark{}, "", err
-		}
-		st.created, st.unmapped = &c.CreatedB, c.Unmapped
-		if marked && c.CreatedA != mark.Obligations {
-			return mark, fmt.Sprintf("the obligations created before the last pass were %d then and are %d now: rows were deleted or written with old times",
-				mark.Obligations, c.CreatedA), nil
-		}
-	}
-	switch {
-	case !ok || !counts:
+	if !ok || !counts {
 		return store.MatchMark{}, "no mirror to match from", nil
-	case st.shard != nil:
-		return store.MatchMark{}, "a shard matches its part whole", nil
-	case req.Full:
-		return store.MatchMark{}, "--full", nil
-	case st.plan.report.Mode != SyncIncremental:
-		return store.MatchMark{}, "the provider is read in full", nil
-	case st.plan.older.Valid():
-		return store.MatchMark{}, "the coverage begins before the mirror", nil
-	case r.Matcher.ReportUnverified:
-		return store.MatchMark{}, "report_unverified is on: its findings come and go with the window", nil
 	}
+	mark, marked, err := mm.Mark(ctx)
+	if err != nil {
+		return store.MatchMark{}, "", err
+	}
+	at := now.Add(-r.Matcher.ClockSkew)
+	before := at
+	if marked {
+		before = earlier(mark.MatchedAt.Add(-r.Matcher.ClockSkew), at)
+	}
+	st.census = startCensus(ctx, cc, before, at, req.Window)
+	why := r.wholeBecause(req, st, mark, marked)
+	if why == "" {
+		return mark, "", nil
+	}
+	// A census that tells of rows deleted or written with old times is
+	// the reason given first.
+	if changed, err := st.takeCensus(mark, marked); err != nil || changed != "" {
+		return mark, changed, err
+	}
+	return mark, why, nil
+}
+
+// wholeBecause is why this share of a pass matches whole, the census
+// aside ("" when nothing else stops it matching incrementally).
+func (r *Runner) wholeBecause(req Request, st *readState, mark store.MatchMark, marked bool) string {
 	switch {
+	case st.shard != nil:
+		return "a shard matches its part whole"
+	case req.Full:
+		return "--full"
+	case st.plan.report.Mode != SyncIncremental:
+		return "the provider is read in full"
+	case st.plan.older.Valid():
+		return "the coverage begins before the mirror"
+	case r.Matcher.ReportUnverified:
+		return "report_unverified is on: its findings come and go with the window"
 	case !marked:
-		return mark, "no completed pass matched what the mirror holds", nil
+		return "no completed pass matched what the mirror holds"
 	case mark.Digest != r.matchDigest():
-		return mark, "the matcher's options changed since the last pass", nil
+		return "the matcher's options changed since the last pass"
 	case req.Window.From.Before(mark.Window.From):
-		return mark, "the window begins before the last pass's", nil
+		return "the window begins before the last pass's"
 	case mark.Window.To.Before(mark.MatchedAt.Add(-r.Matcher.ClockSkew)):
-		return mark, "the last pass's window ended before its run", nil
+		return "the last pass's window ended before its run"
 	}
-	return mark, "", nil
+	return ""
+}
+
+// censusCall is the census of the obligations table, read beside the
+// pass's other reads: it scans the whole table, a third of a second at a
+// million rows, and an incremental pass's scan of what changed scans it
+// too (docs/design.md, "Incremental matching").
+type censusCall struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	census sources.Census
+	err    error
+}
+
+func startCensus(ctx context.Context, cc Censor, a, b time.Time, w reconcile.Window) *censusCall {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &censusCall{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(c.done)
+		c.census, c.err = cc.Census(ctx, a, b, w)
+	}()
+	return c
+}
+
+// stop ends a census no one will take, and waits for it.
+func (c *censusCall) stop() {
+	if c != nil {
+		c.cancel()
+		<-c.done
+	}
+}
+
+// takeCensus waits for the census, keeps its counts for the pass
+// (st.created, st.unmapped), and says why the pass must match whole if
+// the obligations created before the marked clock are not those the mark
+// counted ("" when they are).
+func (st *readState) takeCensus(mark store.MatchMark, marked bool) (string, error) {
+	c := st.census
+	<-c.done
+	c.cancel()
+	if c.err != nil {
+		return "", c.err
+	}
+	st.created, st.unmapped = &c.census.CreatedB, c.census.Unmapped
+	if marked && c.census.CreatedA != mark.Obligations {
+		return fmt.Sprintf("the obligations created before the last pass were %d then and are %d now: rows were deleted or written with old times",
+			mark.Obligations, c.census.CreatedA), nil
+	}
+	return "", nil
 }
 
 // readChanged gathers an incremental match's input: what the provider
@@ -248,6 +302,10 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		return matcher.Input{}, false, err
 	}
 	changed, opened := splitScanned(scanned, since, own, openSet)
+	if why, err := st.takeCensus(mark, true); err != nil || why != "" {
+		p.report.MatchReason = why
+		return matcher.Input{}, false, err
+	}
 	st.phases.mark("changes")
 
 	byID := map[string]reconcile.Obligation{}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -474,5 +475,40 @@ func TestIncrementalCatchesABrokenDirtySet(t *testing.T) {
 			}
 			t.Errorf("30 histories with the dirty set broken (%s) concluded as --full: the property test cannot fail", name)
 		})
+	}
+}
+
+// A row deleted, or written with old times, since the last pass leaves
+// no updated_at to read: the census, read beside the nightly pass's scan
+// of what changed, tells of it, and the pass matches whole.
+func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	obl := func(n int, at time.Time) reconcile.Obligation {
+		return reconcile.Obligation{ID: "charge:c" + strconv.Itoa(n), Kind: reconcile.Charge, IdempotencyKey: "key-c" + strconv.Itoa(n),
+			Money: reconcile.Money{Amount: 1000 + int64(n), Currency: "usd"}, State: reconcile.FailedState, CreatedAt: at, UpdatedAt: at}
+	}
+	pgtest.InsertObligations(t, e.pool, obl(1, t0.Add(-2*time.Hour)), obl(2, t0.Add(-time.Hour)))
+	e.pass(true, runner.Request{})
+	for _, step := range []struct {
+		name, why string
+		change    func()
+	}{
+		{"nothing changed", "", func() {}},
+		{"a row deleted", "were 2 then and are 1 now", func() { e.exec(`DELETE FROM obligations WHERE id = 'charge:c1'`) }},
+		{"a row written with old times", "were 1 then and are 2 now", func() {
+			pgtest.InsertObligations(t, e.pool, obl(3, t0.Add(-3*time.Hour)))
+		}},
+	} {
+		step.change()
+		e.clock = e.clock.Add(time.Hour)
+		out := e.pass(true, runner.Request{})
+		switch {
+		case step.why == "" && out.Sync.Match != runner.MatchIncremental:
+			t.Errorf("%s: matched %s (%s), want incrementally", step.name, out.Sync.Match, out.Sync.MatchReason)
+		case step.why != "" && (out.Sync.Match != runner.MatchFull || !strings.Contains(out.Sync.MatchReason, step.why)):
+			t.Errorf("%s: matched %s (%q), want whole because the obligations created before the last pass %s", step.name,
+				out.Sync.Match, out.Sync.MatchReason, step.why)
+		}
 	}
 }

@@ -418,6 +418,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	cover := st.cover
 	st.plan.report.Match = MatchFull
 	mark, why, err := r.incrementalMatch(ctx, req, now, st)
+	defer st.census.stop() // taken already, unless the pass failed first
 	if err != nil {
 		return matcher.Input{}, err
 	}

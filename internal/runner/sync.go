@@ -107,6 +107,9 @@ type readState struct {
 	// obligations the mark keeps (nil: not counted, no mark).
 	matched *matchedSet
 	created *int64
+	// census is the obligations table's census while it is read, beside
+	// the pass's other reads (incrementalMatch).
+	census *censusCall
 	// stored are the links the mirror held of the objects an incremental
 	// pass read from it by relation (store.Related.Linked): the object's
 	// obligation, "" for none. A link found the same is not written again.
