@@ -49,6 +49,10 @@ func Match(in Input, now time.Time, opts Options) Result {
 	// movement is a duplicate found for it, which keeps it from PAID.
 	m.classifyUnlinked()
 	m.evaluateObligations()
+	// The rules have found all they look up by id or key: the indexes
+	// (16 MB each at a million) go before the result is built beside
+	// them, which is when a first pass's heap stands highest.
+	m.oblIdx, m.keyIdx, m.objIdx = index{}, index{}, index{}
 	m.emit()
 	return m.res
 }

@@ -569,7 +569,22 @@ func unestimated(terms string) string { return "coalesce(" + terms + ", false)" 
 // looks names up: no sequential scan where an index serves (a table
 // without one is scanned all the same), and no JIT.
 func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan readPlan, sql string, args ...any) ([]reconcile.Obligation, error) {
-	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if plan == manyNames {
+			// pgx keeps a statement's encoded parameters until the
+			// connection's next one: a first pass's two million names
+			// are 46 MB, held while the pass matches, when its heap
+			// stands highest. Closed, the connection lets them go.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			return
+		}
+		conn.Release()
+	}()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}

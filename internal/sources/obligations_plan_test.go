@@ -214,3 +214,48 @@ func TestManyNamesPlan(t *testing.T) {
 		})
 	}
 }
+
+// A read naming more than lookupMost names closes its connection after
+// it, so that the megabytes of names pgx keeps encoded until the
+// connection's next statement go while the pass matches; the reads after
+// it open another.
+func TestManyNamesLetTheirConnectionGo(t *testing.T) {
+	pool, _ := pgtest.NewObligations(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO obligations (id, kind, idempotency_key, provider, provider_id, amount, currency,
+			state, created_at, updated_at)
+		SELECT 'ob-' || g, 'charge', 'key-' || g, 'stripe', 'ch_' || g, 100, 'usd', 'PAID',
+			timestamptz '2026-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 minute'
+		FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var many Named
+	for i := range lookupMost + 1 {
+		many.ProviderIDs = append(many.ProviderIDs, fmt.Sprintf("ch_%d", i))
+	}
+	for _, tc := range []struct {
+		name   string
+		named  Named
+		closed bool
+	}{{"few names", Named{ProviderIDs: []string{"ch_2"}}, false}, {"many names", many, true}} {
+		before := pool.Stat().NewConnsCount()
+		got, err := r.ReadNamed(ctx, tc.named)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(got) == 0 {
+			t.Fatalf("%s: read nothing", tc.name)
+		}
+		// The next statement opens a connection only if the read's went.
+		if _, err := r.ReadNamed(ctx, Named{ProviderIDs: []string{"ch_1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if opened := pool.Stat().NewConnsCount() > before; opened != tc.closed {
+			t.Errorf("%s: the read's connection closed: %v, want %v", tc.name, opened, tc.closed)
+		}
+	}
+}
