@@ -92,3 +92,38 @@ func BenchmarkFetch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMerge measures merge alone over a million objects and as many
+// keys as a first pass's listing holds them: eight slices of pages of a
+// hundred, each slice newest first, as the list workers return them.
+//
+// Run: go test -run '^$' -bench BenchmarkMerge -benchtime 5x ./internal/sources
+func BenchmarkMerge(b *testing.B) {
+	const slices, pages, per = 8, 1250, 100
+	read := func() [][]page {
+		out := make([][]page, slices)
+		for s := range out {
+			out[s] = make([]page, pages)
+			for p := range out[s] {
+				for i := range per {
+					n := (s+1)*pages*per - (p*per + i) - 1 // newest first
+					created := t0.Add(time.Duration(n/3) * time.Second)
+					id := fmt.Sprintf("ch_%07d", n)
+					out[s][p].objects = append(out[s][p].objects, reconcile.ProviderObject{ID: id, Kind: reconcile.Charge,
+						Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: created})
+					out[s][p].keys = append(out[s][p].keys, reconcile.KeyEvidence{ObjectID: id, ObjectKind: reconcile.Charge,
+						Key: fmt.Sprintf("key-%d", n), EventID: fmt.Sprintf("evt_%07d", n), Created: created})
+				}
+			}
+		}
+		return out
+	}
+	for b.Loop() {
+		b.StopTimer()
+		r := read()
+		b.StartTimer()
+		if l := merge(r); len(l.Objects) != slices*pages*per || len(l.Keys) != slices*pages*per {
+			b.Fatalf("merged %d objects and %d keys", len(l.Objects), len(l.Keys))
+		}
+	}
+}
