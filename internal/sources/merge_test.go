@@ -1,0 +1,43 @@
+package sources
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"reconcile"
+)
+
+// merge keeps each object once and each (object, key) pair once, from
+// its earliest event (the least event id among the earliest), whichever
+// slice and page brought it: an object may carry several keys, and two
+// objects the same key.
+func TestMergeKeepsEachPairOnce(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ch := func(id string, s int) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Created: at(s)}
+	}
+	key := func(obj, k, evt string, s int) reconcile.KeyEvidence {
+		return reconcile.KeyEvidence{ObjectID: obj, ObjectKind: reconcile.Charge, Key: k, EventID: evt, Created: at(s)}
+	}
+	read := [][]page{
+		{ // a slice, newest page first
+			{objects: []reconcile.ProviderObject{ch("ch_b", 5), ch("ch_a", 1)},
+				keys: []reconcile.KeyEvidence{key("ch_a", "k1", "evt_9", 9), key("ch_b", "k1", "evt_5", 5)}},
+			{objects: []reconcile.ProviderObject{ch("ch_a", 1)},
+				keys: []reconcile.KeyEvidence{key("ch_a", "k2", "evt_4", 4), key("ch_a", "k1", "evt_3", 3)}},
+		},
+		{
+			{keys: []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), key("ch_a", "k2", "evt_8", 8)}},
+		},
+	}
+	l := merge(read)
+	if got, want := l.Objects, []reconcile.ProviderObject{ch("ch_a", 1), ch("ch_b", 5)}; !slices.EqualFunc(got, want,
+		func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID && a.Created.Equal(b.Created) }) {
+		t.Errorf("objects %+v, want %+v", got, want)
+	}
+	want := []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), key("ch_a", "k2", "evt_4", 4), key("ch_b", "k1", "evt_5", 5)}
+	if !slices.Equal(l.Keys, want) {
+		t.Errorf("keys\n%+v\nwant\n%+v", l.Keys, want)
+	}
+}
