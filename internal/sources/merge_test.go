@@ -11,7 +11,8 @@ import (
 // merge keeps each object once and each (object, key) pair once, from
 // its earliest event (the least event id among the earliest), whichever
 // slice and page brought it: an object may carry several keys, and two
-// objects the same key.
+// objects the same key. The keys come out by kind, then time, whatever
+// kinds the events list interleaved.
 func TestMergeKeepsEachPairOnce(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	ch := func(id string, s int) reconcile.ProviderObject {
@@ -19,6 +20,11 @@ func TestMergeKeepsEachPairOnce(t *testing.T) {
 	}
 	key := func(obj, k, evt string, s int) reconcile.KeyEvidence {
 		return reconcile.KeyEvidence{ObjectID: obj, ObjectKind: reconcile.Charge, Key: k, EventID: evt, Created: at(s)}
+	}
+	refund := func(obj, k, evt string, s int) reconcile.KeyEvidence {
+		r := key(obj, k, evt, s)
+		r.ObjectKind = reconcile.Refund
+		return r
 	}
 	read := [][]page{
 		{ // a slice, newest page first
@@ -28,7 +34,8 @@ func TestMergeKeepsEachPairOnce(t *testing.T) {
 				keys: []reconcile.KeyEvidence{key("ch_a", "k2", "evt_4", 4), key("ch_a", "k1", "evt_3", 3)}},
 		},
 		{
-			{keys: []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), key("ch_a", "k2", "evt_8", 8)}},
+			{keys: []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), refund("re_c", "k3", "evt_7", 7), key("ch_a", "k2", "evt_8", 8)}},
+			{keys: []reconcile.KeyEvidence{refund("re_c", "k3", "evt_6", 6), refund("re_d", "k4", "evt_1", 1)}},
 		},
 	}
 	l := merge(read)
@@ -36,7 +43,8 @@ func TestMergeKeepsEachPairOnce(t *testing.T) {
 		func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID && a.Created.Equal(b.Created) }) {
 		t.Errorf("objects %+v, want %+v", got, want)
 	}
-	want := []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), key("ch_a", "k2", "evt_4", 4), key("ch_b", "k1", "evt_5", 5)}
+	want := []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), key("ch_a", "k2", "evt_4", 4), key("ch_b", "k1", "evt_5", 5),
+		refund("re_d", "k4", "evt_1", 1), refund("re_c", "k3", "evt_6", 6)}
 	if !slices.Equal(l.Keys, want) {
 		t.Errorf("keys\n%+v\nwant\n%+v", l.Keys, want)
 	}

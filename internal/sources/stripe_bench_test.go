@@ -95,7 +95,8 @@ func BenchmarkFetch(b *testing.B) {
 
 // BenchmarkMerge measures merge alone over a million objects and as many
 // keys as a first pass's listing holds them: eight slices of pages of a
-// hundred, each slice newest first, as the list workers return them.
+// hundred, each slice newest first, as the list workers return them, the
+// keys of three kinds side by side as the events list gives them.
 //
 // Run: go test -run '^$' -bench BenchmarkMerge -benchtime 5x ./internal/sources
 func BenchmarkMerge(b *testing.B) {
@@ -111,7 +112,8 @@ func BenchmarkMerge(b *testing.B) {
 					id := fmt.Sprintf("ch_%07d", n)
 					out[s][p].objects = append(out[s][p].objects, reconcile.ProviderObject{ID: id, Kind: reconcile.Charge,
 						Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: created})
-					out[s][p].keys = append(out[s][p].keys, reconcile.KeyEvidence{ObjectID: id, ObjectKind: reconcile.Charge,
+					kind := []reconcile.ObjectKind{reconcile.Charge, reconcile.PaymentIntent, reconcile.Refund}[n%3]
+					out[s][p].keys = append(out[s][p].keys, reconcile.KeyEvidence{ObjectID: id, ObjectKind: kind,
 						Key: fmt.Sprintf("key-%d", n), EventID: fmt.Sprintf("evt_%07d", n), Created: created})
 				}
 			}

@@ -442,11 +442,15 @@ func (p *progress) page(list string, c *counters, items int) {
 func merge(read [][]page) *Listing {
 	l := &Listing{}
 	nObjects, nKeys := 0, 0
+	var runs []kindRun // the keys' kinds, each with its count
 	for _, pages := range read {
 		for _, r := range pages {
 			nObjects += len(r.objects)
 			nKeys += len(r.keys)
 			l.Stats.Events += r.events
+			for i := range r.keys {
+				runOf(&runs, r.keys[i].ObjectKind).n++
+			}
 		}
 	}
 	l.Objects = make([]reconcile.ProviderObject, 0, nObjects)
@@ -459,19 +463,30 @@ func merge(read [][]page) *Listing {
 			pages[p].objects, pages[p].ids = nil, nil
 		}
 	}
+	// The keys go into a run of their kind each, oldest first: the sort
+	// below then finds them nearly in order. Events of every kind come in
+	// one list, and sorted by kind first they cost a first pass 0.6 s.
+	slices.SortFunc(runs, func(a, b kindRun) int { return cmp.Compare(a.kind, b.kind) })
+	for i := range runs {
+		if i > 0 {
+			runs[i].start = runs[i-1].start + runs[i-1].n
+		}
+		runs[i].end = runs[i].start
+	}
 	// An object's keys are found by its id (first) and then one after
 	// the other (next): almost every object has one, and hashing one
 	// string rather than the pair of two costs a third less.
-	first := make(map[string]int32, nKeys) // object id → its first key's index in l.Keys
-	next := make([]int32, 0, nKeys)        // index in l.Keys → the object's next key's, -1 at the end
-	l.Keys = make([]reconcile.KeyEvidence, 0, nKeys)
+	first := make(map[string]int32, nKeys) // object id → its first key's index in keys
+	next := make([]int32, nKeys)           // index in keys → the object's next key's, -1 at the end
+	keys := make([]reconcile.KeyEvidence, nKeys)
 	add := func(k reconcile.KeyEvidence) int32 {
-		l.Keys, next = append(l.Keys, k), append(next, -1)
-		return int32(len(l.Keys) - 1)
+		r := runOf(&runs, k.ObjectKind)
+		at := r.end
+		r.end++
+		keys[at], next[at] = k, -1
+		return int32(at)
 	}
 	for _, pages := range read {
-		// Oldest first, as the objects: the sort below then finds them
-		// nearly in order (newest first, it cost four times the objects').
 		for p := len(pages) - 1; p >= 0; p-- {
 			ks := pages[p].keys
 			for i := len(ks) - 1; i >= 0; i-- {
@@ -481,9 +496,9 @@ func merge(read [][]page) *Listing {
 					first[k.ObjectID] = add(k)
 					continue
 				}
-				for ; l.Keys[at].Key != k.Key && next[at] >= 0; at = next[at] {
+				for ; keys[at].Key != k.Key && next[at] >= 0; at = next[at] {
 				}
-				switch was := &l.Keys[at]; {
+				switch was := &keys[at]; {
 				case was.Key != k.Key:
 					next[at] = add(k)
 				case k.Created.Before(was.Created) || k.Created.Equal(was.Created) && k.EventID < was.EventID:
@@ -492,6 +507,11 @@ func merge(read [][]page) *Listing {
 			}
 			pages[p].keys = nil
 		}
+	}
+	// The runs close up over what each kept of its room.
+	l.Keys = keys[:0]
+	for _, r := range runs {
+		l.Keys = append(l.Keys, keys[r.start:r.end]...)
 	}
 	slices.SortFunc(l.Objects, func(a, b reconcile.ProviderObject) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
@@ -513,6 +533,25 @@ func merge(read [][]page) *Listing {
 	}
 	l.Stats.Keys = len(l.Keys)
 	return l
+}
+
+// kindRun is where merge puts one kind's keys: from start, n of them
+// read, filled up to end.
+type kindRun struct {
+	kind          reconcile.ObjectKind
+	n, start, end int
+}
+
+// runOf is kind's run in runs, added if there is none: a listing's keys
+// are of three kinds.
+func runOf(runs *[]kindRun, kind reconcile.ObjectKind) *kindRun {
+	for i := range *runs {
+		if (*runs)[i].kind == kind {
+			return &(*runs)[i]
+		}
+	}
+	*runs = append(*runs, kindRun{kind: kind})
+	return &(*runs)[len(*runs)-1]
 }
 
 // Retrieve looks up by id the objects that obligations name but the
