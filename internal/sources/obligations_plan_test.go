@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"reconcile"
 	"reconcile/internal/pgtest"
@@ -151,14 +152,9 @@ func TestPermuteSortsInPlace(t *testing.T) {
 // workers, each of which would be sent its own copy of the names. At or
 // under it, the planner sees the names, and a read may go parallel.
 func TestManyNamesPlan(t *testing.T) {
-	pool, _ := pgtest.NewObligations(t)
+	pool := paidCharges(t, 50000)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `INSERT INTO obligations (id, kind, idempotency_key, provider, provider_id, amount, currency,
-			state, created_at, updated_at)
-		SELECT 'ob-' || g, 'charge', 'key-' || g, 'stripe', 'ch_' || g, 100, 'usd', 'PAID',
-			timestamptz '2026-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 minute'
-		FROM generate_series(1, 50000) g;
-		ANALYZE obligations`); err != nil {
+	if _, err := pool.Exec(ctx, `ANALYZE obligations`); err != nil {
 		t.Fatal(err)
 	}
 	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
@@ -220,15 +216,8 @@ func TestManyNamesPlan(t *testing.T) {
 // connection's next statement go while the pass matches; the reads after
 // it open another.
 func TestManyNamesLetTheirConnectionGo(t *testing.T) {
-	pool, _ := pgtest.NewObligations(t)
+	pool := paidCharges(t, 3)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `INSERT INTO obligations (id, kind, idempotency_key, provider, provider_id, amount, currency,
-			state, created_at, updated_at)
-		SELECT 'ob-' || g, 'charge', 'key-' || g, 'stripe', 'ch_' || g, 100, 'usd', 'PAID',
-			timestamptz '2026-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 minute'
-		FROM generate_series(1, 3) g`); err != nil {
-		t.Fatal(err)
-	}
 	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
 	if err != nil {
 		t.Fatal(err)
@@ -258,4 +247,19 @@ func TestManyNamesLetTheirConnectionGo(t *testing.T) {
 			t.Errorf("%s: the read's connection closed: %v, want %v", tc.name, opened, tc.closed)
 		}
 	}
+}
+
+// paidCharges is a reference table of n paid charges, ob-1 … ob-n, each
+// with its key and charge (key-i, ch_i), a minute apart from 2026-01-01.
+func paidCharges(t *testing.T, n int) *pgxpool.Pool {
+	t.Helper()
+	pool, _ := pgtest.NewObligations(t)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO obligations (id, kind, idempotency_key, provider, provider_id, amount, currency,
+			state, created_at, updated_at)
+		SELECT 'ob-' || g, 'charge', 'key-' || g, 'stripe', 'ch_' || g, 100, 'usd', 'PAID',
+			timestamptz '2026-01-01' + g * interval '1 minute', timestamptz '2026-01-01' + g * interval '1 minute'
+		FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
