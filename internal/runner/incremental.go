@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"reconcile"
@@ -134,7 +135,7 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // in unmapped states, which a pass reading only what changed still
 // reports.
 type Censor interface {
-	Census(ctx context.Context, a, b time.Time, w reconcile.Window) (sources.Census, error)
+	Census(ctx context.Context, a, b time.Time, w reconcile.Window, taken func()) (sources.Census, error)
 }
 
 // incrementalMatch says whether this share of a pass may match only what
@@ -202,20 +203,25 @@ func (r *Runner) wholeBecause(req Request, st *readState, mark store.MatchMark, 
 // censusCall is the census of the obligations table, read beside the
 // pass's other reads: it scans the whole table, a third of a second at a
 // million rows, and an incremental pass's scan of what changed scans it
-// too (docs/design.md, "Incremental matching").
+// too (docs/design.md, "Incremental matching"). taken closes once the
+// census's view of the table is fixed (or it failed): the scan of what
+// changed begins after it, so that it sees every row the census counts.
 type censusCall struct {
-	done   chan struct{}
-	cancel context.CancelFunc
-	census sources.Census
-	err    error
+	taken, done chan struct{}
+	cancel      context.CancelFunc
+	census      sources.Census
+	err         error
 }
 
 func startCensus(ctx context.Context, cc Censor, a, b time.Time, w reconcile.Window) *censusCall {
 	ctx, cancel := context.WithCancel(ctx)
-	c := &censusCall{done: make(chan struct{}), cancel: cancel}
+	c := &censusCall{taken: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(c.done)
-		c.census, c.err = cc.Census(ctx, a, b, w)
+		var once sync.Once
+		fixed := func() { once.Do(func() { close(c.taken) }) }
+		defer fixed()
+		c.census, c.err = cc.Census(ctx, a, b, w, fixed)
 	}()
 	return c
 }
@@ -275,9 +281,12 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		}
 	}
 	read := len(kept)
+	// Counted into the report only if this pass matches incrementally: a
+	// pass that goes on to match whole counts them as it reads.
+	changedObjects := 0
 	for id, o := range sd.newer {
 		if !slices.ContainsFunc(sd.again, func(a reconcile.ProviderObject) bool { return a.ID == id }) && cover.Contains(o.Created) {
-			p.report.Changed++
+			changedObjects++
 		}
 	}
 
@@ -293,6 +302,10 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	for _, id := range openObl {
 		openSet[id] = true
 	}
+	// The census's view of the table is fixed before this scan begins:
+	// a row it counts that no pass read would otherwise stand counted in
+	// the mark, and no later census would tell of it.
+	<-st.census.taken
 	scanned, err := r.Obligations.Read(ctx, reconcile.Window{From: since, To: farFuture}, sources.Named{IDs: sortedSet(openObl)})
 	if err != nil {
 		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
@@ -302,6 +315,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		return matcher.Input{}, false, err
 	}
 	changed, opened := splitScanned(scanned, since, own, openSet)
+	// marked: an incremental pass follows a marked one (wholeBecause).
 	if why, err := st.takeCensus(mark, true); err != nil || why != "" {
 		p.report.MatchReason = why
 		return matcher.Input{}, false, err
@@ -439,6 +453,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	keysFrom := later(cover.From, st.keysFrom)
 	warnKeysGone(log, keysFrom, cover.From)
 	p.report.Match, p.report.Rematched = MatchIncremental, len(obs)-len(linkOnly)
+	p.report.Changed += changedObjects
 	out.Stats, out.Covered, out.EventsFrom, out.Lookups = sd.sync.Stats, cover, keysFrom, lookups
 	log.Info("matched incrementally", "since", since, "last_run_id", mark.RunID, "changed_obligations", len(changed),
 		"open_obligations", len(opened), "provider_read", read, "objects", len(kept), "obligations", len(obs),

@@ -489,13 +489,21 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 			Money: reconcile.Money{Amount: 1000 + int64(n), Currency: "usd"}, State: reconcile.FailedState, CreatedAt: at, UpdatedAt: at}
 	}
 	pgtest.InsertObligations(t, e.pool, obl(1, t0.Add(-2*time.Hour)), obl(2, t0.Add(-time.Hour)))
+	// A charge still pending, whose event tells of it on a later day.
+	e.add("key-p9", reconcile.ProviderObject{ID: "ch_p9", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 900, Currency: "usd"},
+		Status: reconcile.Pending, RawStatus: "pending", Created: t0.Add(-90 * time.Minute)})
 	e.pass(true, runner.Request{})
 	for _, step := range []struct {
 		name, why string
 		change    func()
 	}{
 		{"nothing changed", "", func() {}},
-		{"a row deleted", "were 2 then and are 1 now", func() { e.exec(`DELETE FROM obligations WHERE id = 'charge:c1'`) }},
+		{"a row deleted", "were 2 then and are 1 now", func() {
+			e.exec(`DELETE FROM obligations WHERE id = 'charge:c1'`)
+			e.update("ch_p9", e.clock.Add(30*time.Minute), func(o *reconcile.ProviderObject) {
+				o.Status, o.RawStatus = reconcile.Succeeded, "succeeded"
+			})
+		}},
 		{"a row written with old times", "were 1 then and are 2 now", func() {
 			pgtest.InsertObligations(t, e.pool, obl(3, t0.Add(-3*time.Hour)))
 		}},
@@ -509,6 +517,11 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 		case step.why != "" && (out.Sync.Match != runner.MatchFull || !strings.Contains(out.Sync.MatchReason, step.why)):
 			t.Errorf("%s: matched %s (%q), want whole because the obligations created before the last pass %s", step.name,
 				out.Sync.Match, out.Sync.MatchReason, step.why)
+		}
+		// The charge its event told of counts once, though the pass
+		// began to match incrementally before the census turned it.
+		if want := strings.Count(step.name, "deleted"); out.Sync.Changed != want {
+			t.Errorf("%s: %d objects changed, want %d", step.name, out.Sync.Changed, want)
 		}
 	}
 }

@@ -470,9 +470,18 @@ type Census struct {
 
 // Census counts the table for an incremental pass over w at b, whose last
 // pass counted before a. A view (ForAccount) counts its account's alone.
-func (r *Obligations) Census(ctx context.Context, a, b time.Time, w reconcile.Window) (Census, error) {
+//
+// It counts the table as it stood when it began: taken, when not nil, is
+// called once that is fixed, before the counting scan. A read begun after
+// taken sees every row the census counts; a pass that scans what changed
+// beside the census waits for it (docs/design.md, "Incremental
+// matching").
+func (r *Obligations) Census(ctx context.Context, a, b time.Time, w reconcile.Window, taken func()) (Census, error) {
 	var c Census
 	if r.readsNothing() {
+		if taken != nil {
+			taken()
+		}
 		return c, nil
 	}
 	q, err := r.prepared(ctx)
@@ -481,7 +490,21 @@ func (r *Obligations) Census(ctx context.Context, a, b time.Time, w reconcile.Wi
 	}
 	sql, extra := r.statements(q)
 	args := append([]any{a.UTC(), b.UTC(), q.mapped, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, extra...)
-	rows, err := r.pool.Query(ctx, sql.census, args...)
+	// A repeatable-read transaction's snapshot is taken by its first
+	// statement and kept by the rest.
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return c, fmt.Errorf("count obligations: begin: %w", err)
+	}
+	// Read-only: there is nothing to commit.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+		return c, fmt.Errorf("count obligations: %w", err)
+	}
+	if taken != nil {
+		taken()
+	}
+	rows, err := tx.Query(ctx, sql.census, args...)
 	if err != nil {
 		return c, fmt.Errorf("count obligations: %w", err)
 	}
@@ -571,15 +594,18 @@ func unestimated(terms string) string { return "coalesce(" + terms + ", false)" 
 func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan readPlan, sql string, args ...any) ([]reconcile.Obligation, error) {
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return nil, fmt.Errorf("acquire a connection: %w", err)
 	}
 	defer func() {
 		if plan == manyNames {
-			// pgx keeps a statement's encoded parameters until the
-			// connection's next one: a first pass's two million names
-			// are 46 MB, held while the pass matches, when its heap
-			// stands highest. Closed, the connection lets them go.
-			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			// pgx keeps a statement's encoded parameters (a first pass's
+			// two million names are 46 MB) until later statements
+			// overwrite them, and would hold them while the pass
+			// matches, when its heap stands highest. Closed, the
+			// connection lets them go.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = conn.Hijack().Close(cctx)
 			return
 		}
 		conn.Release()

@@ -140,7 +140,7 @@ func TestObligationsForAccount(t *testing.T) {
 				}
 				// Created before the window and before its end; unmapped in
 				// it, by state.
-				c, err := v.Census(t.Context(), oblFrom, oblTo, w)
+				c, err := v.Census(t.Context(), oblFrom, oblTo, w, nil)
 				if err != nil {
 					t.Fatalf("Census of %q: %v", tt.acct, err)
 				}
@@ -148,7 +148,7 @@ func TestObligationsForAccount(t *testing.T) {
 					t.Errorf("Census of %q (-want +got):\n%s", tt.acct, diff)
 				}
 			}
-			c, err := r.Census(t.Context(), oblFrom, oblTo, w)
+			c, err := r.Census(t.Context(), oblFrom, oblTo, w, nil)
 			if diff := cmp.Diff(sources.Census{CreatedA: 11, CreatedB: 13, Unmapped: map[string]int{"CANCELLED": 2}}, c); err != nil || diff != "" {
 				t.Errorf("the reader's Census: %v (-want +got):\n%s", err, diff)
 			}

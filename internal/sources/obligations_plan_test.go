@@ -263,3 +263,29 @@ func paidCharges(t *testing.T, n int) *pgxpool.Pool {
 	}
 	return pool
 }
+
+// The census counts the table as it stood when taken was called: a row
+// written with old times after that is left to the next pass's census,
+// which tells of it, for a read begun after taken saw it or not.
+func TestCensusCountsTheTableAsTaken(t *testing.T) {
+	pool := paidCharges(t, 3)
+	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
+	w := reconcile.Window{From: at.Add(-time.Hour), To: at}
+	c, err := r.Census(t.Context(), at, at, w, func() {
+		if _, err := pool.Exec(t.Context(), `INSERT INTO obligations (id, kind, idempotency_key, provider, amount, currency,
+				state, created_at, updated_at)
+			VALUES ('ob-old', 'charge', 'key-old', 'stripe', 100, 'usd', 'PAID', '2026-01-01', '2026-01-01')`); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil || c.CreatedA != 3 || c.CreatedB != 3 {
+		t.Errorf("census with a row written after it was taken: %+v, %v; want 3 rows created before", c, err)
+	}
+	if c, err = r.Census(t.Context(), at, at, w, nil); err != nil || c.CreatedA != 4 {
+		t.Errorf("the next census: %+v, %v; want 4 rows created before", c, err)
+	}
+}

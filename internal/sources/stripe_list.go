@@ -434,11 +434,11 @@ func (p *progress) page(list string, c *counters, items int) {
 // them all. Events created in disjoint slices are distinct, and their
 // count needs no set either. Every object and key is copied once, from
 // its page into the listing, and the page lets go of it as it is
-// copied: the objects are all copied before the keys' room is made, so
-// that the pages' copies and the listing's are never both whole (at a
-// million they were 940 MB live at once, and the collector let the heap
-// grow to twice that before it looked again). merge takes the pages'
-// objects, keys and ids; their changes stay for mergeChanges.
+// copied: every page lets go of its objects before the keys' room is
+// made, and of its keys as they are copied (at a million, the pages'
+// copies and the listing's were 940 MB live at once, and the collector
+// let the heap grow to twice that before it looked again). merge takes
+// the pages' objects, keys and ids; their changes stay for mergeChanges.
 func merge(read [][]page) *Listing {
 	l := &Listing{}
 	nObjects, nKeys := 0, 0
