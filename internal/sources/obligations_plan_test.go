@@ -212,9 +212,9 @@ func TestManyNamesPlan(t *testing.T) {
 }
 
 // A read naming more than lookupMost names closes its connection after
-// it, so that the megabytes of names pgx keeps encoded until the
-// connection's next statement go while the pass matches; the reads after
-// it open another.
+// it, so that the megabytes of names pgx keeps encoded on the connection
+// (until later statements overwrite them) go while the pass matches; the
+// reads after it open another.
 func TestManyNamesLetTheirConnectionGo(t *testing.T) {
 	pool := paidCharges(t, 3)
 	ctx := t.Context()
