@@ -1,6 +1,9 @@
 package sources
 
 import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -47,5 +50,37 @@ func TestMergeKeepsEachPairOnce(t *testing.T) {
 		refund("re_d", "k4", "evt_1", 1), refund("re_c", "k3", "evt_6", 6)}
 	if !slices.Equal(l.Keys, want) {
 		t.Errorf("keys\n%+v\nwant\n%+v", l.Keys, want)
+	}
+}
+
+// sortKeys orders keys as one sort by kind, time, object id and key
+// would, whether they come in time order with each second's ties in the
+// provider's order (sorted tie by tie) or out of time order (sorted
+// whole).
+func TestSortKeysAsOneSort(t *testing.T) {
+	byAll := func(a, b reconcile.KeyEvidence) int {
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
+			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
+	}
+	kinds := []reconcile.ObjectKind{reconcile.Charge, reconcile.PaymentIntent, reconcile.Refund}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		keys := make([]reconcile.KeyEvidence, rng.IntN(60))
+		for i := range keys {
+			keys[i] = reconcile.KeyEvidence{ObjectKind: kinds[rng.IntN(len(kinds))], Created: t0.Add(time.Duration(rng.IntN(4)) * time.Second),
+				ObjectID: fmt.Sprintf("ch_%d", rng.IntN(8)), Key: fmt.Sprintf("k%d", rng.IntN(3))}
+		}
+		if round%2 == 0 {
+			// In time order, each tie shuffled.
+			slices.SortFunc(keys, func(a, b reconcile.KeyEvidence) int {
+				return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created))
+			})
+		}
+		want := slices.Clone(keys)
+		slices.SortFunc(want, byAll)
+		sortKeys(keys)
+		if !slices.Equal(keys, want) {
+			t.Fatalf("round %d: sortKeys gave\n%v\nwant\n%v", round, keys, want)
+		}
 	}
 }

@@ -463,9 +463,9 @@ func merge(read [][]page) *Listing {
 			pages[p].objects, pages[p].ids = nil, nil
 		}
 	}
-	// The keys go into a run of their kind each, oldest first: the sort
-	// below then finds them nearly in order. Events of every kind come in
-	// one list, and sorted by kind first they cost a first pass 0.6 s.
+	// The keys go into a run of their kind each, oldest first: sortKeys
+	// then sorts only the ties of each second. Events of every kind come
+	// in one list, and sorted by kind first they cost a first pass 0.6 s.
 	slices.SortFunc(runs, func(a, b kindRun) int { return cmp.Compare(a.kind, b.kind) })
 	for i := range runs {
 		if i > 0 {
@@ -517,10 +517,7 @@ func merge(read [][]page) *Listing {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
 	})
 	l.Objects = slices.CompactFunc(l.Objects, func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID })
-	slices.SortFunc(l.Keys, func(a, b reconcile.KeyEvidence) int {
-		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
-			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
-	})
+	sortKeys(l.Keys)
 	for _, o := range l.Objects {
 		switch o.Kind {
 		case reconcile.Charge:
@@ -533,6 +530,36 @@ func merge(read [][]page) *Listing {
 	}
 	l.Stats.Keys = len(l.Keys)
 	return l
+}
+
+// sortKeys sorts keys by kind, time, object id and key. merge's runs
+// come in kind and time order already, but for the events of one
+// second, which come in the provider's order, not by object: then each
+// such tie is sorted alone (at a million keys, sorting them all cost a
+// first pass 0.9 s of CPU).
+func sortKeys(keys []reconcile.KeyEvidence) {
+	byTime := func(a, b *reconcile.KeyEvidence) int {
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created))
+	}
+	byAll := func(a, b reconcile.KeyEvidence) int {
+		return cmp.Or(byTime(&a, &b), cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
+	}
+	for i := 1; i < len(keys); i++ {
+		if byTime(&keys[i-1], &keys[i]) > 0 {
+			slices.SortFunc(keys, byAll)
+			return
+		}
+	}
+	for i := 0; i < len(keys); {
+		j := i + 1
+		for j < len(keys) && byTime(&keys[i], &keys[j]) == 0 {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(keys[i:j], byAll)
+		}
+		i = j
+	}
 }
 
 // kindRun is where merge puts one kind's keys: from start, n of them
