@@ -54,41 +54,44 @@ const (
 	MatchIncremental = "incremental" // only what can have changed matched again
 )
 
-// matchedSet is what a pass matched, kept for the mirror: the links of
-// every object it matched, sorted by object id, and its match mark.
+// matchedSet is what a pass matched, kept for the mirror: the id of
+// every object it matched, sorted (the matcher's result's), the least
+// obligation each links to ("" for none) side by side, and its match
+// mark.
 type matchedSet struct {
-	links []store.ObjectLink
-	mark  store.MatchMark
+	ids, links []string
+	mark       store.MatchMark
 }
 
-// linkOf is store.MatchSave.LinkOf over links.
+// linkOf is store.MatchSave.LinkOf over the set.
 func (m *matchedSet) linkOf(id string) (string, bool) {
-	i, ok := slices.BinarySearchFunc(m.links, id, func(l store.ObjectLink, id string) int { return strings.Compare(l.ObjectID, id) })
+	i, ok := slices.BinarySearch(m.ids, id)
 	if !ok {
 		return "", false
 	}
-	return m.links[i].ObligationID, true
+	return m.links[i], true
 }
 
 // setMatched records, for the mirror, the links of every object of in as
 // res found them (the least obligation each links to) and the pass's
-// mark.
-func (st *readState) setMatched(in *matcher.Input, res *matcher.Result, run reconcile.Run, now time.Time, digest string) {
+// mark. res is the whole match of in: its ObjectIDs are in's objects'
+// ids, sorted, each once, and its Links are sorted by object id, then
+// obligation id, so that one walk of both finds each object's least
+// link (sorting and searching a million objects' links cost a first
+// pass 0.9 s of CPU).
+func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time.Time, digest string) {
 	if st.created == nil {
 		return // no count of the table to mark with
 	}
-	links := make([]store.ObjectLink, len(in.Objects))
-	for i := range in.Objects {
-		links[i].ObjectID = in.Objects[i].ID
-	}
-	slices.SortFunc(links, func(a, b store.ObjectLink) int { return strings.Compare(a.ObjectID, b.ObjectID) })
-	links = slices.CompactFunc(links, func(a, b store.ObjectLink) bool { return a.ObjectID == b.ObjectID })
-	m := &matchedSet{links: links, mark: store.MatchMark{RunID: run.ID, MatchedAt: now, Window: run.Window, Digest: digest,
-		Obligations: *st.created}}
-	for _, l := range res.Links {
-		i, ok := slices.BinarySearchFunc(links, l.ObjectID, func(a store.ObjectLink, id string) int { return strings.Compare(a.ObjectID, id) })
-		if ok && (links[i].ObligationID == "" || l.ObligationID < links[i].ObligationID) {
-			links[i].ObligationID = l.ObligationID
+	m := &matchedSet{ids: res.ObjectIDs, links: make([]string, len(res.ObjectIDs)),
+		mark: store.MatchMark{RunID: run.ID, MatchedAt: now, Window: run.Window, Digest: digest, Obligations: *st.created}}
+	links := res.Links
+	for i, id := range m.ids {
+		for len(links) > 0 && links[0].ObjectID < id {
+			links = links[1:]
+		}
+		if len(links) > 0 && links[0].ObjectID == id {
+			m.links[i] = links[0].ObligationID
 		}
 	}
 	st.matched = m
@@ -104,14 +107,14 @@ func (st *readState) matchSave() *store.MatchSave {
 	}
 	ms := &store.MatchSave{Mark: m.mark, LinkOf: m.linkOf}
 	if st.plan.report.Mode == SyncIncremental {
-		for _, l := range m.links {
-			if st.fresh[l.ObjectID] {
+		for i, id := range m.ids {
+			if st.fresh[id] {
 				continue // saved whole, its link with it
 			}
-			if was, ok := st.stored[l.ObjectID]; ok && was == l.ObligationID {
+			if was, ok := st.stored[id]; ok && was == m.links[i] {
 				continue // the mirror holds this link already
 			}
-			ms.Relinked = append(ms.Relinked, l)
+			ms.Relinked = append(ms.Relinked, store.ObjectLink{ObjectID: id, ObligationID: m.links[i]})
 		}
 	}
 	return ms

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"reconcile"
+	"reconcile/internal/matcher"
 )
 
 // The rows of an incremental pass's one scan are told apart as Read's
@@ -48,5 +49,32 @@ func TestSplitScanned(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"own-open", "open"}, ids(opened)); diff != "" {
 		t.Errorf("opened (-want +got):\n%s", diff)
+	}
+}
+
+// setMatched keeps, of each matched object, the least obligation it
+// links to ("" for none), and knows no object the match did not hold.
+func TestSetMatchedKeepsTheLeastLink(t *testing.T) {
+	created := int64(3)
+	st := &readState{created: &created}
+	res := matcher.Result{
+		Conclusions: reconcile.Conclusions{ObjectIDs: []string{"ch_a", "ch_b", "ch_c", "ch_d"}},
+		Links: []reconcile.Link{
+			{ObjectID: "ch_a", ObligationID: "o1"},
+			{ObjectID: "ch_c", ObligationID: "o2"}, {ObjectID: "ch_c", ObligationID: "o3"},
+			{ObjectID: "ch_d", ObligationID: "o4"},
+		},
+	}
+	st.setMatched(&res, reconcile.Run{ID: "run_1"}, time.Now(), "digest")
+	for _, c := range []struct {
+		id, want string
+		ok       bool
+	}{{"ch_a", "o1", true}, {"ch_b", "", true}, {"ch_c", "o2", true}, {"ch_d", "o4", true}, {"ch_0", "", false}, {"ch_e", "", false}} {
+		if got, ok := st.matched.linkOf(c.id); got != c.want || ok != c.ok {
+			t.Errorf("linkOf(%q) = %q, %v; want %q, %v", c.id, got, ok, c.want, c.ok)
+		}
+	}
+	if m := st.matched.mark; m.RunID != "run_1" || m.Obligations != created || m.Digest != "digest" {
+		t.Errorf("mark %+v", m)
 	}
 }
