@@ -2,13 +2,13 @@ package matcher
 
 import (
 	"cmp"
-	"encoding/binary"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"reconcile"
+	"reconcile/internal/byid"
 )
 
 // world is one Match call's input, numbered and indexed, so that a rule
@@ -153,18 +153,18 @@ func (w *world) indexObligations() {
 	// that costs one pass, sorting a million a good deal more.
 	w.oblIDs = idsIfSorted(n, func(i int) string { return obs[i].ID })
 	if w.oblIDs == nil {
-		order := sortedByID(n, func(i int32) string { return obs[i].ID })
+		order := byid.Order(n, func(i int32) string { return obs[i].ID })
 		w.oblAt = make([]int32, 0, n)
 		w.oblIDs = make([]string, 0, n)
 		for p := 0; p < n; {
 			// A run of copies of one id: keep the greatest under a total
 			// order, so that which copy wins does not depend on input
 			// order.
-			best := order[p].idx
+			best := order[p].Index
 			q := p + 1
-			for ; q < n && order[q].hi == order[p].hi && order[q].lo == order[p].lo && obs[order[q].idx].ID == obs[best].ID; q++ {
-				if compareObligations(&obs[order[q].idx], &obs[best]) > 0 {
-					best = order[q].idx
+			for ; q < n && order[q].SameHead(order[p]) && obs[order[q].Index].ID == obs[best].ID; q++ {
+				if compareObligations(&obs[order[q].Index], &obs[best]) > 0 {
+					best = order[q].Index
 				}
 			}
 			w.oblAt = append(w.oblAt, best)
@@ -243,10 +243,10 @@ func (w *world) indexObjects() {
 	n := len(objs)
 	w.objIDs = idsIfSorted(n, func(i int) string { return objs[i].ID })
 	if w.objIDs == nil {
-		order := sortedByID(n, func(i int32) string { return objs[i].ID })
+		order := byid.Order(n, func(i int32) string { return objs[i].ID })
 		dups := false
 		for p := 1; p < n && !dups; p++ {
-			dups = order[p].hi == order[p-1].hi && order[p].lo == order[p-1].lo && objs[order[p].idx].ID == objs[order[p-1].idx].ID
+			dups = order[p].SameHead(order[p-1]) && objs[order[p].Index].ID == objs[order[p-1].Index].ID
 		}
 		if dups {
 			w.dedupeObjects(order)
@@ -254,8 +254,8 @@ func (w *world) indexObjects() {
 			w.objSorted = make([]int32, n)
 			w.objIDs = make([]string, n)
 			for p, e := range order {
-				w.objSorted[p] = e.idx
-				w.objIDs[p] = objs[e.idx].ID
+				w.objSorted[p] = e.Index
+				w.objIDs[p] = objs[e.Index].ID
 			}
 		}
 	}
@@ -272,18 +272,18 @@ func (w *world) indexObjects() {
 // order, so that which copy wins does not depend on input order; order is
 // the objects sorted by id. Duplicates are bad data: this path need not be
 // fast.
-func (w *world) dedupeObjects(order []sortKey) {
+func (w *world) dedupeObjects(order []byid.Key) {
 	objs := w.in.Objects
 	n := len(objs)
 	type run struct{ from, to, kept int32 } // order[from:to] share an id
 	var runs []run
 	keep := make([]bool, n)
 	for p := 0; p < n; {
-		best := order[p].idx
+		best := order[p].Index
 		q := p + 1
-		for ; q < n && objs[order[q].idx].ID == objs[best].ID; q++ {
-			if compareObjects(&objs[order[q].idx], &objs[best]) > 0 {
-				best = order[q].idx
+		for ; q < n && objs[order[q].Index].ID == objs[best].ID; q++ {
+			if compareObjects(&objs[order[q].Index], &objs[best]) > 0 {
+				best = order[q].Index
 			}
 		}
 		keep[best] = true
@@ -303,7 +303,7 @@ func (w *world) dedupeObjects(order []sortKey) {
 	for r, ru := range runs {
 		k := w.objRank[ru.kept]
 		for _, e := range order[ru.from:ru.to] {
-			w.objRank[e.idx] = k
+			w.objRank[e.Index] = k
 		}
 		w.objSorted[r] = k
 		w.objIDs[r] = objs[ru.kept].ID
@@ -572,40 +572,6 @@ func (w *world) members(mv int32) int {
 		n++
 	}
 	return n
-}
-
-// sortKey orders ids without touching their bytes in most comparisons:
-// the first 16 bytes, big-endian and zero-padded, order exactly as the
-// strings do unless they tie, when the strings themselves decide. The
-// keys hold no pointers, so sorting a million of them moves no pointers
-// and needs no write barriers.
-type sortKey struct {
-	hi, lo uint64
-	idx    int32
-}
-
-func makeSortKey(id string, idx int32) sortKey {
-	var b [16]byte
-	copy(b[:], id)
-	return sortKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), idx}
-}
-
-// sortedByID returns 0..n-1 ordered by id(i).
-func sortedByID(n int, id func(int32) string) []sortKey {
-	keys := make([]sortKey, n)
-	for i := range keys {
-		keys[i] = makeSortKey(id(int32(i)), int32(i))
-	}
-	slices.SortFunc(keys, func(a, b sortKey) int {
-		if a.hi != b.hi {
-			return cmp.Compare(a.hi, b.hi)
-		}
-		if a.lo != b.lo {
-			return cmp.Compare(a.lo, b.lo)
-		}
-		return strings.Compare(id(a.idx), id(b.idx))
-	})
-	return keys
 }
 
 // compareObjects is a total order on provider objects, used only to pick

@@ -16,6 +16,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/alerts"
+	"reconcile/internal/byid"
 	"reconcile/internal/matcher"
 	"reconcile/internal/redact"
 	"reconcile/internal/sources"
@@ -484,7 +485,9 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		listing, keysFrom = join(older, kf, listing, keysFrom, cover.From)
 		cover.From, st.cover.From = from, from
 		olderNamed := Named(older, r.Matcher)
-		named.ProviderIDs = slices.Compact(slices.Sorted(slices.Values(append(named.ProviderIDs, olderNamed.ProviderIDs...))))
+		listed := append(slices.Clip(named.ProviderIDs), olderNamed.ProviderIDs...)
+		byid.Sort(listed)
+		named.ProviderIDs = slices.Compact(listed)
 		more, err := r.Obligations.ReadNamed(ctx, olderNamed)
 		if err != nil {
 			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
@@ -969,7 +972,7 @@ func namedIf(l *sources.Listing, opts matcher.Options, keep func(reconcile.Provi
 			n.Keys = append(n.Keys, k)
 		}
 	}
-	slices.Sort(n.ProviderIDs)
+	byid.Sort(n.ProviderIDs)
 	n.ProviderIDs = slices.Compact(n.ProviderIDs)
 	for _, k := range l.Keys {
 		if all {
@@ -979,7 +982,7 @@ func namedIf(l *sources.Listing, opts matcher.Options, keep func(reconcile.Provi
 		}
 	}
 	for _, s := range []*[]string{&n.IDs, &n.Keys} {
-		slices.Sort(*s)
+		byid.Sort(*s)
 		*s = slices.Compact(*s)
 	}
 	return n
