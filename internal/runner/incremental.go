@@ -72,13 +72,14 @@ func (m *matchedSet) linkOf(id string) (string, bool) {
 	return m.links[i], true
 }
 
-// setMatched records, for the mirror, the links of every object of in as
-// res found them (the least obligation each links to) and the pass's
-// mark. res is the whole match of in: its ObjectIDs are in's objects'
-// ids, sorted, each once, and its Links are sorted by object id, then
-// obligation id, so that one walk of both finds each object's least
-// link (sorting and searching a million objects' links cost a first
-// pass 0.9 s of CPU).
+// setMatched records, for the mirror, the links of every object the
+// match held as res found them (the least obligation each links to) and
+// the pass's mark. res is a whole match's result, never a shard's share
+// of one (ownShare; a pass run as jobs keeps no links): its ObjectIDs
+// are every matched object's id, sorted, each once, and its Links are
+// sorted by object id, then obligation id, so that one walk of both
+// finds each object's least link (sorting a copy of the million ids and
+// searching it for each link cost a first pass 1.1 s of CPU).
 func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time.Time, digest string) {
 	if st.created == nil {
 		return // no count of the table to mark with

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"reconcile"
 	"reconcile/internal/matcher"
+	"reconcile/internal/store"
 )
 
 // The rows of an incremental pass's one scan are told apart as Read's
@@ -76,5 +78,14 @@ func TestSetMatchedKeepsTheLeastLink(t *testing.T) {
 	}
 	if m := st.matched.mark; m.RunID != "run_1" || m.Obligations != created || m.Digest != "digest" {
 		t.Errorf("mark %+v", m)
+	}
+	// An incremental pass saves again the links it did not read whole
+	// nor find stored as they are now.
+	st.plan.report.Mode = SyncIncremental
+	st.fresh = map[string]bool{"ch_a": true}
+	st.stored = map[string]string{"ch_c": "o2", "ch_d": "o9"}
+	want := []store.ObjectLink{{ObjectID: "ch_b"}, {ObjectID: "ch_d", ObligationID: "o4"}}
+	if got := st.matchSave().Relinked; !slices.Equal(got, want) {
+		t.Errorf("relinked %+v, want %+v", got, want)
 	}
 }

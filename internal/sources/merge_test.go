@@ -84,3 +84,19 @@ func TestSortKeysAsOneSort(t *testing.T) {
 		}
 	}
 }
+
+// Two objects whose ids share their first sixteen bytes, as Stripe's
+// ids of one second may, are two objects: the same key on both is two
+// pairs, and only each pair's repeat goes.
+func TestMergeTellsApartIDsOfOneHead(t *testing.T) {
+	const a, b = "ch_3PxYzAbCdEfGhIj0001", "ch_3PxYzAbCdEfGhIj0002"
+	key := func(obj, evt string, s int) reconcile.KeyEvidence {
+		return reconcile.KeyEvidence{ObjectID: obj, ObjectKind: reconcile.Charge, Key: "k-same", EventID: evt,
+			Created: t0.Add(time.Duration(s) * time.Second)}
+	}
+	l := merge([][]page{{{keys: []reconcile.KeyEvidence{key(b, "evt_4", 2), key(a, "evt_3", 1), key(b, "evt_2", 1), key(a, "evt_1", 1)}}}})
+	want := []reconcile.KeyEvidence{key(a, "evt_1", 1), key(b, "evt_2", 1)}
+	if !slices.Equal(l.Keys, want) {
+		t.Errorf("merged keys %v, want %v", l.Keys, want)
+	}
+}

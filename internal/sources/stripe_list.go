@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -487,12 +486,7 @@ func merge(read [][]page) *Listing {
 			pages[p].keys = nil
 		}
 	}
-	dropRepeatedPairs(keys, runs)
-	// The runs close up over what each kept of its room.
-	l.Keys = keys[:0]
-	for _, r := range runs {
-		l.Keys = append(l.Keys, keys[r.start:r.end]...)
-	}
+	l.Keys = dropRepeatedPairs(keys, runs)
 	slices.SortFunc(l.Objects, func(a, b reconcile.ProviderObject) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
 	})
@@ -542,14 +536,15 @@ func sortKeys(keys []reconcile.KeyEvidence) {
 	}
 }
 
-// dropRepeatedPairs keeps, of the keys of each (object, key) pair, the
-// earliest event's (the least event id among the earliest; among copies
-// of one event the first read, as an object's keys are all in its kind's
-// run, in the order read), and closes each run up over what it keeps, in
-// the order it held them. An object's keys are found side by side by
-// sorting their object ids by their heads (byid): a map of a million ids
-// and the copies into it cost a first pass 1.4 s of CPU, against 1 s.
-func dropRepeatedPairs(keys []reconcile.KeyEvidence, runs []kindRun) {
+// dropRepeatedPairs returns keys less the repeats of each (object, key)
+// pair, in the order the runs held them, closed up in place: of a pair
+// it keeps the earliest event's key (the least event id among the
+// earliest; among copies of one event the first read, as an object's
+// keys are all in its kind's run, in the order read). An object's keys
+// are found side by side by sorting their object ids by their heads
+// (byid): a map of a million ids and the copies into it cost a first
+// pass 1.4 s of CPU, against 1 s.
+func dropRepeatedPairs(keys []reconcile.KeyEvidence, runs []kindRun) []reconcile.KeyEvidence {
 	order := byid.Order(len(keys), func(i int32) string { return keys[i].ObjectID })
 	drop := make([]bool, len(keys))
 	for p := 0; p < len(order); {
@@ -562,7 +557,7 @@ func dropRepeatedPairs(keys []reconcile.KeyEvidence, runs []kindRun) {
 			same := order[p:q]
 			slices.SortFunc(same, func(a, b byid.Key) int {
 				x, y := &keys[a.Index], &keys[b.Index]
-				return cmp.Or(strings.Compare(x.Key, y.Key), x.Created.Compare(y.Created), strings.Compare(x.EventID, y.EventID),
+				return cmp.Or(cmp.Compare(x.Key, y.Key), x.Created.Compare(y.Created), cmp.Compare(x.EventID, y.EventID),
 					cmp.Compare(a.Index, b.Index))
 			})
 			for i := 1; i < len(same); i++ {
@@ -571,17 +566,20 @@ func dropRepeatedPairs(keys []reconcile.KeyEvidence, runs []kindRun) {
 		}
 		p = q
 	}
-	for i := range runs {
-		r := &runs[i]
-		end := r.start
+	// The runs lie one after the other; each is filled up to its end.
+	kept := 0
+	for _, r := range runs {
 		for j := r.start; j < r.end; j++ {
-			if !drop[j] {
-				keys[end] = keys[j]
-				end++
+			if drop[j] {
+				continue
 			}
+			if kept != j {
+				keys[kept] = keys[j]
+			}
+			kept++
 		}
-		r.end = end
 	}
+	return keys[:kept]
 }
 
 // kindRun is where merge puts one kind's keys: from start, n of them
