@@ -187,6 +187,14 @@ func TestManyNamesPlan(t *testing.T) {
 		{"read, many names", sql.forRead, readArgs, many, manyNames, true, false},
 		{"named, few names", sql.forNamed, q.namedArgs, few, lookUp, false, false},
 		{"named, many names", sql.forNamed, q.namedArgs, many, manyNames, true, false},
+		{"read, many names joined", func(Named) (string, readPlan) { return sql.readJoined, manyNames }, func(n Named) []any {
+			j, _ := joinNames(q.namedArgs(n))
+			return append([]any{q.open, from, from.Add(time.Hour), from, from.Add(time.Hour)}, j...)
+		}, many, manyNames, true, false},
+		{"named, many names joined", func(Named) (string, readPlan) { return sql.namedJoined, manyNames }, func(n Named) []any {
+			j, _ := joinNames(q.namedArgs(n))
+			return j
+		}, many, manyNames, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stmt, plan := tc.stmt(tc.named)
@@ -208,6 +216,69 @@ func TestManyNamesPlan(t *testing.T) {
 				t.Errorf("parallel workers: %v, want %v:\n%.2000s", got, tc.gather, text)
 			}
 		})
+	}
+}
+
+// More than lookupMost names travel as one text per list, split by the
+// statement, unless a name is empty or holds the separator, when they
+// travel as arrays; either way a read finds the rows an array finds,
+// names of every character included.
+func TestManyNamesJoined(t *testing.T) {
+	pool := paidCharges(t, 30)
+	ctx := t.Context()
+	odd := "k,\"{x}\\ é'"
+	if _, err := pool.Exec(ctx, `UPDATE obligations SET idempotency_key = $1 WHERE id = 'ob-7'`, odd); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var many Named
+	for i := range lookupMost + 1 {
+		many.ProviderIDs = append(many.ProviderIDs, fmt.Sprintf("ch_%d", 2*i)) // the even charges
+	}
+	many.Keys = []string{odd, "key-9"}
+	want := []string{"ob-7", "ob-9"}
+	for i := 2; i <= 30; i += 2 {
+		want = append(want, fmt.Sprintf("ob-%d", i))
+	}
+	slices.Sort(want)
+	for _, tc := range []struct {
+		name   string
+		extra  string // one more key
+		joined bool
+	}{{"joined", "key-none", true}, {"a name holding the separator", "key\x1fnone", false}, {"an empty name", "", false}} {
+		named := many
+		named.Keys = append(slices.Clone(many.Keys), tc.extra)
+		q, err := r.prepared(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := joinNames(q.namedArgs(named)); ok != tc.joined {
+			t.Errorf("%s: joined %v, want %v", tc.name, ok, tc.joined)
+		}
+		for _, read := range []struct {
+			name string
+			read func() ([]reconcile.Obligation, error)
+		}{
+			{"ReadNamed", func() ([]reconcile.Obligation, error) { return r.ReadNamed(ctx, named) }},
+			{"Read", func() ([]reconcile.Obligation, error) {
+				return r.Read(ctx, reconcile.Window{From: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2020, 1, 2, 0, 0, 0, 0, time.UTC)}, named)
+			}},
+		} {
+			obs, err := read.read()
+			if err != nil {
+				t.Fatalf("%s, %s: %v", tc.name, read.name, err)
+			}
+			var got []string
+			for _, o := range obs {
+				got = append(got, o.ID)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, %s: read %v, want %v", tc.name, read.name, got, want)
+			}
+		}
 	}
 }
 
