@@ -429,8 +429,8 @@ const nameSep = 0x1f
 
 // joinNames is each list of names of a named terms' parameters (as
 // namedArgs gives them) as one text, its names separated by nameSep, and
-// whether every list can be: none holds an empty name, which the split
-// would lose, or the separator. pgx encodes an array of text element by
+// whether every list can be: none holds an empty name (alone in its
+// list, the split would lose it) or the separator. pgx encodes an array of text element by
 // element: a first pass's 2.1 million names cost 0.8 s of CPU and 235 MB
 // of buffers as arrays, against copying one string each as texts.
 func joinNames(lists []any) ([]any, bool) {
@@ -659,7 +659,8 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan
 	defer func() {
 		if plan == manyNames {
 			// pgx keeps a statement's encoded parameters (a first pass's
-			// two million names are 46 MB) until later statements
+			// two million names are 46 MB as arrays, about 40 MB joined)
+			// until later statements
 			// overwrite them, and would hold them while the pass
 			// matches, when its heap stands highest. Closed, the
 			// connection lets them go.
@@ -680,7 +681,8 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan
 	// PostgreSQL may switch it to a generic plan, where the arrays are
 	// parameters rather than constants: = ANY is then no longer hashed and
 	// every row is compared with every name (minutes on a large table
-	// instead of a second). A custom plan also lets the planner use a
+	// instead of a second), and joined names are split again for every
+	// row. A custom plan also lets the planner use a
 	// team's indexes (a BitmapOr) when it has one on every column.
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 		return nil, fmt.Errorf("set plan_cache_mode: %w", err)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,66 +221,185 @@ func TestManyNamesPlan(t *testing.T) {
 }
 
 // More than lookupMost names travel as one text per list, split by the
-// statement, unless a name is empty or holds the separator, when they
-// travel as arrays; either way a read finds the rows an array finds,
-// names of every character included.
+// statement, unless a name is empty or holds the separator, when every
+// list travels as an array; either way Read and ReadNamed find the rows
+// an array finds: names of every character on the reference table, and
+// uuid and varchar columns seen whole and through account views on a
+// team's table.
 func TestManyNamesJoined(t *testing.T) {
-	pool := paidCharges(t, 30)
 	ctx := t.Context()
-	odd := "k,\"{x}\\ é'"
-	if _, err := pool.Exec(ctx, `UPDATE obligations SET idempotency_key = $1 WHERE id = 'ob-7'`, odd); err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewObligations(pool, reconcile.DefaultObligationTable())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var many Named
-	for i := range lookupMost + 1 {
-		many.ProviderIDs = append(many.ProviderIDs, fmt.Sprintf("ch_%d", 2*i)) // the even charges
-	}
-	many.Keys = []string{odd, "key-9"}
-	want := []string{"ob-7", "ob-9"}
-	for i := 2; i <= 30; i += 2 {
-		want = append(want, fmt.Sprintf("ob-%d", i))
-	}
-	slices.Sort(want)
-	for _, tc := range []struct {
-		name   string
-		extra  string // one more key
-		joined bool
-	}{{"joined", "key-none", true}, {"a name holding the separator", "key\x1fnone", false}, {"an empty name", "", false}} {
-		named := many
-		named.Keys = append(slices.Clone(many.Keys), tc.extra)
-		q, err := r.prepared(ctx)
+	t.Run("reference table", func(t *testing.T) {
+		pool := paidCharges(t, 30)
+		odd := "k,\"{x}\\ é'"
+		if _, err := pool.Exec(ctx, `UPDATE obligations SET idempotency_key = $1 WHERE id = 'ob-7'`, odd); err != nil {
+			t.Fatal(err)
+		}
+		pool, log := tracedPool(t, pool)
+		r, err := NewObligations(pool, reconcile.DefaultObligationTable())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := joinNames(q.namedArgs(named)); ok != tc.joined {
-			t.Errorf("%s: joined %v, want %v", tc.name, ok, tc.joined)
+		var many Named
+		for i := range lookupMost + 1 {
+			many.ProviderIDs = append(many.ProviderIDs, fmt.Sprintf("ch_%d", 2*i)) // the even charges
 		}
-		for _, read := range []struct {
-			name string
-			read func() ([]reconcile.Obligation, error)
+		many.Keys = []string{odd, "key-9"}
+		want := []string{"ob-7", "ob-9"}
+		for i := 2; i <= 30; i += 2 {
+			want = append(want, fmt.Sprintf("ob-%d", i))
+		}
+		slices.Sort(want)
+		for _, tc := range []struct {
+			name   string
+			named  func(Named) Named
+			joined bool
 		}{
-			{"ReadNamed", func() ([]reconcile.Obligation, error) { return r.ReadNamed(ctx, named) }},
-			{"Read", func() ([]reconcile.Obligation, error) {
-				return r.Read(ctx, reconcile.Window{From: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2020, 1, 2, 0, 0, 0, 0, time.UTC)}, named)
-			}},
+			{"joined", func(n Named) Named { return n }, true},
+			// Joined, the name would be two, key-3's and key-5's.
+			{"a name holding the separator", func(n Named) Named {
+				n.Keys = append(slices.Clone(n.Keys), "key-3\x1fkey-5")
+				return n
+			}, false},
+			// Joined alone, the list would be empty.
+			{"an empty name", func(n Named) Named { n.IDs = []string{""}; return n }, false},
 		} {
-			obs, err := read.read()
-			if err != nil {
-				t.Fatalf("%s, %s: %v", tc.name, read.name, err)
-			}
-			var got []string
-			for _, o := range obs {
-				got = append(got, o.ID)
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("%s, %s: read %v, want %v", tc.name, read.name, got, want)
+			named := tc.named(many)
+			for _, read := range manyNamesReads(r, named) {
+				got := readIDs(t, log, tc.name+", "+read.name, read.read, tc.joined)
+				if !slices.Equal(got, want) {
+					t.Errorf("%s, %s: read %v, want %v", tc.name, read.name, got, want)
+				}
 			}
 		}
+	})
+	t.Run("typed table", func(t *testing.T) {
+		pool, _ := pgtest.NewPool(t)
+		if _, err := pool.Exec(ctx, `CREATE TABLE commands (
+			id uuid PRIMARY KEY, kind text NOT NULL, idempotency_key varchar(80) NOT NULL, provider text NOT NULL,
+			provider_id varchar(64), target_id varchar(64), amount bigint NOT NULL, currency text NOT NULL,
+			state text NOT NULL, lease_owner text, lease_expires_at timestamptz,
+			created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, paid_at timestamptz, account varchar(32));
+		INSERT INTO commands SELECT md5(g::text)::uuid, 'charge', 'key-' || g, 'stripe', 'py_' || g, NULL, 100, 'usd', 'PAID',
+			NULL, NULL, timestamptz '2026-01-01', timestamptz '2026-01-01', NULL, CASE WHEN g % 2 = 0 THEN NULL ELSE 'acct_1' END
+		FROM generate_series(1, 40) g`); err != nil {
+			t.Fatal(err)
+		}
+		var uuid5 string
+		if err := pool.QueryRow(ctx, `SELECT md5('5')::uuid::text`).Scan(&uuid5); err != nil {
+			t.Fatal(err)
+		}
+		pool, log := tracedPool(t, pool)
+		table := reconcile.DefaultObligationTable()
+		table.Table, table.Columns.Account = "commands", "account"
+		whole, err := NewObligations(pool, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var named Named
+		for i := range lookupMost + 1 {
+			named.ProviderIDs = append(named.ProviderIDs, fmt.Sprintf("py_%d", 4*i)) // every fourth
+		}
+		named.IDs, named.Keys = []string{uuid5, "not-a-uuid"}, []string{"key-3"}
+		arrays := named
+		arrays.Keys = append(slices.Clone(named.Keys), "key-none\x1f") // as arrays
+		for _, view := range []struct {
+			name string
+			r    *Obligations
+			want int
+		}{{"whole", whole, 12}, {"platform", whole.ForAccount(""), 10}, {"acct_1", whole.ForAccount("acct_1"), 2}} {
+			joined, asArrays := manyNamesReads(view.r, named), manyNamesReads(view.r, arrays)
+			for i := range joined {
+				name := view.name + ", " + joined[i].name
+				got := readIDs(t, log, name+" joined", joined[i].read, true)
+				if len(got) != view.want {
+					t.Errorf("%s: read %d rows, want %d: %v", name, len(got), view.want, got)
+				}
+				if want := readIDs(t, log, name+" as arrays", asArrays[i].read, false); !slices.Equal(got, want) {
+					t.Errorf("%s: joined read %v, as arrays %v", name, got, want)
+				}
+			}
+		}
+	})
+}
+
+// manyNamesReads are Read (over a window no row is in) and ReadNamed of
+// named by r.
+func manyNamesReads(r *Obligations, named Named) []struct {
+	name string
+	read func() ([]reconcile.Obligation, error)
+} {
+	ctx := context.Background()
+	return []struct {
+		name string
+		read func() ([]reconcile.Obligation, error)
+	}{
+		{"ReadNamed", func() ([]reconcile.Obligation, error) { return r.ReadNamed(ctx, named) }},
+		{"Read", func() ([]reconcile.Obligation, error) {
+			return r.Read(ctx, reconcile.Window{From: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2020, 1, 2, 0, 0, 0, 0, time.UTC)}, named)
+		}},
 	}
+}
+
+// readIDs runs read and returns the ids it read, failing t unless the
+// statement that read them split joined names (string_to_array) exactly
+// when joined.
+func readIDs(t *testing.T, log *sqlLog, name string, read func() ([]reconcile.Obligation, error), joined bool) []string {
+	t.Helper()
+	log.reset()
+	obs, err := read()
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if got := log.split(); got != joined {
+		t.Errorf("%s: names joined %v, want %v", name, got, joined)
+	}
+	var ids []string
+	for _, o := range obs {
+		ids = append(ids, o.ID)
+	}
+	return ids
+}
+
+// sqlLog records the statements a pool's connections run.
+type sqlLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (l *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sql = append(l.sql, d.SQL)
+	return ctx
+}
+
+func (l *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *sqlLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sql = nil
+}
+
+// split reports whether a statement since reset split joined names.
+func (l *sqlLog) split() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.sql, func(s string) bool { return strings.Contains(s, "string_to_array") })
+}
+
+// tracedPool is a pool on pool's database whose statements log records.
+func tracedPool(t *testing.T, pool *pgxpool.Pool) (*pgxpool.Pool, *sqlLog) {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	log := &sqlLog{}
+	cfg.ConnConfig.Tracer = log
+	traced, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	return traced, log
 }
 
 // A read naming more than lookupMost names closes its connection after
