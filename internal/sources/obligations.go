@@ -399,12 +399,7 @@ func (r *Obligations) read(ctx context.Context, w reconcile.Window, named Named,
 	}
 	sql, extra := r.statements(q)
 	stmt, plan := sql.forRead(named)
-	names := q.namedArgs(named)
-	if plan == manyNames {
-		if j, ok := joinNames(names); ok {
-			stmt, names = sql.readJoined, j
-		}
-	}
+	stmt, names := q.namedParams(named, plan, stmt, sql.readJoined)
 	args := append([]any{q.open, w.From.UTC(), w.To.UTC(), w.From.UTC(), w.To.UTC()}, names...)
 	obs, err := r.query(ctx, keep, plan, stmt, append(args, extra...)...)
 	if err != nil {
@@ -423,6 +418,19 @@ func (q *obligationQueries) namedArgs(named Named) []any {
 	return args
 }
 
+// namedParams are stmt, a statement planned as plan, and its named
+// terms' parameters; with many names (manyNames), joined, and the
+// statement the joined one (joinedStmt), unless they cannot be.
+func (q *obligationQueries) namedParams(named Named, plan readPlan, stmt, joinedStmt string) (string, []any) {
+	names := q.namedArgs(named)
+	if plan == manyNames {
+		if j, ok := joinNames(names); ok {
+			return joinedStmt, j
+		}
+	}
+	return stmt, names
+}
+
 // nameSep separates the names of a joined parameter (joinNames): the
 // ASCII unit separator, which no id or key is expected to hold.
 const nameSep = 0x1f
@@ -430,9 +438,10 @@ const nameSep = 0x1f
 // joinNames is each list of names of a named terms' parameters (as
 // namedArgs gives them) as one text, its names separated by nameSep, and
 // whether every list can be: none holds an empty name (alone in its
-// list, the split would lose it) or the separator. pgx encodes an array of text element by
-// element: a first pass's 2.1 million names cost 0.8 s of CPU and 235 MB
-// of buffers as arrays, against copying one string each as texts.
+// list, the split would lose it) or the separator. pgx encodes an array
+// of text element by element: a first pass's 2.1 million names cost 0.8
+// s of CPU and 235 MB of buffers as arrays, against copying one string
+// each as texts.
 func joinNames(lists []any) ([]any, bool) {
 	out := make([]any, len(lists))
 	for i, l := range lists {
@@ -475,12 +484,7 @@ func (r *Obligations) ReadNamed(ctx context.Context, named Named) ([]reconcile.O
 	// planner took ten thousand for enough to scan a million rows (0.3 to
 	// 0.45 s a round of an incremental pass, against a few hundredths).
 	stmt, plan := sql.forNamed(named)
-	names := q.namedArgs(named)
-	if plan == manyNames {
-		if j, ok := joinNames(names); ok {
-			stmt, names = sql.namedJoined, j
-		}
-	}
+	stmt, names := q.namedParams(named, plan, stmt, sql.namedJoined)
 	obs, err := r.query(ctx, nil, plan, stmt, append(names, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read named obligations: %w", err)
@@ -660,10 +664,9 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan
 		if plan == manyNames {
 			// pgx keeps a statement's encoded parameters (a first pass's
 			// two million names are 46 MB as arrays, about 40 MB joined)
-			// until later statements
-			// overwrite them, and would hold them while the pass
-			// matches, when its heap stands highest. Closed, the
-			// connection lets them go.
+			// until later statements overwrite them, and would hold them
+			// while the pass matches, when its heap stands highest.
+			// Closed, the connection lets them go.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = conn.Hijack().Close(cctx)
@@ -682,8 +685,8 @@ func (r *Obligations) query(ctx context.Context, keep func(id string) bool, plan
 	// parameters rather than constants: = ANY is then no longer hashed and
 	// every row is compared with every name (minutes on a large table
 	// instead of a second), and joined names are split again for every
-	// row. A custom plan also lets the planner use a
-	// team's indexes (a BitmapOr) when it has one on every column.
+	// row. A custom plan also lets the planner use a team's indexes (a
+	// BitmapOr) when it has one on every column.
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 		return nil, fmt.Errorf("set plan_cache_mode: %w", err)
 	}

@@ -150,8 +150,9 @@ func TestPermuteSortsInPlace(t *testing.T) {
 
 // More than lookupMost names take statements of their own: the named
 // terms behind a coalesce the planner does not estimate, and no parallel
-// workers, each of which would be sent its own copy of the names. At or
-// under it, the planner sees the names, and a read may go parallel.
+// workers, each of which would be sent its own copy of the names; each
+// list joined into one text, which the plan holds split. At or under it,
+// the planner sees the names, and a read may go parallel.
 func TestManyNamesPlan(t *testing.T) {
 	pool := paidCharges(t, 50000)
 	ctx := t.Context()
@@ -173,34 +174,47 @@ func TestManyNamesPlan(t *testing.T) {
 		many.ProviderIDs = append(many.ProviderIDs, fmt.Sprintf("ch_%d", i))
 	}
 	from := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
-	readArgs := func(n Named) []any {
-		return append([]any{q.open, from, from.Add(time.Hour), from, from.Add(time.Hour)}, q.namedArgs(n)...)
+	window := []any{q.open, from, from.Add(time.Hour), from, from.Add(time.Hour)}
+	// read and named are the statements, plans and parameters Read and
+	// ReadNamed take for n.
+	read := func(n Named) (string, readPlan, []any) {
+		stmt, plan := sql.forRead(n)
+		stmt, names := q.namedParams(n, plan, stmt, sql.readJoined)
+		return stmt, plan, append(slices.Clip(window), names...)
+	}
+	named := func(n Named) (string, readPlan, []any) {
+		stmt, plan := sql.forNamed(n)
+		stmt, names := q.namedParams(n, plan, stmt, sql.namedJoined)
+		return stmt, plan, names
+	}
+	// asArrays are the many-names statements with their names as arrays,
+	// as a name holding the separator sends them.
+	asArrays := func(stmt string, first []any) func(Named) (string, readPlan, []any) {
+		return func(n Named) (string, readPlan, []any) {
+			return stmt, manyNames, append(slices.Clip(first), q.namedArgs(n)...)
+		}
 	}
 	for _, tc := range []struct {
-		name             string
-		stmt             func(Named) (string, readPlan)
-		args             func(Named) []any
-		named            Named
-		plan             readPlan
-		coalesce, gather bool
+		name                    string
+		stmt                    func(Named) (string, readPlan, []any)
+		named                   Named
+		plan                    readPlan
+		coalesce, gather, split bool
 	}{
-		{"read, few names", sql.forRead, readArgs, few, planned, false, true},
-		{"read, many names", sql.forRead, readArgs, many, manyNames, true, false},
-		{"named, few names", sql.forNamed, q.namedArgs, few, lookUp, false, false},
-		{"named, many names", sql.forNamed, q.namedArgs, many, manyNames, true, false},
-		{"read, many names joined", func(Named) (string, readPlan) { return sql.readJoined, manyNames }, func(n Named) []any {
-			j, _ := joinNames(q.namedArgs(n))
-			return append([]any{q.open, from, from.Add(time.Hour), from, from.Add(time.Hour)}, j...)
-		}, many, manyNames, true, false},
-		{"named, many names joined", func(Named) (string, readPlan) { return sql.namedJoined, manyNames }, func(n Named) []any {
-			j, _ := joinNames(q.namedArgs(n))
-			return j
-		}, many, manyNames, true, false},
+		{"read, few names", read, few, planned, false, true, false},
+		{"read, many names", read, many, manyNames, true, false, true},
+		{"read, many names as arrays", asArrays(sql.readMany, window), many, manyNames, true, false, false},
+		{"named, few names", named, few, lookUp, false, false, false},
+		{"named, many names", named, many, manyNames, true, false, true},
+		{"named, many names as arrays", asArrays(sql.namedMany, nil), many, manyNames, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stmt, plan := tc.stmt(tc.named)
+			stmt, plan, args := tc.stmt(tc.named)
 			if plan != tc.plan {
 				t.Fatalf("planned as %d, want %d", plan, tc.plan)
+			}
+			if got := strings.Contains(stmt, "string_to_array"); got != tc.split {
+				t.Errorf("names joined: %v, want %v", got, tc.split)
 			}
 			// As query runs it, with parallel workers made free, so that
 			// only plan's settings keep a read from them.
@@ -209,7 +223,12 @@ func TestManyNamesPlan(t *testing.T) {
 			if set := plan.settings(); set != "" {
 				setup += "; " + set
 			}
-			text := explainAfter(t, r, setup, stmt, tc.args(tc.named))
+			text := explainAfter(t, r, setup, stmt, args)
+			// Joined names are split once, when the statement is
+			// planned: the plan holds a constant array, never the split.
+			if strings.Contains(text, "string_to_array") {
+				t.Errorf("the plan splits the names as it runs:\n%.2000s", text)
+			}
 			if got := strings.Contains(text, "COALESCE"); got != tc.coalesce {
 				t.Errorf("named terms behind a coalesce: %v, want %v:\n%.2000s", got, tc.coalesce, text)
 			}

@@ -486,7 +486,8 @@ func merge(read [][]page) *Listing {
 			pages[p].keys = nil
 		}
 	}
-	l.Keys = dropRepeatedPairs(keys, runs)
+	// The runs fill keys, one after the other.
+	l.Keys = dropRepeatedPairs(keys)
 	slices.SortFunc(l.Objects, func(a, b reconcile.ProviderObject) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
 	})
@@ -537,14 +538,14 @@ func sortKeys(keys []reconcile.KeyEvidence) {
 }
 
 // dropRepeatedPairs returns keys less the repeats of each (object, key)
-// pair, in the order the runs held them, closed up in place: of a pair
-// it keeps the earliest event's key (the least event id among the
-// earliest; among copies of one event the first read, as an object's
-// keys are all in its kind's run, in the order read). An object's keys
-// are found side by side by sorting their object ids by their heads
-// (byid): a map of a million ids and the copies into it cost a first
-// pass 1.4 s of CPU, against 1 s.
-func dropRepeatedPairs(keys []reconcile.KeyEvidence, runs []kindRun) []reconcile.KeyEvidence {
+// pair, closed up in place in the order they are in: of a pair it keeps
+// the earliest event's key (the least event id among the earliest; among
+// copies of one event the first read, as an object's keys are all in its
+// kind's run, in the order read). An object's keys are found side by
+// side by sorting their object ids by their heads (byid): a map of a
+// million ids and the copies into it cost a first pass 1.4 s of CPU,
+// against 1 s.
+func dropRepeatedPairs(keys []reconcile.KeyEvidence) []reconcile.KeyEvidence {
 	order := byid.Order(len(keys), func(i int32) string { return keys[i].ObjectID })
 	drop := make([]bool, len(keys))
 	for p := 0; p < len(order); {
@@ -566,18 +567,15 @@ func dropRepeatedPairs(keys []reconcile.KeyEvidence, runs []kindRun) []reconcile
 		}
 		p = q
 	}
-	// The runs lie one after the other; each is filled up to its end.
 	kept := 0
-	for _, r := range runs {
-		for j := r.start; j < r.end; j++ {
-			if drop[j] {
-				continue
-			}
-			if kept != j {
-				keys[kept] = keys[j]
-			}
-			kept++
+	for j := range keys {
+		if drop[j] {
+			continue
 		}
+		if kept != j {
+			keys[kept] = keys[j]
+		}
+		kept++
 	}
 	return keys[:kept]
 }
