@@ -149,11 +149,14 @@ func (c *phaseClock) start(now func() time.Time) {
 
 // mark ends the step called name, which began at the previous mark. A
 // step every account of a pass takes (plan, provider, …) is one phase,
-// the sum of its times, where it first came.
+// the sum of its times, where it first came. A step that left much
+// garbage collects it (collectIfGrown), and the time that takes is the
+// step's.
 func (c *phaseClock) mark(name string) {
 	if c.now == nil {
 		return
 	}
+	collectIfGrown()
 	t := c.now()
 	took := t.Sub(c.last)
 	c.last = t
