@@ -22,6 +22,7 @@ import (
 // reaching it and decides its PAID transition.
 func (m *matcher) evaluateObligations() {
 	var succ, failed, stale, conflicts []int32 // scratch, reused
+	m.res.Transitions = make([]reconcile.Transition, 0, m.markable())
 	for i := range m.nObls() {
 		if !m.decides(i) {
 			continue
@@ -344,4 +345,18 @@ func (m *matcher) unread(o *reconcile.Obligation) reconcile.Gap {
 		g.Kind = reconcile.GapEvents
 	}
 	return g
+}
+
+// markable counts the obligations the run decides on that a transition
+// may mark PAID (CONFIRMATION_UNKNOWN or EXECUTING), as many as the
+// transitions can be: grown by appending, a first pass's hundred thousand
+// transitions allocated five times their 13 MB.
+func (m *matcher) markable() int {
+	n := 0
+	for i := range m.nObls() {
+		if s := m.obl(i).State; m.decides(i) && (s == reconcile.ConfirmationUnknown || s == reconcile.Executing) {
+			n++
+		}
+	}
+	return n
 }
