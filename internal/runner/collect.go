@@ -14,7 +14,7 @@ import (
 const collectAfter = 64 << 20
 
 // collectIfGrown runs the garbage collector when more than collectAfter
-// bytes were allocated since it last ran, and reports whether it ran.
+// bytes were allocated since it last ran.
 //
 // The collector lets the heap grow to twice what it last found live
 // before it runs again. When it last ran in the middle of a step, with
@@ -23,19 +23,16 @@ const collectAfter = 64 << 20
 // the garbage of reading the obligations, plus all that the match
 // allocated. Collected where a step ends, the next one starts from what
 // is live.
-func collectIfGrown() bool {
+func collectIfGrown() {
 	s := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"},
 	}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
-		return false
+		return
 	}
-	live, held := s[0].Value.Uint64(), s[1].Value.Uint64()
-	if held < live || held-live <= collectAfter {
-		return false
+	if live, held := s[0].Value.Uint64(), s[1].Value.Uint64(); held > live && held-live > collectAfter {
+		runtime.GC()
 	}
-	runtime.GC()
-	return true
 }
