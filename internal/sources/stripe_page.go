@@ -559,20 +559,13 @@ func (pr *pageReader) metadata() (map[string]string, error) {
 	return m, err
 }
 
-// wants are the members of each kind of object that the reader reads: a
-// name stripe-go's type for the kind lacks is not read.
-var wants = map[reconcile.ObjectKind]map[string]bool{
-	reconcile.Charge: {"id": true, "amount": true, "currency": true, "status": true, "captured": true,
-		"amount_refunded": true, "metadata": true, "created": true, "payment_intent": true, "customer": true},
-	reconcile.Refund: {"id": true, "amount": true, "currency": true, "status": true, "metadata": true,
-		"created": true, "charge": true, "payment_intent": true},
-	reconcile.PaymentIntent: {"id": true, "amount": true, "currency": true, "status": true, "metadata": true,
-		"created": true, "latest_charge": true, "customer": true},
-}
-
 // wireObject reads one entry of a page of objects of kind: a string is an
 // object of that id alone (stripe-go's UnmarshalJSON takes it so), null
-// an object of nothing (checkPage refuses both).
+// an object of nothing (checkPage refuses both). Of a charge, a refund or
+// a payment intent it reads only the members stripe-go's type for the
+// kind has, and skips the rest: a Stripe object has about forty, and one
+// switch tells them apart (a map of the wanted names per kind cost a
+// first pass's forty million lookups 0.44 s of CPU).
 func (pr *pageReader) wireObject(kind reconcile.ObjectKind) (wireObject, error) {
 	w := wireObject{kind: kind}
 	d := &pr.dec
@@ -591,37 +584,36 @@ func (pr *pageReader) wireObject(kind reconcile.ObjectKind) (wireObject, error) 
 	default:
 		return w, errType("an entry is not an object")
 	}
-	want := wants[kind]
+	charge, refund, intent := kind == reconcile.Charge, kind == reconcile.Refund, kind == reconcile.PaymentIntent
 	err := pr.object(func(name string) error {
-		if !want[name] {
-			return d.SkipValue()
-		}
 		var err error
-		switch name {
-		case "id":
+		switch {
+		case name == "id":
 			w.id, _, err = pr.str(name)
-		case "amount":
+		case name == "amount":
 			w.amount, err = pr.int(name)
-		case "currency":
+		case name == "currency":
 			w.currency, _, err = pr.word(name, true)
-		case "status":
+		case name == "status":
 			w.status, _, err = pr.word(name, false)
-		case "captured":
-			w.captured, err = pr.bool(name)
-		case "amount_refunded":
-			w.amountRefunded, err = pr.int(name)
-		case "metadata":
+		case name == "metadata":
 			w.metadata, err = pr.metadata()
-		case "created":
+		case name == "created":
 			w.created, err = pr.int(name)
-		case "payment_intent":
+		case name == "captured" && charge:
+			w.captured, err = pr.bool(name)
+		case name == "amount_refunded" && charge:
+			w.amountRefunded, err = pr.int(name)
+		case name == "payment_intent" && (charge || refund):
 			w.paymentIntent, err = pr.ref(name)
-		case "customer":
+		case name == "customer" && (charge || intent):
 			w.customer, err = pr.ref(name)
-		case "charge":
+		case name == "charge" && refund:
 			w.charge, err = pr.ref(name)
-		case "latest_charge":
+		case name == "latest_charge" && intent:
 			w.latestCharge, err = pr.ref(name)
+		default:
+			err = d.SkipValue()
 		}
 		return err
 	})

@@ -38,6 +38,9 @@ var leanEntries = []struct {
 	{"a refund of a charge", reconcile.Refund, `{"id":"re_1","object":"refund","amount":100,"charge":"ch_1","created":1700000002,"currency":"usd","metadata":{"obligation_id":"refund:1"},"payment_intent":"pi_1","status":"pending","captured":"a charge's member a refund has not"}`},
 	{"a refund of an intent alone", reconcile.Refund, `{"id":"re_2","amount":100,"charge":null,"created":1700000002,"currency":"usd","payment_intent":{"id":"pi_2"},"status":"succeeded"}`},
 	{"an intent", reconcile.PaymentIntent, `{"id":"pi_1","object":"payment_intent","amount":1000,"amount_received":1000,"created":1700000000,"currency":"usd","customer":"cus_1","latest_charge":"ch_1","metadata":{"obligation_id":"ob-1"},"status":"requires_capture","client_secret":"pi_1_secret"}`},
+	{"a refund with other kinds' members", reconcile.Refund, `{"id":"re_3","amount":100,"created":3,"currency":"usd","status":"succeeded","customer":5,"latest_charge":6,"amount_refunded":"7"}`},
+	{"an intent with other kinds' members", reconcile.PaymentIntent, `{"id":"pi_3","amount":1,"created":1,"currency":"usd","status":"succeeded","charge":5,"payment_intent":6,"captured":"7","amount_refunded":"8"}`},
+	{"a charge with other kinds' members", reconcile.Charge, `{"id":"ch_11","amount":1,"created":1,"currency":"usd","status":"succeeded","captured":true,"charge":5,"latest_charge":6}`},
 	{"an intent, latest charge expanded", reconcile.PaymentIntent, `{"id":"pi_2","amount":1,"created":1,"currency":"usd","latest_charge":{"id":"ch_2","object":"charge"},"status":"canceled"}`},
 }
 
