@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -18,39 +19,47 @@ func forcedCycles() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// A step's end collects what the step left once it is more than
-// collectAfter, and only then: a nightly pass's steps, which leave a few
-// megabytes, pay no collection. Not parallel: no other test allocates
-// meanwhile.
+// leave allocates mib MiB that die at once.
+func leave(mib int) {
+	for range mib {
+		sink = make([]byte, 1<<20)
+	}
+	sink = nil
+}
+
+// A step's end collects what stands beyond the live heap once it is more
+// than collectAfter, and only then, and each step at most once a pass: a
+// nightly pass's steps, which leave a few megabytes, pay no collection,
+// and a pass over many accounts none at every account's steps. The
+// collector runs on its own only when the test says (GOGC and GOMEMLIMIT
+// off meanwhile), so that what stands is what the test left.
 func TestMarkCollectsWhatAStepLeft(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	// What the pass holds: with it live, the collector lets the heap grow
-	// past it by as much again before it runs on its own.
-	held := make([]byte, 2*collectAfter)
-	defer runtime.KeepAlive(held)
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
 	c := &phaseClock{}
 	c.start(time.Now)
 	runtime.GC()
 	before := forcedCycles()
-	sink = make([]byte, 4<<20)
-	sink = nil
+	forced := func(want uint64, after string) {
+		t.Helper()
+		if got := forcedCycles() - before; got != want {
+			t.Fatalf("after %s: %d collections forced, want %d", after, got, want)
+		}
+	}
+	leave(4)
 	c.mark("small")
-	if got := forcedCycles() - before; got != 0 {
-		t.Fatalf("a step that left 4 MiB forced %d collections, want none", got)
-	}
-	for range (collectAfter >> 20) + 32 {
-		sink = make([]byte, 1<<20)
-	}
-	sink = nil
-	c.mark("large")
-	if got := forcedCycles() - before; got != 1 {
-		t.Fatalf("a step that left %d MiB forced %d collections, want one", collectAfter>>20+32, got)
-	}
-	c.mark("after")
-	if got := forcedCycles() - before; got != 1 {
-		t.Fatalf("a step right after a collection forced %d more", got-1)
-	}
-	if len(c.phases) != 3 {
-		t.Fatalf("phases %v, want small, large and after", c.phases)
+	forced(0, "a step that left 4 MiB")
+	leave(collectAfter>>20 + 32)
+	c.mark("provider")
+	forced(1, "a step that left collectAfter and more")
+	c.mark("obligations")
+	forced(1, "a step right after a collection")
+	leave(collectAfter>>20 + 32)
+	c.mark("provider")
+	forced(1, "the second account's step of one name")
+	c.mark("match")
+	forced(2, "another step")
+	if len(c.phases) != 4 {
+		t.Fatalf("phases %v, want small, provider, obligations and match", c.phases)
 	}
 }

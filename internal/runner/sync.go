@@ -141,6 +141,9 @@ type phaseClock struct {
 	now    func() time.Time
 	last   time.Time
 	phases []Phase
+	// collected are the steps whose end collected garbage this pass
+	// (collectIfGrown): each at most once.
+	collected map[string]bool
 }
 
 func (c *phaseClock) start(now func() time.Time) {
@@ -149,14 +152,21 @@ func (c *phaseClock) start(now func() time.Time) {
 
 // mark ends the step called name, which began at the previous mark. A
 // step every account of a pass takes (plan, provider, …) is one phase,
-// the sum of its times, where it first came. A step that left much
-// garbage collects it (collectIfGrown), and the time that takes is the
-// step's.
+// the sum of its times, where it first came. Where much garbage stands,
+// the end of a step collects it (collectIfGrown), once a pass for each
+// step, and the time that takes is the step's: a pass over many accounts
+// would otherwise collect at every account's steps, each time marking
+// the parts it holds for all the accounts before.
 func (c *phaseClock) mark(name string) {
 	if c.now == nil {
 		return
 	}
-	collectIfGrown()
+	if !c.collected[name] && collectIfGrown() {
+		if c.collected == nil {
+			c.collected = map[string]bool{}
+		}
+		c.collected[name] = true
+	}
 	t := c.now()
 	took := t.Sub(c.last)
 	c.last = t

@@ -585,6 +585,10 @@ func (pr *pageReader) wireObject(kind reconcile.ObjectKind) (wireObject, error) 
 		return w, errType("an entry is not an object")
 	}
 	charge, refund, intent := kind == reconcile.Charge, kind == reconcile.Refund, kind == reconcile.PaymentIntent
+	if !charge && !refund && !intent {
+		// No kind the reader lists: nothing of it is read.
+		return w, d.SkipValue()
+	}
 	err := pr.object(func(name string) error {
 		var err error
 		switch {
