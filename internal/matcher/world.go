@@ -215,10 +215,13 @@ func (w *world) decides(i int32) bool { return w.context == nil || !w.context[i]
 func idsIfSorted(n int, id func(int) string) []string {
 	// Checked before the room is made: a provider's listing comes in
 	// time order, not by id, and its million ids took 16 MB for nothing.
-	for i := 1; i < n; i++ {
-		if id(i) <= id(i-1) {
+	prev := ""
+	for i := range n {
+		s := id(i)
+		if i > 0 && s <= prev {
 			return nil
 		}
+		prev = s
 	}
 	ids := make([]string, n)
 	for i := range n {

@@ -129,6 +129,20 @@ func TestLeanPageReadsWhatStripeGoRead(t *testing.T) {
 	}
 }
 
+// An entry of a kind the reader lists none of is read as nothing, as
+// stripe-go has no type to read it into: not even a member it would read
+// of a charge, which here could not be read as one.
+func TestLeanPageReadsNothingOfAnUnlistedKind(t *testing.T) {
+	got, _, err := leanObjects(reconcile.ObjectKind("payout"), listPage(`{"id":5,"amount":"x","status":{}}`))
+	if err != nil {
+		t.Fatalf("lean: %v", err)
+	}
+	nothing := wireObject{kind: "payout"}
+	if want := []reconcile.ProviderObject{nothing.object()}; !cmp.Equal(want, got) {
+		t.Errorf("read %+v, want %+v", got, want)
+	}
+}
+
 // What stripe-go could not decode, the reader cannot either: the page is
 // undecodable (a malformed response, retried), and the error names no
 // value.
