@@ -27,8 +27,8 @@ func leave(mib int) {
 	sink = nil
 }
 
-// A step's end collects what stands beyond the live heap once it is more
-// than collectAfter, and only then, and each step at most once a pass: a
+// A step's end collects once the step allocated more than collectAfter,
+// and only then, and each step at most once a pass: a
 // nightly pass's steps, which leave a few megabytes, pay no collection,
 // and a pass over many accounts none at every account's steps. The
 // collector runs on its own only when the test says (GOGC and GOMEMLIMIT
@@ -59,7 +59,31 @@ func TestMarkCollectsWhatAStepLeft(t *testing.T) {
 	forced(1, "the second account's step of one name")
 	c.mark("match")
 	forced(2, "another step")
-	if len(c.phases) != 4 {
-		t.Fatalf("phases %v, want small, provider, obligations and match", c.phases)
+	// The collector ran on its own near the step's end, while the
+	// step's temporaries were live: it found them live, and they die
+	// after it.
+	temps := make([][]byte, 0, collectAfter>>20+32)
+	for range cap(temps) {
+		temps = append(temps, make([]byte, 1<<20))
+	}
+	runtime.GC()
+	before++
+	temps = nil
+	c.mark("apply")
+	forced(3, "a step whose temporaries outlived the collector's own run")
+	// A step that allocated more than returnAfter hands what its
+	// collection freed back to the system: no more stays resident and
+	// free than a step may allocate and keep it.
+	leave(returnAfter>>20 + 32)
+	c.mark("mirror_save")
+	forced(4, "a step that allocated more than returnAfter")
+	free := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(free)
+	if got := free[0].Value.Uint64(); got > returnAfter/2 {
+		t.Errorf("after a step that allocated more than returnAfter, %d MiB stay resident and free, want at most %d",
+			got>>20, returnAfter>>21)
+	}
+	if len(c.phases) != 6 {
+		t.Fatalf("phases %v, want small, provider, obligations, match, apply and mirror_save", c.phases)
 	}
 }

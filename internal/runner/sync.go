@@ -144,28 +144,36 @@ type phaseClock struct {
 	// collected are the steps whose end collected garbage this pass
 	// (collectIfGrown): each at most once.
 	collected map[string]bool
+	// allocs is heapAllocs where the last step that could collect
+	// ended, or the pass began.
+	allocs uint64
 }
 
 func (c *phaseClock) start(now func() time.Time) {
-	c.now, c.last = now, now()
+	c.now, c.last, c.allocs = now, now(), heapAllocs()
 }
 
 // mark ends the step called name, which began at the previous mark. A
 // step every account of a pass takes (plan, provider, …) is one phase,
-// the sum of its times, where it first came. Where much garbage stands,
-// the end of a step collects it (collectIfGrown), once a pass for each
-// step, and the time that takes is the step's: a pass over many accounts
-// would otherwise collect at every account's steps, each time marking
-// the parts it holds for all the accounts before.
+// the sum of its times, where it first came. Where a step allocated
+// much, its end collects the garbage (collectIfGrown), once a pass for
+// each step, and the time that takes is the step's: a pass over many
+// accounts would otherwise collect at every account's steps, each time
+// marking the parts it holds for all the accounts before.
 func (c *phaseClock) mark(name string) {
 	if c.now == nil {
 		return
 	}
-	if !c.collected[name] && collectIfGrown() {
-		if c.collected == nil {
-			c.collected = map[string]bool{}
+	if !c.collected[name] {
+		if collectIfGrown(c.allocs) {
+			if c.collected == nil {
+				c.collected = map[string]bool{}
+			}
+			c.collected[name] = true
 		}
-		c.collected[name] = true
+		// What a step that may not collect allocated counts towards
+		// the next one's.
+		c.allocs = heapAllocs()
 	}
 	t := c.now()
 	took := t.Sub(c.last)
