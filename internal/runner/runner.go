@@ -509,20 +509,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 			}
 		}
 	}
-	// Every listed object's id, sorted, to find what the listing lacks.
-	listed := named.ProviderIDs
-	var missing []string
-	for i := range obs {
-		o := &obs[i]
-		if !decided[i] {
-			continue
-		}
-		for _, id := range []string{o.ProviderID, o.TargetID} {
-			if _, ok := slices.BinarySearch(listed, id); id != "" && !ok {
-				missing = append(missing, id)
-			}
-		}
-	}
+	missing := lacking(named.ProviderIDs, obs, decided)
 	// The step ends once the names sent for the obligations are no
 	// longer used, so that a collection where it ends frees them (a
 	// first pass's two million, about 35 MB).
@@ -563,6 +550,32 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		Subject:     w,
 		Context:     linkOnly,
 	}, nil
+}
+
+// lacking returns the provider ids and target ids that the decided
+// obligations of obs name and listed (every listed object's id, sorted)
+// lacks. An obligation's copy of an id listed holds gives way to the
+// listing's own, so that the pass holds one string of it (a first
+// pass's million provider ids, about 30 MB).
+func lacking(listed []string, obs []reconcile.Obligation, decided []bool) []string {
+	var missing []string
+	for i := range obs {
+		if !decided[i] {
+			continue
+		}
+		o := &obs[i]
+		for _, id := range []*string{&o.ProviderID, &o.TargetID} {
+			if *id == "" {
+				continue
+			}
+			if j, ok := slices.BinarySearch(listed, *id); ok {
+				*id = listed[j]
+			} else {
+				missing = append(missing, *id)
+			}
+		}
+	}
+	return missing
 }
 
 // warnKeysGone warns when the key evidence read begins after the

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"reconcile"
 )
@@ -98,5 +100,40 @@ func TestMergeTellsApartIDsOfOneHead(t *testing.T) {
 	want := []reconcile.KeyEvidence{key(a, "evt_1", 1), key(b, "evt_2", 1)}
 	if !slices.Equal(l.Keys, want) {
 		t.Errorf("merged keys %v, want %v", l.Keys, want)
+	}
+}
+
+// merge keeps one string of an id a key and its object both carry: the
+// key's object id becomes the object's own where the walk through both
+// meets it (the key in its object's second); elsewhere the key keeps
+// its copy, equal all the same.
+func TestMergeSharesTheObjectsIDs(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	obj := func(id string, kind reconcile.ObjectKind, s int) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: strings.Clone(id), Kind: kind, Created: at(s)}
+	}
+	key := func(id string, kind reconcile.ObjectKind, k string, s int) reconcile.KeyEvidence {
+		return reconcile.KeyEvidence{ObjectID: strings.Clone(id), ObjectKind: kind, Key: k, EventID: "evt_" + k, Created: at(s)}
+	}
+	read := [][]page{{{
+		objects: []reconcile.ProviderObject{obj("ch_a", reconcile.Charge, 1), obj("ch_b", reconcile.Charge, 1),
+			obj("ch_c", reconcile.Charge, 2), obj("re_a", reconcile.Refund, 1)},
+		keys: []reconcile.KeyEvidence{key("ch_a", reconcile.Charge, "k1", 1), key("ch_a", reconcile.Charge, "k2", 1),
+			key("ch_b", reconcile.Charge, "k3", 1), key("ch_c", reconcile.Charge, "k4", 5),
+			key("ch_x", reconcile.Charge, "k5", 2), key("re_a", reconcile.Refund, "k6", 1)},
+	}}}
+	l := merge(read)
+	own := map[string]*byte{}
+	for _, o := range l.Objects {
+		own[o.ID] = unsafe.StringData(o.ID)
+	}
+	shared := map[string]bool{"k1": true, "k2": true, "k3": true, "k6": true}
+	if len(l.Keys) != 6 {
+		t.Fatalf("%d keys, want 6", len(l.Keys))
+	}
+	for _, k := range l.Keys {
+		if got := unsafe.StringData(k.ObjectID) == own[k.ObjectID]; got != shared[k.Key] {
+			t.Errorf("key %s of %s shares its object's id: %v, want %v", k.Key, k.ObjectID, got, shared[k.Key])
+		}
 	}
 }

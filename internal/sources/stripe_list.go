@@ -493,6 +493,7 @@ func merge(read [][]page) *Listing {
 	})
 	l.Objects = slices.CompactFunc(l.Objects, func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID })
 	sortKeys(l.Keys)
+	shareIDs(l.Objects, l.Keys)
 	for _, o := range l.Objects {
 		switch o.Kind {
 		case reconcile.Charge:
@@ -505,6 +506,26 @@ func merge(read [][]page) *Listing {
 	}
 	l.Stats.Keys = len(l.Keys)
 	return l
+}
+
+// shareIDs points each key's object id at the listed object's own id
+// where the two are copies of one string, so that the pass holds one (a
+// million keys' copies are 32 MB, held to the pass's end). Objects and
+// keys are sorted alike, by kind, time and id, and the event that tells
+// an object's key most often comes in its object's second, so one walk
+// through both finds most; a key it does not meet keeps its copy.
+func shareIDs(objs []reconcile.ProviderObject, keys []reconcile.KeyEvidence) {
+	i := 0
+	for k := range keys {
+		ke := &keys[k]
+		for i < len(objs) && cmp.Or(cmp.Compare(objs[i].Kind, ke.ObjectKind), objs[i].Created.Compare(ke.Created),
+			cmp.Compare(objs[i].ID, ke.ObjectID)) < 0 {
+			i++
+		}
+		if i < len(objs) && objs[i].ID == ke.ObjectID && objs[i].Kind == ke.ObjectKind {
+			ke.ObjectID = objs[i].ID
+		}
+	}
 }
 
 // sortKeys sorts keys by kind, time, object id and key. merge's runs
