@@ -51,11 +51,11 @@ func heapAllocs() uint64 {
 //
 // After a large step the memory freed is handed back at once
 // (debug.FreeOSMemory) because the next step's largest arrays cannot
-// reuse it: the obligations (267
-// MB at a million) need contiguous pages, while the freed ones lie
-// between live objects and stay resident until the runtime's background
-// scavenger returns them, slowly. In one first pass at a million, 1,217
-// MB stood resident over an 823 MB heap while the obligations were read.
+// reuse it: the obligations (267 MB at a million) need contiguous
+// pages, while the freed ones lie between live objects and stay
+// resident until the runtime's background scavenger returns them,
+// slowly. In one first pass at a million, 1,217 MB stood resident over
+// an 823 MB heap while the obligations were read.
 func collectIfGrown(since uint64) bool {
 	switch n := heapAllocs() - since; {
 	case n <= collectAfter:
