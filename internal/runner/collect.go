@@ -9,8 +9,9 @@ import (
 // collectAfter is how much a step may allocate before its end collects
 // the garbage: a first pass's steps each leave hundreds of megabytes
 // that die with the step (the listing's pages, the names sent for the
-// obligations, the matcher's indexes), while a nightly pass's steps
-// leave a few (docs/design.md, "Memory and CPU").
+// obligations, the matcher's indexes), while most of a nightly pass's
+// steps allocate a few, and the two that pass it collect heaps of tens
+// of megabytes (docs/design.md, "Memory and CPU").
 const collectAfter = 64 << 20
 
 // returnAfter is how much a step may allocate before its collection also

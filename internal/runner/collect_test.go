@@ -28,11 +28,11 @@ func leave(mib int) {
 }
 
 // A step's end collects once the step allocated more than collectAfter,
-// and only then, and each step at most once a pass: a
-// nightly pass's steps, which leave a few megabytes, pay no collection,
-// and a pass over many accounts none at every account's steps. The
-// collector runs on its own only when the test says (GOGC and GOMEMLIMIT
-// off meanwhile), so that what stands is what the test left.
+// and only then, and each step at most once a pass: a step that
+// allocated a few megabytes pays no collection, and a pass over many
+// accounts none at every account's steps. The collector runs on its own
+// only when the test says (GOGC and GOMEMLIMIT off meanwhile), so that
+// what stands is what the test left.
 func TestMarkCollectsWhatAStepLeft(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
