@@ -155,7 +155,7 @@ func mergeParts(out *Outcome, parts []*part) {
 	}
 	if len(parts) == 1 {
 		p := parts[0].out
-		out.Input, out.Result, out.Covered, out.EventsFrom = p.Input, p.Result, p.Covered, p.EventsFrom
+		out.Input, out.ObligationsRead, out.Result, out.Covered, out.EventsFrom = p.Input, p.ObligationsRead, p.Result, p.Covered, p.EventsFrom
 		out.Context, out.Partial, out.Lookups, out.Stats, out.Unmapped = p.Context, p.Partial, p.Lookups, p.Stats, p.Unmapped
 		return
 	}
@@ -187,7 +187,7 @@ func mergeParts(out *Outcome, parts []*part) {
 			out.Unmapped[raw] += n
 		}
 
-		in.Obligations = append(in.Obligations, p.Input.Obligations...)
+		out.ObligationsRead += p.ObligationsRead
 		in.Objects = append(in.Objects, p.Input.Objects...)
 		in.Keys = append(in.Keys, p.Input.Keys...)
 		in.Lookups = append(in.Lookups, p.Input.Lookups...)
@@ -209,7 +209,6 @@ func mergeParts(out *Outcome, parts []*part) {
 		res.Incremental = res.Incremental || c.Incremental
 	}
 	in.Listed, in.EventsFrom, in.Subject = out.Covered, out.EventsFrom, parts[0].out.Input.Subject
-	slices.SortFunc(in.Obligations, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(out.Lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(res.Findings, reconcile.CompareFindings)
 	slices.SortFunc(res.Transitions, func(a, b reconcile.Transition) int { return strings.Compare(a.ObligationID, b.ObligationID) })

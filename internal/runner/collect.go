@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 )
 
 // collectAfter is how much a step may allocate before its end collects
@@ -14,16 +15,25 @@ import (
 // of megabytes (docs/design.md, "Memory and CPU").
 const collectAfter = 64 << 20
 
-// returnAfter is how much a step may allocate before its collection also
-// hands the memory freed back to the system: a nightly pass's steps,
-// which allocate less, would fault the pages in again at once (0.25 s
-// more CPU for a nightly pass at a million).
-const returnAfter = 256 << 20
+// returnAbove is how much the heap may hold, live and garbage alike,
+// where a step ends before its collection also hands the memory freed
+// back to the system: a nightly pass's heap, tens of megabytes, would
+// fault the pages in again at once (0.25 s more CPU for a nightly pass
+// at a million).
+const returnAbove = 256 << 20
+
+// matchHeadroom is about how far the heap may grow beyond what the
+// collector last found live while the matcher runs (paceCollector).
+const matchHeadroom = 64 << 20
 
 // heapAllocs is how many bytes the program has allocated on the heap
 // since it began.
-func heapAllocs() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+func heapAllocs() uint64 { return readUint64("/gc/heap/allocs:bytes") }
+
+// readUint64 reads one of the runtime's metrics of that kind; 0 if this
+// runtime has no such metric.
+func readUint64(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
 		return 0
@@ -31,10 +41,52 @@ func heapAllocs() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// pacing is the collector's pace as paceCollector left it: how many
+// callers hold it paced, and the percentage to restore after the last.
+var pacing struct {
+	sync.Mutex
+	held  int
+	saved int
+}
+
+// paceCollector makes the collector run once the heap has grown about
+// headroom beyond what it last found live, rather than by as much again
+// as that (the default, GOGC=100), until the returned func is called.
+// It sets the percentage (debug.SetGCPercent) from the heap live now:
+// the heap may still grow a little more than headroom as what is live
+// grows. It changes nothing when the percentage set already allows less
+// (a small heap, or GOGC set lower), when the collector is off, or when
+// another caller holds the pace.
+//
+// The match allocates about 330 MB on top of all a first pass at a
+// million read, and lets go of the obligations (267 MB) before it builds
+// its result; left at GOGC=100 the collector did not run in it, and the
+// heap held the whole of it (docs/design.md, "Memory and CPU").
+func paceCollector(headroom uint64) (restore func()) {
+	pacing.Lock()
+	defer pacing.Unlock()
+	pacing.held++
+	if pacing.held == 1 {
+		pacing.saved = -1
+		live := readUint64("/gc/heap/live:bytes")
+		current := int(int64(readUint64("/gc/gogc:percent")))
+		if want := int(headroom * 100 / max(live, 1)); live > 0 && current > 0 && want < current {
+			pacing.saved = debug.SetGCPercent(max(want, 1))
+		}
+	}
+	return func() {
+		pacing.Lock()
+		defer pacing.Unlock()
+		if pacing.held--; pacing.held == 0 && pacing.saved >= 0 {
+			debug.SetGCPercent(pacing.saved)
+		}
+	}
+}
+
 // collectIfGrown collects the garbage when more than collectAfter bytes
 // were allocated since since (heapAllocs where the step began), and
-// reports whether it did; beyond returnAfter it also hands the memory
-// freed back to the system.
+// reports whether it did; when the heap holds more than returnAbove it
+// also hands the memory freed back to the system.
 //
 // The collector lets the heap grow to twice what it last found live
 // before it runs again. When it last ran in the middle of a step, with
@@ -50,20 +102,24 @@ func heapAllocs() uint64 {
 // the heap held little beyond, and they stood uncollected under the next
 // step.
 //
-// After a large step the memory freed is handed back at once
-// (debug.FreeOSMemory) because the next step's largest arrays cannot
+// From a large heap the memory freed is handed back at once
+// (debug.FreeOSMemory) because the next steps' largest arrays cannot
 // reuse it: the obligations (267 MB at a million) need contiguous
 // pages, while the freed ones lie between live objects and stay
 // resident until the runtime's background scavenger returns them,
 // slowly. In one first pass at a million, 1,217 MB stood resident over
-// an 823 MB heap while the obligations were read.
+// an 823 MB heap while the obligations were read. The heap's size is
+// the measure, not what the step allocated: the apply allocates little,
+// but the obligations the pass let go before it die in its collection
+// (257 MB at a million), and kept resident they stood under the rest of
+// the pass: 279 MB free and resident at its end, its highest.
 func collectIfGrown(since uint64) bool {
-	switch n := heapAllocs() - since; {
-	case n <= collectAfter:
+	if heapAllocs()-since <= collectAfter {
 		return false
-	case n <= returnAfter:
+	}
+	if readUint64("/memory/classes/heap/objects:bytes") <= returnAbove {
 		runtime.GC()
-	default:
+	} else {
 		debug.FreeOSMemory()
 	}
 	return true

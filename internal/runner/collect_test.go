@@ -71,19 +71,76 @@ func TestMarkCollectsWhatAStepLeft(t *testing.T) {
 	temps = nil
 	c.mark("apply")
 	forced(3, "a step whose temporaries outlived the collector's own run")
-	// A step that allocated more than returnAfter hands what its
-	// collection freed back to the system: no more stays resident and
-	// free than a step may allocate and keep it.
-	leave(returnAfter>>20 + 32)
+	// Where a step ends on a heap of more than returnAbove, what its
+	// collection freed goes back to the system, though the step itself
+	// allocated little: there, what died was read before it (a pass
+	// lets its obligations go before the apply). The collector paces
+	// as in a pass, so that the runtime's scavenger keeps what a heap
+	// of this size may grow into.
+	debug.SetGCPercent(100)
+	hold := func(mib int) [][]byte {
+		b := make([][]byte, 0, mib)
+		for range mib {
+			b = append(b, make([]byte, 1<<20))
+		}
+		return b
+	}
+	live, read := hold(returnAbove>>21+32), hold(returnAbove>>21)
 	c.mark("mirror_save")
-	forced(4, "a step that allocated more than returnAfter")
-	free := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
-	metrics.Read(free)
-	if got := free[0].Value.Uint64(); got > returnAfter/2 {
-		t.Errorf("after a step that allocated more than returnAfter, %d MiB stay resident and free, want at most %d",
-			got>>20, returnAfter>>21)
+	forced(4, "a step that read what the next lets go")
+	clear(read)
+	leave(collectAfter>>20 + 32)
+	c.mark("alerts")
+	forced(5, "a step that let go what the step before read")
+	if free := readUint64("/memory/classes/heap/free:bytes"); free > returnAbove/4 {
+		t.Errorf("after a step that ended on a heap of more than returnAbove, %d MiB stay resident and free, want at most %d",
+			free>>20, returnAbove>>22)
 	}
-	if len(c.phases) != 6 {
-		t.Fatalf("phases %v, want small, provider, obligations, match, apply and mirror_save", c.phases)
+	runtime.KeepAlive(live)
+	if len(c.phases) != 7 {
+		t.Fatalf("phases %v, want small, provider, obligations, match, apply, mirror_save and alerts", c.phases)
 	}
+}
+
+// While paced, the collector runs once the heap has grown about the
+// headroom beyond what is live, where it would otherwise let the heap
+// grow by as much again as that; the pace is restored after its last
+// holder, and a collector set off stays off.
+func TestPaceCollectorRunsWithinHeadroom(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
+	live := make([][]byte, 0, 128)
+	for range cap(live) {
+		live = append(live, make([]byte, 1<<20))
+	}
+	percent := func() int { return int(int64(readUint64("/gc/gogc:percent"))) }
+	// churn leaves 96 MiB of garbage and counts the collections meanwhile.
+	churn := func() uint64 {
+		runtime.GC()
+		before := readUint64("/gc/cycles/total:gc-cycles")
+		leave(96)
+		return readUint64("/gc/cycles/total:gc-cycles") - before
+	}
+	if n := churn(); n != 0 {
+		t.Fatalf("unpaced, 96 MiB of garbage over 128 MiB live: %d collections, want none", n)
+	}
+	restore := paceCollector(16 << 20)
+	// 16 MiB over a little more than 128 MiB live.
+	if p := percent(); p < 10 || p > 12 {
+		t.Errorf("paced at 16 MiB over 128 MiB live: GOGC %d, want 10 to 12", p)
+	}
+	paceCollector(1 << 20)() // another holder's changes nothing
+	if n := churn(); n < 3 {
+		t.Errorf("paced at 16 MiB, 96 MiB of garbage: %d collections, want 3 or more", n)
+	}
+	restore()
+	if p := percent(); p != 100 {
+		t.Errorf("after the last holder: GOGC %d, want 100 again", p)
+	}
+	debug.SetGCPercent(-1)
+	paceCollector(16 << 20)()
+	if p := percent(); p != -1 {
+		t.Errorf("the collector was off: GOGC %d after a pace, want -1 (off)", p)
+	}
+	runtime.KeepAlive(live)
 }

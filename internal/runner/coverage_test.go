@@ -133,6 +133,10 @@ func TestOlderThanMaxLookbackIsNotPaid(t *testing.T) {
 	if out.Partial != 1 {
 		t.Errorf("partial = %d, want 1", out.Partial)
 	}
+	if out.ObligationsRead != 1 || out.Input.Obligations != nil {
+		t.Errorf("the pass read %d obligations and holds %d after it, want 1 read and none held: it lets them go once matched",
+			out.ObligationsRead, len(out.Input.Obligations))
+	}
 	var f *reconcile.Finding
 	for i := range out.Result.Findings {
 		if out.Result.Findings[i].ObligationID == "charge:old" {

@@ -355,14 +355,14 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 		what := fmt.Sprintf("seed %d day %d (%s match: %s)", seed, d, a.Sync.Match, a.Sync.MatchReason)
 		if diff := diffOutcomes(b, a); diff != "" {
 			if debugTwin {
-				for _, o := range b.Input.Obligations {
-					tb.Logf("whole obl %+v", o)
+				for _, id := range b.Result.ObligationIDs {
+					tb.Logf("whole obl %s", id)
 				}
 				for _, o := range b.Input.Objects {
 					tb.Logf("whole obj %+v", o)
 				}
-				for _, o := range a.Input.Obligations {
-					tb.Logf("nightly obl %s", o.ID)
+				for _, id := range a.Result.ObligationIDs {
+					tb.Logf("nightly obl %s", id)
 				}
 				for _, o := range a.Input.Objects {
 					tb.Logf("nightly obj %s", o.ID)

@@ -175,7 +175,7 @@ func (r *Runner) ApplyAccount(ctx context.Context, run reconcile.Run, a reconcil
 		// What the shard held, against what is its own: the cost of
 		// reading what its decisions rest on (docs/design.md, "Shards").
 		log.Info("shard read", "account", a.ID, "shard", sh.Index, "shards", sh.Of,
-			"obligations_read", len(out.Input.Obligations), "obligations_decided", out.Result.Counts.Obligations,
+			"obligations_read", out.ObligationsRead, "obligations_decided", out.Result.Counts.Obligations,
 			"objects_read", len(out.Input.Objects), "objects_own", out.Result.Counts.ProviderObjects)
 	}
 	part := run

@@ -112,9 +112,15 @@ type Request struct {
 // Outcome is what one pass did.
 type Outcome struct {
 	Run reconcile.Run
-	// Input is what the pass read; Result what the matcher concluded.
-	Input  matcher.Input
-	Result matcher.Result
+	// Input is what the pass read, but for its obligations: the pass lets
+	// them go once they are matched (Input.Obligations is nil), since
+	// nothing after the match reads them and, at a million, they are the
+	// largest array a first pass holds (docs/design.md, "Memory and
+	// CPU"). ObligationsRead counts them. Result is what the matcher
+	// concluded.
+	Input           matcher.Input
+	ObligationsRead int
+	Result          matcher.Result
 	// Transitions are those applied, or on a dry run those that would be.
 	Transitions []reconcile.Transition
 	Applied     store.Applied
@@ -306,31 +312,39 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 		return err
 	}
 	in.Account = p.acct
-	res, err := r.match(ctx, &in, now, p.st)
-	if err != nil {
-		return err
-	}
-	own := in.Obligations
-	if sh := p.st.shard; sh != nil {
-		res, own = ownShare(res, &in, sh.Shard), ownObligations(in.Obligations, sh.Shard)
-	}
-	res.Incremental = p.st.plan.report.Match == MatchIncremental
-	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil {
-		// What the mirror keeps of this matching, for the next pass's. A
-		// pass run as jobs keeps none: its fetches saved what no match
-		// had read yet, and its apply saves only what it read itself.
-		p.st.setMatched(&res, p.out.Run, now, r.matchDigest())
-	}
-	p.out.Input, p.out.Result = in, res
-	if res.Incremental {
+	// What the pass makes of the obligations it read is taken before the
+	// match, which lets them go (match).
+	p.out.ObligationsRead = len(in.Obligations)
+	incremental := p.st.plan.report.Match == MatchIncremental
+	if incremental {
 		// An incremental match read only what changed; the rows it never
 		// transitions were counted in the table (docs/design.md,
 		// "Incremental matching").
 		p.out.Unmapped = p.st.unmapped
 		warnUnmapped(log, p.out.Unmapped)
 	} else {
+		own := in.Obligations
+		if sh := p.st.shard; sh != nil {
+			own = ownObligations(in.Obligations, sh.Shard)
+		}
 		p.out.Unmapped = unmappedStates(log, own)
 	}
+	res, err := r.match(ctx, &in, now, p.st)
+	if err != nil {
+		return err
+	}
+	if sh := p.st.shard; sh != nil {
+		res = ownShare(res, &in, sh.Shard)
+	}
+	res.Incremental = incremental
+	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil {
+		// What the mirror keeps of this matching, for the next pass's. A
+		// pass run as jobs keeps none: its fetches saved what no match
+		// had read yet, and its apply saves only what it read itself.
+		p.st.setMatched(&res, p.out.Run, now, r.matchDigest())
+	}
+	in.Obligations = nil
+	p.out.Input, p.out.Result = in, res
 	p.out.Partial = len(res.ObligationIDs) - len(res.Settled.Obligations)
 	if p.out.Partial > 0 {
 		log.Warn("obligations whose provider records were not all read are not marked PAID; their findings say what was not read",
@@ -808,7 +822,18 @@ func (r *Runner) match(ctx context.Context, in *matcher.Input, now time.Time, st
 	incremental := st.plan.report.Mode == SyncIncremental
 	var res matcher.Result
 	for verified := false; ; verified = true {
-		res = matcher.Match(*in, now, r.Matcher)
+		whole := *in
+		if !incremental {
+			// Matched once: the matcher's copy alone holds the
+			// obligations, so that they die when it lets them go,
+			// before it builds its result (matcher.Match).
+			in.Obligations = nil
+		}
+		// The collector runs in the match, so that what it lets go does
+		// not pile up on all the pass read (paceCollector).
+		restore := paceCollector(matchHeadroom)
+		res = matcher.Match(whole, now, r.Matcher)
+		restore()
 		if !verified {
 			st.phases.mark("match")
 		}
