@@ -206,7 +206,7 @@ func DetailStaleLease(o *Obligation, now time.Time, shows string) string {
 	noun, _, _ := oblWords(o.Kind)
 	stopped := "no part of the system is working on it"
 	if !o.LeaseExpiresAt.IsZero() {
-		stopped = fmt.Sprintf("the system stopped working on it %s ago (%s)", human(now.Sub(o.LeaseExpiresAt)), stamp(o.LeaseExpiresAt))
+		stopped = fmt.Sprintf("the system stopped working on it %s ago (%s)", human(now.Sub(o.LeaseExpiresAt.Time())), stamp(o.LeaseExpiresAt.Time()))
 	}
 	return fmt.Sprintf("%s %s of %s was being paid, but %s, and %s.", noun, o.ID, o.Money, stopped, shows)
 }

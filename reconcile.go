@@ -142,16 +142,52 @@ type Obligation struct {
 	State          State
 	RawState       string
 	LeaseOwner     string
-	LeaseExpiresAt time.Time // zero when NULL
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	PaidAt         time.Time // zero when NULL
+	LeaseExpiresAt Stamp // zero when NULL
+	CreatedAt      Stamp
+	UpdatedAt      Stamp
+	PaidAt         Stamp // zero when NULL
 }
 
 // LeaseLive reports whether a worker still owns the obligation at now.
 func (o Obligation) LeaseLive(now time.Time) bool {
-	return !o.LeaseExpiresAt.IsZero() && o.LeaseExpiresAt.After(now)
+	return !o.LeaseExpiresAt.IsZero() && o.LeaseExpiresAt.Time().After(now)
 }
+
+// Stamp is an instant to the microsecond, as PostgreSQL keeps one, in 8
+// bytes where a time.Time takes 24: an obligation holds four, and a
+// first pass a million obligations (docs/design.md, "Memory and CPU").
+// It counts microseconds from the zero time.Time (January 1, year 1,
+// UTC), so that the zero Stamp is the zero time: a NULL column. Stamps
+// order as their instants do. It reaches years -290,000 to 290,000
+// (StampRange); PostgreSQL's timestamps reach a little further.
+type Stamp int64
+
+// StampRange bounds the years a Stamp holds: a time beyond them is
+// refused where it is read, never wrapped around.
+const StampRange = 290_000
+
+// zeroUnix is the zero time.Time in Unix seconds.
+const zeroUnix = -62135596800
+
+// StampOf is t to the microsecond, towards the past.
+func StampOf(t time.Time) Stamp {
+	return Stamp((t.Unix()-zeroUnix)*1_000_000 + int64(t.Nanosecond()/1000))
+}
+
+// Time is the instant s, in UTC; the zero time for the zero Stamp.
+func (s Stamp) Time() time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	// time.Unix takes a negative remainder before the zero time as it is.
+	return time.Unix(int64(s)/1_000_000+zeroUnix, int64(s)%1_000_000*1000).UTC()
+}
+
+// IsZero reports whether s is the zero time.
+func (s Stamp) IsZero() bool { return s == 0 }
+
+// String is s as time.Time prints it.
+func (s Stamp) String() string { return s.Time().String() }
 
 // Account is one Stripe account a pass reads: the platform's own, whose
 // key the reconciler holds (ID empty), or one of its connected accounts

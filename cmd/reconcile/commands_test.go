@@ -38,9 +38,9 @@ func seedDoubleRefund(t *testing.T, e *env) {
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "refund:4821:approved-request-7", Kind: reconcile.Refund, IdempotencyKey: "refund:4821:approved-request-7",
 			ProviderID: "re_4821b", TargetID: "ch_4821", Money: usd(8900), State: reconcile.Paid,
-			CreatedAt: now.Add(-3 * time.Hour), PaidAt: now.Add(-3 * time.Hour)},
+			CreatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), PaidAt: reconcile.StampOf(now.Add(-3 * time.Hour))},
 		reconcile.Obligation{ID: "charge:5400", Kind: reconcile.Charge, IdempotencyKey: "k-5400", Money: usd(700),
-			State: reconcile.Executing, LeaseOwner: "worker-7", LeaseExpiresAt: now.Add(-3 * time.Hour), CreatedAt: now.Add(-4 * time.Hour)},
+			State: reconcile.Executing, LeaseOwner: "worker-7", LeaseExpiresAt: reconcile.StampOf(now.Add(-3 * time.Hour)), CreatedAt: reconcile.StampOf(now.Add(-4 * time.Hour))},
 	)
 	e.add(
 		reconcile.ProviderObject{ID: "ch_4821", Kind: reconcile.Charge, Money: usd(17800), Status: reconcile.Succeeded,

@@ -124,13 +124,13 @@ func TestDoubleRefundEndToEnd(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:4821", Kind: reconcile.Charge, IdempotencyKey: "k-4821", ProviderID: "ch_4821",
-			Money: usd(17800), State: reconcile.Paid, CreatedAt: now.Add(-70 * time.Hour), PaidAt: now.Add(-70 * time.Hour)},
+			Money: usd(17800), State: reconcile.Paid, CreatedAt: reconcile.StampOf(now.Add(-70 * time.Hour)), PaidAt: reconcile.StampOf(now.Add(-70 * time.Hour))},
 		reconcile.Obligation{ID: "refund:4821:approved-request-7", Kind: reconcile.Refund, IdempotencyKey: "refund:4821:approved-request-7",
 			ProviderID: "re_4821b", TargetID: "ch_4821", Money: usd(8900), State: reconcile.Paid,
-			CreatedAt: now.Add(-3 * time.Hour), PaidAt: now.Add(-3 * time.Hour)},
+			CreatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), PaidAt: reconcile.StampOf(now.Add(-3 * time.Hour))},
 		// A refund whose answer was lost, confirmed by the provider under its key.
 		reconcile.Obligation{ID: "refund:4821:other", Kind: reconcile.Refund, IdempotencyKey: "rk-other",
-			TargetID: "ch_4821", Money: usd(100), State: reconcile.ConfirmationUnknown, CreatedAt: now.Add(-2 * time.Hour)},
+			TargetID: "ch_4821", Money: usd(100), State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(now.Add(-2 * time.Hour))},
 	)
 	e.add(
 		reconcile.ProviderObject{ID: "ch_4821", Kind: reconcile.Charge, Money: usd(17800), Status: reconcile.Succeeded,

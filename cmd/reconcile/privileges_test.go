@@ -88,7 +88,7 @@ func seedUnknownOutcome(t *testing.T, e *env) {
 	now := time.Now().UTC().Truncate(time.Second)
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "refund:4821:other", Kind: reconcile.Refund,
 		IdempotencyKey: "rk-other", TargetID: "ch_4821", Money: usd(100), State: reconcile.ConfirmationUnknown,
-		CreatedAt: now.Add(-2 * time.Hour)})
+		CreatedAt: reconcile.StampOf(now.Add(-2 * time.Hour))})
 	e.add(reconcile.ProviderObject{ID: "re_other", Kind: reconcile.Refund, Money: usd(100), Status: reconcile.Succeeded,
 		Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "rk-other"}})
 }

@@ -172,7 +172,7 @@ func copyObligations(b *testing.B, pool *pgxpool.Pool, obs []reconcile.Obligatio
 	n, err := pool.CopyFrom(context.Background(), pgx.Identifier{"obligations"}, cols, pgx.CopyFromSlice(len(obs), func(i int) ([]any, error) {
 		o := &obs[i]
 		row := []any{o.ID, string(o.Kind), o.IdempotencyKey, "stripe", null(o.ProviderID), null(o.TargetID), o.Money.Amount,
-			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt)}
+			o.Money.Currency, o.RawState, null(o.LeaseOwner), nullTime(o.LeaseExpiresAt.Time()), o.CreatedAt.Time(), o.UpdatedAt.Time(), nullTime(o.PaidAt.Time())}
 		if withAccount {
 			row = append(row, null(o.Account))
 		}

@@ -64,7 +64,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 		money := reconcile.Money{Amount: int64(500 + i%250000), Currency: [...]string{"usd", "eur", "jpy", "gbp"}[i%4]}
 		created := now.Add(-opts.Newest - time.Duration(i%40000)*time.Minute).Truncate(time.Second)
 		o := reconcile.Obligation{ID: "charge:" + s, Kind: reconcile.Charge, IdempotencyKey: "k-" + s, Provider: "stripe",
-			Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: created, UpdatedAt: created, PaidAt: created}
+			Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
 		p := reconcile.ProviderObject{ID: "ch_" + s, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
 			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: created}
 		obj, key := true, true
@@ -85,7 +85,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 		case 15: // unknown outcome, resolved by key
 			o.State, o.RawState = reconcile.ConfirmationUnknown, "CONFIRMATION_UNKNOWN"
 		case 16: // a crashed worker, resolved by key
-			o.State, o.RawState, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "EXECUTING", "w", now.Add(-time.Hour)
+			o.State, o.RawState, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "EXECUTING", "w", reconcile.StampOf(now.Add(-time.Hour))
 		default:
 			o.ProviderID = p.ID
 		}
@@ -109,7 +109,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 			p.Status, p.RawStatus = reconcile.Failed, "failed"
 		case 707: // stale lease
 			obj, key = false, false
-			o.State, o.RawState, o.LeaseExpiresAt = reconcile.Executing, "EXECUTING", time.Time{}
+			o.State, o.RawState, o.LeaseExpiresAt = reconcile.Executing, "EXECUTING", 0
 		case 808: // unresolved unknown
 			obj, key = false, false
 			o.State, o.RawState = reconcile.ConfirmationUnknown, "CONFIRMATION_UNKNOWN"
@@ -167,8 +167,8 @@ func NewBusiness(n int, prefix string, from, to time.Time) World {
 		money := reconcile.Money{Amount: int64(500 + i%250000), Currency: [...]string{"usd", "eur", "jpy", "gbp"}[i%4]}
 		created := from.Add(span * time.Duration(i) / time.Duration(n)).Truncate(time.Second)
 		o := reconcile.Obligation{ID: "charge:" + s, Kind: reconcile.Charge, IdempotencyKey: "k-" + s, Provider: "stripe",
-			ProviderID: "ch_" + s, Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: created, UpdatedAt: created,
-			PaidAt: created}
+			ProviderID: "ch_" + s, Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created),
+			PaidAt: reconcile.StampOf(created)}
 		p := reconcile.ProviderObject{ID: o.ProviderID, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
 			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: created}
 		w.Obligations = append(w.Obligations, o)

@@ -150,7 +150,7 @@ func loadObligations(ctx context.Context, dbURL string, obs []reconcile.Obligati
 			state, lease_owner, lease_expires_at, created_at, updated_at, paid_at, `+AccountColumn+`)
 			VALUES ($1,$2,$3,$4,NULLIF($5,''),NULLIF($6,''),$7,$8,$9,NULLIF($10,''),$11,$12,$13,$14,NULLIF($15,''))`,
 			o.ID, string(o.Kind), o.IdempotencyKey, o.Provider, o.ProviderID, o.TargetID, o.Money.Amount, o.Money.Currency,
-			o.RawState, o.LeaseOwner, nullTime(o.LeaseExpiresAt), o.CreatedAt, o.UpdatedAt, nullTime(o.PaidAt), o.Account)
+			o.RawState, o.LeaseOwner, nullTime(o.LeaseExpiresAt.Time()), o.CreatedAt.Time(), o.UpdatedAt.Time(), nullTime(o.PaidAt.Time()), o.Account)
 	}
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("demo obligations: %w", err)

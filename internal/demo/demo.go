@@ -62,7 +62,7 @@ func Sample(now time.Time) Dataset {
 	acct := ""
 	ob := func(id string, kind reconcile.ObjectKind, key, providerID, target string, m reconcile.Money, state reconcile.State, created time.Duration) *reconcile.Obligation {
 		o := reconcile.Obligation{ID: id, Account: acct, Kind: kind, IdempotencyKey: key, Provider: "stripe", ProviderID: providerID,
-			TargetID: target, Money: m, State: state, RawState: string(state), CreatedAt: ago(created), UpdatedAt: ago(created - time.Minute)}
+			TargetID: target, Money: m, State: state, RawState: string(state), CreatedAt: reconcile.StampOf(ago(created)), UpdatedAt: reconcile.StampOf(ago(created - time.Minute))}
 		if state == reconcile.Paid {
 			o.PaidAt = o.UpdatedAt
 		}
@@ -102,7 +102,7 @@ func Sample(now time.Time) Dataset {
 
 	// Charge 5400: the worker crashed; its lease ran out three hours ago.
 	o := ob("charge:5400", reconcile.Charge, "k-charge-5400", "", "", usd(700), reconcile.Executing, 4*time.Hour)
-	o.LeaseOwner, o.LeaseExpiresAt = "worker-7", ago(3*time.Hour)
+	o.LeaseOwner, o.LeaseExpiresAt = "worker-7", reconcile.StampOf(ago(3*time.Hour))
 
 	// Charge 5600: refunded by hand, outside the workflow.
 	ob("charge:5600", reconcile.Charge, "k-charge-5600", "ch_5600", "", usd(3100), reconcile.Paid, 50*time.Hour)

@@ -96,16 +96,16 @@ func (sc *scenario) input(tb testing.TB, now time.Time) Input {
 	for _, o := range sc.Obligations {
 		ob := reconcile.Obligation{ID: o.ID, Kind: reconcile.ObjectKind(o.Kind), IdempotencyKey: o.IdempotencyKey, Provider: "stripe",
 			ProviderID: o.ProviderID, TargetID: o.TargetID, Money: reconcile.Money{Amount: o.Amount, Currency: o.Currency},
-			State: reconcile.State(o.State), RawState: o.State, CreatedAt: ago(o.CreatedAgo), UpdatedAt: ago(o.CreatedAgo)}
+			State: reconcile.State(o.State), RawState: o.State, CreatedAt: reconcile.StampOf(ago(o.CreatedAgo)), UpdatedAt: reconcile.StampOf(ago(o.CreatedAgo))}
 		if o.UpdatedAgo != "" {
-			ob.UpdatedAt = ago(o.UpdatedAgo)
+			ob.UpdatedAt = reconcile.StampOf(ago(o.UpdatedAgo))
 		}
 		if o.LeaseExpiresIn != "" {
 			d, err := time.ParseDuration(o.LeaseExpiresIn)
 			if err != nil {
 				tb.Fatalf("scenario %s: bad lease %q", sc.Name, o.LeaseExpiresIn)
 			}
-			ob.LeaseOwner, ob.LeaseExpiresAt = "worker-7", now.Add(d)
+			ob.LeaseOwner, ob.LeaseExpiresAt = "worker-7", reconcile.StampOf(now.Add(d))
 		}
 		if ob.State == reconcile.Paid {
 			ob.PaidAt = ob.UpdatedAt

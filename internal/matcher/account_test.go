@@ -16,7 +16,7 @@ func TestFindingsCarryTheirAccount(t *testing.T) {
 	now := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 	usd := reconcile.Money{Amount: 8900, Currency: "usd"}
 	ob := reconcile.Obligation{ID: "refund:1", Kind: reconcile.Refund, IdempotencyKey: "k-1", ProviderID: "re_b", TargetID: "ch_t",
-		Money: usd, State: reconcile.Paid, CreatedAt: now.Add(-3 * time.Hour), UpdatedAt: now.Add(-3 * time.Hour), PaidAt: now.Add(-3 * time.Hour)}
+		Money: usd, State: reconcile.Paid, CreatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), UpdatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), PaidAt: reconcile.StampOf(now.Add(-3 * time.Hour))}
 	objs := []reconcile.ProviderObject{
 		{ID: "re_a", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_t", Charge: "ch_t", Created: now.Add(-3 * time.Hour)},
 		{ID: "re_b", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_t", Charge: "ch_t", Created: now.Add(-179 * time.Minute)},

@@ -126,7 +126,7 @@ func (m *matcher) evaluateObligations() {
 				From:               o.State,
 				To:                 reconcile.Paid,
 				FromRaw:            o.RawState,
-				FromLeaseExpiresAt: o.LeaseExpiresAt,
+				FromLeaseExpiresAt: o.LeaseExpiresAt.Time(),
 				ProviderID:         m.evidenceID(o, succ[0]),
 				Money:              o.Money,
 			})
@@ -258,7 +258,7 @@ func (m *matcher) paidStaleFinding(o *reconcile.Obligation, stale []int32) {
 // link, the events) covered its whole time. Anything less proves nothing.
 func (m *matcher) absenceFinding(o *reconcile.Obligation) {
 	skew := m.opts.ClockSkew
-	from, to := o.CreatedAt.Add(-skew), maxTime(o.UpdatedAt, o.PaidAt).Add(skew)
+	from, to := o.CreatedAt.Time().Add(-skew), maxTime(o.UpdatedAt.Time(), o.PaidAt.Time()).Add(skew)
 	listed := m.in.Listed.Valid() && m.in.Listed.Covers(from, to)
 	var named *reconcile.Mention
 	if o.ProviderID != "" {
@@ -328,9 +328,9 @@ func (m *matcher) recordsRead(o *reconcile.Obligation) bool {
 // unread is what the run did not read of the records a decision about o
 // rests on; the zero Gap when it read them all.
 func (m *matcher) unread(o *reconcile.Obligation) reconcile.Gap {
-	from := m.opts.RecordsFrom(o.CreatedAt)
+	from := m.opts.RecordsFrom(o.CreatedAt.Time())
 	l, ev := m.in.Listed, m.in.EventsFrom
-	g := reconcile.Gap{Listed: l, EventsFrom: ev, Created: o.CreatedAt}
+	g := reconcile.Gap{Listed: l, EventsFrom: ev, Created: o.CreatedAt.Time()}
 	switch {
 	case !l.Valid():
 		g.Kind = reconcile.GapNoListing

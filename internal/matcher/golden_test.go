@@ -170,13 +170,13 @@ func (c *goldenCase) input(tb testing.TB) (Input, time.Time, Options) {
 			ProviderID: o.ProviderID, TargetID: o.TargetID,
 			Money: reconcile.Money{Amount: o.Amount, Currency: o.Currency},
 			State: reconcile.State(o.State), RawState: strings.ToLower(o.State),
-			CreatedAt: ago(tb, o.CreatedAgo), UpdatedAt: ago(tb, o.CreatedAgo),
+			CreatedAt: reconcile.StampOf(ago(tb, o.CreatedAgo)), UpdatedAt: reconcile.StampOf(ago(tb, o.CreatedAgo)),
 		}
 		if o.UpdatedAgo != "" {
-			ob.UpdatedAt = ago(tb, o.UpdatedAgo)
+			ob.UpdatedAt = reconcile.StampOf(ago(tb, o.UpdatedAgo))
 		}
 		if o.PaidAgo != "" {
-			ob.PaidAt = ago(tb, o.PaidAgo)
+			ob.PaidAt = reconcile.StampOf(ago(tb, o.PaidAgo))
 		} else if ob.State == reconcile.Paid {
 			ob.PaidAt = ob.UpdatedAt
 		}
@@ -186,7 +186,7 @@ func (c *goldenCase) input(tb testing.TB) (Input, time.Time, Options) {
 				tb.Fatalf("bad lease_in %q: %v", o.LeaseIn, err)
 			}
 			ob.LeaseOwner = "worker-7"
-			ob.LeaseExpiresAt = now.Add(d)
+			ob.LeaseExpiresAt = reconcile.StampOf(now.Add(d))
 		}
 		in.Obligations = append(in.Obligations, ob)
 	}

@@ -51,7 +51,7 @@ func Match(in Input, now time.Time, opts Options) Result {
 	m.evaluateObligations()
 	// The rules have found all they look up by id or key, and all they
 	// ask of the obligations: the indexes (16 to 32 MB each at a
-	// million) and this call's hold on the obligations (267 MB) go
+	// million) and this call's hold on the obligations (216 MB) go
 	// before the result is built beside them, which is when a first
 	// pass's heap stands highest. A caller that holds no other
 	// reference to them lets them die here.

@@ -23,7 +23,7 @@ func TestDuplicateMeaningFollowsTheMoney(t *testing.T) {
 		{reconcile.Charge, "ch_", reconcile.CollectedWrong},
 	} {
 		ob := reconcile.Obligation{ID: "ob-" + string(tt.kind), Kind: tt.kind, IdempotencyKey: "k-1", ProviderID: tt.prefix + "b",
-			Money: usd, State: reconcile.Paid, CreatedAt: now.Add(-3 * time.Hour), UpdatedAt: now.Add(-3 * time.Hour), PaidAt: now.Add(-3 * time.Hour)}
+			Money: usd, State: reconcile.Paid, CreatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), UpdatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), PaidAt: reconcile.StampOf(now.Add(-3 * time.Hour))}
 		if tt.kind == reconcile.Refund {
 			ob.TargetID = "ch_t"
 		}

@@ -107,14 +107,14 @@ func genInput(c chooser) (Input, Options) {
 		o.RawState = strings.ToLower(string(o.State))
 		switch c.intn(3) {
 		case 0:
-			o.LeaseOwner, o.LeaseExpiresAt = "w", propNow.Add(-time.Hour)
+			o.LeaseOwner, o.LeaseExpiresAt = "w", reconcile.StampOf(propNow.Add(-time.Hour))
 		case 1:
-			o.LeaseOwner, o.LeaseExpiresAt = "w", propNow.Add(time.Hour)
+			o.LeaseOwner, o.LeaseExpiresAt = "w", reconcile.StampOf(propNow.Add(time.Hour))
 		}
-		o.CreatedAt = at()
+		o.CreatedAt = reconcile.StampOf(at())
 		o.UpdatedAt = o.CreatedAt
 		if c.intn(2) == 0 {
-			o.UpdatedAt = at()
+			o.UpdatedAt = reconcile.StampOf(at())
 		}
 		if o.State == reconcile.Paid && c.intn(3) > 0 {
 			o.PaidAt = o.UpdatedAt
@@ -139,7 +139,7 @@ func genInput(c chooser) (Input, Options) {
 				if o.Kind == reconcile.Refund {
 					pool = []string{"re_1", "re_2", "re_3", "re_4"}
 				}
-				p := reconcile.ProviderObject{ID: pool[c.intn(len(pool))], Money: o.Money, Status: reconcile.Succeeded, Created: o.CreatedAt.Add(time.Duration(n) * time.Minute)}
+				p := reconcile.ProviderObject{ID: pool[c.intn(len(pool))], Money: o.Money, Status: reconcile.Succeeded, Created: o.CreatedAt.Time().Add(time.Duration(n) * time.Minute)}
 				p.Kind = reconcile.ObjectKind(map[string]string{"ch": "charge", "pi": "payment_intent", "re": "refund"}[p.ID[:2]])
 				if c.intn(8) == 0 {
 					p.Money = monies[c.intn(len(monies))]
@@ -689,7 +689,7 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 			continue
 		}
 		ob := or.obls[k]
-		if tr.To != reconcile.Paid || tr.From != ob.State || tr.FromRaw != ob.RawState || !tr.FromLeaseExpiresAt.Equal(ob.LeaseExpiresAt) {
+		if tr.To != reconcile.Paid || tr.From != ob.State || tr.FromRaw != ob.RawState || !tr.FromLeaseExpiresAt.Equal(ob.LeaseExpiresAt.Time()) {
 			tb.Errorf("transition %+v does not match obligation %+v", tr, ob)
 		}
 		if ob.State != reconcile.ConfirmationUnknown && (ob.State != reconcile.Executing || ob.LeaseLive(now)) {
@@ -697,7 +697,7 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 		}
 		// Only on the whole of its records: listed and keyed from its
 		// creation less the skew and two duplicate windows, on to now.
-		if from := ob.CreatedAt.Add(-opts.ClockSkew - 2*opts.DuplicateWindow); !in.Listed.Valid() || in.Listed.From.After(from) ||
+		if from := ob.CreatedAt.Time().Add(-opts.ClockSkew - 2*opts.DuplicateWindow); !in.Listed.Valid() || in.Listed.From.After(from) ||
 			in.Listed.To.Before(now) || in.EventsFrom.IsZero() || in.EventsFrom.After(from) {
 			tb.Errorf("%s marked PAID, but the records read (%v, events from %v) do not reach back to %v", ob.ID, in.Listed, in.EventsFrom, from)
 		}

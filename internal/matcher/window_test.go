@@ -64,7 +64,7 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 	}
 	for i := range n {
 		o := reconcile.Obligation{ID: fmt.Sprintf("o%d", i), Kind: reconcile.Charge, IdempotencyKey: fmt.Sprintf("k%d", i),
-			Provider: "stripe", Money: monies[r.IntN(len(monies))], CreatedAt: at(propNow.Add(-10*day), 10*day)}
+			Provider: "stripe", Money: monies[r.IntN(len(monies))], CreatedAt: reconcile.StampOf(at(propNow.Add(-10*day), 10*day))}
 		if r.IntN(2) == 0 {
 			o.Kind, o.TargetID = reconcile.Refund, targets[r.IntN(len(targets))]
 		}
@@ -72,14 +72,14 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 		o.RawState = string(o.State)
 		o.UpdatedAt = o.CreatedAt
 		if r.IntN(2) == 0 {
-			o.UpdatedAt = at(o.CreatedAt, 4*day)
+			o.UpdatedAt = reconcile.StampOf(at(o.CreatedAt.Time(), 4*day))
 		}
 		if o.State == reconcile.Executing && r.IntN(3) > 0 {
-			o.LeaseOwner, o.LeaseExpiresAt = "w", at(o.CreatedAt, day)
+			o.LeaseOwner, o.LeaseExpiresAt = "w", reconcile.StampOf(at(o.CreatedAt.Time(), day))
 		}
 		for range r.IntN(4) {
 			// The provider's clock may run up to the clock skew behind.
-			p := newObj(&o, at(o.CreatedAt.Add(-4*time.Minute), 3*day))
+			p := newObj(&o, at(o.CreatedAt.Time().Add(-4*time.Minute), 3*day))
 			switch r.IntN(5) {
 			case 0:
 				if o.ProviderID == "" {
@@ -104,7 +104,7 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 	// Objects that name a second obligation too, made after both.
 	for range r.IntN(3) {
 		a, b := &h.obls[r.IntN(n)], &h.obls[r.IntN(n)]
-		p := newObj(a, at(later(a.CreatedAt, b.CreatedAt), 2*day))
+		p := newObj(a, at(later(a.CreatedAt.Time(), b.CreatedAt.Time()), 2*day))
 		h.keys = append(h.keys, reconcile.KeyEvidence{ObjectID: p.ID, ObjectKind: p.Kind, Key: a.IdempotencyKey, Created: p.Created})
 		p.Metadata = map[string]string{"obligation_id": b.ID}
 		h.objs = append(h.objs, p)
@@ -116,9 +116,9 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 		// not y — which only a run that reads a second duplicate window
 		// back, past x's twin search, can tell.
 		a := &h.obls[r.IntN(n)]
-		a.Kind, a.TargetID, a.State, a.RawState, a.LeaseExpiresAt = reconcile.Refund, targets[0], reconcile.ConfirmationUnknown, "CONFIRMATION_UNKNOWN", time.Time{}
-		a.PaidAt, a.ProviderID = time.Time{}, ""
-		y := newObj(a, at(a.CreatedAt.Add(time.Minute), 0))
+		a.Kind, a.TargetID, a.State, a.RawState, a.LeaseExpiresAt = reconcile.Refund, targets[0], reconcile.ConfirmationUnknown, "CONFIRMATION_UNKNOWN", 0
+		a.PaidAt, a.ProviderID = 0, ""
+		y := newObj(a, at(a.CreatedAt.Time().Add(time.Minute), 0))
 		y.Status, y.RawStatus, y.Money = reconcile.Succeeded, "succeeded", a.Money
 		h.keys = append(h.keys, reconcile.KeyEvidence{ObjectID: y.ID, ObjectKind: y.Kind, Key: a.IdempotencyKey, Created: y.Created})
 		skew := 5 * time.Minute
@@ -127,10 +127,10 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 		x.Status, x.RawStatus, x.Money = reconcile.Succeeded, "succeeded", a.Money
 		d1 := d2 + skew + time.Minute + time.Duration(r.Int64N(int64(dw/4)))
 		b := reconcile.Obligation{ID: "ob", Kind: reconcile.Refund, IdempotencyKey: "kb", Provider: "stripe", TargetID: targets[0],
-			Money: a.Money, State: reconcile.Paid, RawState: "PAID", CreatedAt: x.Created.Add(-d1 - time.Minute)}
+			Money: a.Money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(x.Created.Add(-d1 - time.Minute))}
 		z := newObj(&b, x.Created.Add(-d1))
 		z.Status, z.RawStatus, z.Money = reconcile.Succeeded, "succeeded", a.Money
-		b.ProviderID, b.UpdatedAt, b.PaidAt = z.ID, z.Created, z.Created
+		b.ProviderID, b.UpdatedAt, b.PaidAt = z.ID, reconcile.StampOf(z.Created), reconcile.StampOf(z.Created)
 		h.obls = append(h.obls, b)
 		h.objs = append(h.objs, x, y, z)
 	}
@@ -138,7 +138,7 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 	// days before or after.
 	for range r.IntN(7) {
 		o := &h.obls[r.IntN(n)]
-		h.objs = append(h.objs, newObj(o, at(o.CreatedAt.Add(-2*day), 4*day)))
+		h.objs = append(h.objs, newObj(o, at(o.CreatedAt.Time().Add(-2*day), 4*day)))
 	}
 	return h
 }
@@ -192,10 +192,10 @@ func (h history) narrow(subject reconcile.Window, opts Options, maxLookback time
 	for i := range h.obls {
 		o := &h.obls[i]
 		if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown ||
-			subject.Contains(o.CreatedAt) || subject.Contains(o.UpdatedAt) || named(o, inSubject) {
+			subject.Contains(o.CreatedAt.Time()) || subject.Contains(o.UpdatedAt.Time()) || named(o, inSubject) {
 			decided[o.ID] = true
-			if oldest.IsZero() || o.CreatedAt.Before(oldest) {
-				oldest = o.CreatedAt
+			if oldest.IsZero() || o.CreatedAt.Time().Before(oldest) {
+				oldest = o.CreatedAt.Time()
 			}
 		}
 	}
@@ -272,7 +272,7 @@ func TestWindowIndependence(t *testing.T) {
 			o := h.obls[slices.IndexFunc(h.obls, func(o reconcile.Obligation) bool { return o.ID == id })]
 			// Within max_lookback a run reads all of an obligation's
 			// records; beyond it, it must not mark it PAID on part.
-			if from := opts.RecordsFrom(o.CreatedAt); from.Before(propNow.Add(-maxLookback)) && from.Before(subject.From) {
+			if from := opts.RecordsFrom(o.CreatedAt.Time()); from.Before(propNow.Add(-maxLookback)) && from.Before(subject.From) {
 				partial++
 				if _, ok := got["PAID"]; ok {
 					fail("%s marked PAID, though its records were not all read", id)

@@ -615,10 +615,10 @@ func compareObligations(a, b *reconcile.Obligation) int {
 		strings.Compare(string(a.State), string(b.State)),
 		strings.Compare(a.RawState, b.RawState),
 		strings.Compare(a.LeaseOwner, b.LeaseOwner),
-		a.LeaseExpiresAt.Compare(b.LeaseExpiresAt),
-		a.CreatedAt.Compare(b.CreatedAt),
-		a.UpdatedAt.Compare(b.UpdatedAt),
-		a.PaidAt.Compare(b.PaidAt),
+		cmp.Compare(a.LeaseExpiresAt, b.LeaseExpiresAt),
+		cmp.Compare(a.CreatedAt, b.CreatedAt),
+		cmp.Compare(a.UpdatedAt, b.UpdatedAt),
+		cmp.Compare(a.PaidAt, b.PaidAt),
 	)
 }
 

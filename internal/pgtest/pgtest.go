@@ -364,7 +364,7 @@ func InsertObligations(tb testing.TB, pool interface {
 	for _, o := range obs {
 		created, updated := o.CreatedAt, o.UpdatedAt
 		if created.IsZero() {
-			created = time.Now()
+			created = reconcile.StampOf(time.Now())
 		}
 		if updated.IsZero() {
 			updated = created
@@ -381,8 +381,8 @@ func InsertObligations(tb testing.TB, pool interface {
 			state, lease_owner, lease_expires_at, created_at, updated_at, paid_at)
 			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)`,
 			o.ID, string(o.Kind), o.IdempotencyKey, provider, nullStr(o.ProviderID), nullStr(o.TargetID),
-			o.Money.Amount, o.Money.Currency, state, nullStr(o.LeaseOwner), nullTime(o.LeaseExpiresAt),
-			created, updated, nullTime(o.PaidAt))
+			o.Money.Amount, o.Money.Currency, state, nullStr(o.LeaseOwner), nullTime(o.LeaseExpiresAt.Time()),
+			created.Time(), updated.Time(), nullTime(o.PaidAt.Time()))
 	}
 	if err := pool.SendBatch(context.Background(), batch).Close(); err != nil {
 		tb.Fatalf("pgtest: insert obligations: %v", err)

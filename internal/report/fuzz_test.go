@@ -149,7 +149,7 @@ func renderAll(t *testing.T, in inputs) rendered {
 		Unmapped:    map[string]int{in.state(): 1},
 	}
 	ob := reconcile.Obligation{ID: in.obligation(), Kind: reconcile.Charge, IdempotencyKey: in.key(), ProviderID: in.providerID(),
-		Money: usd, State: reconcile.Paid, RawState: in.state(), LeaseOwner: in.ack(), CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0}
+		Money: usd, State: reconcile.Paid, RawState: in.state(), LeaseOwner: in.ack(), CreatedAt: reconcile.StampOf(t0.Add(-time.Hour)), UpdatedAt: reconcile.StampOf(t0)}
 	hist := store.History{ObligationID: in.obligation(), Findings: recs[:1],
 		Transitions: []store.TransitionRecord{{ObligationID: in.obligation(), From: reconcile.ConfirmationUnknown, To: reconcile.Paid, ProviderID: in.providerID(), RunID: "run_1", At: t0}},
 		Alerts: []store.AlertRecord{{ID: 1, RunID: "run_1", Fingerprint: fingerprint, Event: reconcile.AlertFiring, CreatedAt: t0,

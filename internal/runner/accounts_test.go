@@ -79,9 +79,9 @@ func TestPassReadsEveryAccountApart(t *testing.T) {
 	at := func(h int) time.Time { return t0.Add(-time.Duration(h) * time.Hour) }
 	ob := func(id string, kind reconcile.ObjectKind, key, providerID, target string, m reconcile.Money, state reconcile.State, created time.Time) reconcile.Obligation {
 		o := reconcile.Obligation{ID: id, Kind: kind, IdempotencyKey: key, Provider: "stripe", ProviderID: providerID, TargetID: target,
-			Money: m, State: state, CreatedAt: created, UpdatedAt: created}
+			Money: m, State: state, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 		if state == reconcile.Paid {
-			o.PaidAt = created
+			o.PaidAt = reconcile.StampOf(created)
 		}
 		return o
 	}

@@ -59,7 +59,7 @@ var pacing struct {
 // another caller holds the pace.
 //
 // The match allocates about 330 MB on top of all a first pass at a
-// million read, and lets go of the obligations (267 MB) before it builds
+// million read, and lets go of the obligations (216 MB) before it builds
 // its result; left at GOGC=100 the collector did not run in it, and the
 // heap held the whole of it (docs/design.md, "Memory and CPU").
 func paceCollector(headroom uint64) (restore func()) {
@@ -104,15 +104,16 @@ func paceCollector(headroom uint64) (restore func()) {
 //
 // From a large heap the memory freed is handed back at once
 // (debug.FreeOSMemory) because the next steps' largest arrays cannot
-// reuse it: the obligations (267 MB at a million) need contiguous
+// reuse it: the obligations (216 MB at a million) need contiguous
 // pages, while the freed ones lie between live objects and stay
 // resident until the runtime's background scavenger returns them,
 // slowly. In one first pass at a million, 1,217 MB stood resident over
 // an 823 MB heap while the obligations were read. The heap's size is
 // the measure, not what the step allocated: the apply allocates little,
 // but the obligations the pass let go before it die in its collection
-// (257 MB at a million), and kept resident they stood under the rest of
-// the pass: 279 MB free and resident at its end, its highest.
+// (276 MB of the heap at a million, when each took 280 bytes), and kept
+// resident they stood under the rest of the pass: 279 MB free and
+// resident at its end, its highest.
 func collectIfGrown(since uint64) bool {
 	if heapAllocs()-since <= collectAfter {
 		return false

@@ -30,13 +30,13 @@ func doubleRefund(e *env, state reconcile.State) {
 	e.add("key-refund-7", first)
 	e.add("", retry)
 	refund := reconcile.Obligation{ID: "refund:7", Kind: reconcile.Refund, IdempotencyKey: "key-refund-7", TargetID: "ch_7",
-		Money: usd(8900), State: state, CreatedAt: created, UpdatedAt: created}
+		Money: usd(8900), State: state, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 	if state == reconcile.Paid {
-		refund.ProviderID, refund.PaidAt = "re_7a", created.Add(time.Minute)
+		refund.ProviderID, refund.PaidAt = "re_7a", reconcile.StampOf(created.Add(time.Minute))
 	}
 	pgtest.InsertObligations(e.tb, e.pool,
 		reconcile.Obligation{ID: "charge:7", Kind: reconcile.Charge, IdempotencyKey: "key-charge-7", ProviderID: "ch_7",
-			Money: usd(8900), State: reconcile.Paid, CreatedAt: charge.Created, UpdatedAt: charge.Created, PaidAt: charge.Created},
+			Money: usd(8900), State: reconcile.Paid, CreatedAt: reconcile.StampOf(charge.Created), UpdatedAt: reconcile.StampOf(charge.Created), PaidAt: reconcile.StampOf(charge.Created)},
 		refund)
 }
 
@@ -110,7 +110,7 @@ func TestOlderThanMaxLookbackIsNotPaid(t *testing.T) {
 	e.add("key-old", reconcile.ProviderObject{ID: "ch_old", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
 		Created: created.Add(time.Minute)})
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:old", Kind: reconcile.Charge, IdempotencyKey: "key-old",
-		ProviderID: "ch_old", Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created})
+		ProviderID: "ch_old", Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)})
 
 	run := func(maxLookback time.Duration) *runner.Outcome {
 		t.Helper()
@@ -172,9 +172,9 @@ func TestEvidenceNamesAnotherObligation(t *testing.T) {
 		Target: "ch_9", Charge: "ch_9", Created: created.Add(time.Minute), Metadata: map[string]string{"obligation_id": "refund:b"}})
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "refund:a", Kind: reconcile.Refund, IdempotencyKey: "key-a", TargetID: "ch_9",
-			Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created},
+			Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)},
 		reconcile.Obligation{ID: "refund:b", Kind: reconcile.Refund, IdempotencyKey: "key-b", TargetID: "ch_9",
-			Money: usd, State: reconcile.Paid, CreatedAt: created.Add(-time.Hour), UpdatedAt: created.Add(-time.Hour)})
+			Money: usd, State: reconcile.Paid, CreatedAt: reconcile.StampOf(created.Add(-time.Hour)), UpdatedAt: reconcile.StampOf(created.Add(-time.Hour))})
 
 	out := e.pass(false, runner.Request{Window: reconcile.Window{From: e.clock.Add(-24 * time.Hour), To: e.clock}, DryRun: true})
 	if len(out.Transitions) != 0 {
@@ -208,8 +208,8 @@ func TestOlderStretchJoinsTheMirror(t *testing.T) {
 	e.add("key-5d", reconcile.ProviderObject{ID: "ch_5d", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
 		Created: created.Add(time.Minute)})
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:5d", Kind: reconcile.Charge, IdempotencyKey: "key-5d",
-		Money: usd, State: reconcile.Executing, LeaseOwner: "w", LeaseExpiresAt: start.Add(90 * time.Minute),
-		CreatedAt: created, UpdatedAt: created})
+		Money: usd, State: reconcile.Executing, LeaseOwner: "w", LeaseExpiresAt: reconcile.StampOf(start.Add(90 * time.Minute)),
+		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)})
 
 	e.clock = start.Add(time.Hour)
 	second := e.pass(true, runner.Request{Window: reconcile.Window{From: e.clock.Add(-24 * time.Hour), To: e.clock}})

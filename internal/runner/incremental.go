@@ -484,7 +484,7 @@ func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[strin
 	for _, o := range scanned {
 		inScope := unsettled(&o) || touchedSince(&o, since)
 		at, ownWrite := own[o.ID]
-		ownWrite = ownWrite && o.UpdatedAt.Equal(at) && o.CreatedAt.Before(since) && !unsettled(&o)
+		ownWrite = ownWrite && o.UpdatedAt.Time().Equal(at) && o.CreatedAt.Time().Before(since) && !unsettled(&o)
 		switch {
 		case inScope && !ownWrite:
 			changed = append(changed, o)
@@ -498,7 +498,7 @@ func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[strin
 // touchedSince reports whether o's row was created or updated at or
 // after since.
 func touchedSince(o *reconcile.Obligation, since time.Time) bool {
-	return !o.CreatedAt.Before(since) || !o.UpdatedAt.Before(since)
+	return !o.CreatedAt.Time().Before(since) || !o.UpdatedAt.Time().Before(since)
 }
 
 // beforeCoverage reports whether an obligation of obs that a pass about
@@ -508,8 +508,8 @@ func (r *Runner) beforeCoverage(obs map[string]reconcile.Obligation, w reconcile
 	cover reconcile.Window) bool {
 	oldest := time.Time{}
 	for _, o := range obs {
-		if decides(&o, w, subject) && (oldest.IsZero() || o.CreatedAt.Before(oldest)) {
-			oldest = o.CreatedAt
+		if decides(&o, w, subject) && (oldest.IsZero() || o.CreatedAt.Time().Before(oldest)) {
+			oldest = o.CreatedAt.Time()
 		}
 	}
 	return r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback).Before(cover.From)

@@ -153,12 +153,12 @@ func (w *twin) obligation(created time.Time) {
 	w.nextObl++
 	o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
 		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: propStates[w.rng.IntN(len(propStates))],
-		CreatedAt: created, UpdatedAt: created}
+		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 	if c := w.pick(reconcile.Charge); c != "" && w.rng.IntN(5) == 0 {
 		o.ID, o.Kind, o.TargetID = "refund:p"+strconv.Itoa(w.nextObl), reconcile.Refund, c
 	}
 	if o.State == reconcile.Executing && w.rng.IntN(2) == 0 {
-		o.LeaseOwner, o.LeaseExpiresAt = "worker-1", created.Add(time.Duration(w.rng.IntN(6))*time.Hour)
+		o.LeaseOwner, o.LeaseExpiresAt = "worker-1", reconcile.StampOf(created.Add(time.Duration(w.rng.IntN(6))*time.Hour))
 	}
 	for n := w.rng.IntN(3); n > 0; n-- {
 		w.payment(&o, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
@@ -166,7 +166,7 @@ func (w *twin) obligation(created time.Time) {
 	if o.State == reconcile.Paid {
 		// Marked paid as it was created: the workflow writes updated_at
 		// with paid_at (docs/design.md, "Incremental matching").
-		o.PaidAt = created
+		o.PaidAt = reconcile.StampOf(created)
 	}
 	if w.rng.IntN(6) == 0 {
 		w.later = append(w.later, o)
@@ -181,7 +181,7 @@ func (w *twin) obligation(created time.Time) {
 func (w *twin) day(at time.Time) {
 	for _, o := range w.later {
 		// The row says when it was written.
-		o.CreatedAt, o.UpdatedAt = at.Add(-time.Hour), at.Add(-time.Hour)
+		o.CreatedAt, o.UpdatedAt = reconcile.StampOf(at.Add(-time.Hour)), reconcile.StampOf(at.Add(-time.Hour))
 		if o.State == reconcile.Paid {
 			o.PaidAt = o.CreatedAt
 		}
@@ -275,7 +275,7 @@ func (w *twin) day(at time.Time) {
 				w.nextObl++
 				o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
 					IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), ProviderID: id, Money: w.money(),
-					State: reconcile.ConfirmationUnknown, CreatedAt: created, UpdatedAt: created}
+					State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 				w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
 				w.obls = append(w.obls, o)
 			}
@@ -502,7 +502,7 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 	e := newEnv(t)
 	obl := func(n int, at time.Time) reconcile.Obligation {
 		return reconcile.Obligation{ID: "charge:c" + strconv.Itoa(n), Kind: reconcile.Charge, IdempotencyKey: "key-c" + strconv.Itoa(n),
-			Money: reconcile.Money{Amount: 1000 + int64(n), Currency: "usd"}, State: reconcile.FailedState, CreatedAt: at, UpdatedAt: at}
+			Money: reconcile.Money{Amount: 1000 + int64(n), Currency: "usd"}, State: reconcile.FailedState, CreatedAt: reconcile.StampOf(at), UpdatedAt: reconcile.StampOf(at)}
 	}
 	pgtest.InsertObligations(t, e.pool, obl(1, t0.Add(-2*time.Hour)), obl(2, t0.Add(-time.Hour)))
 	// A charge still pending, whose event tells of it on a later day.

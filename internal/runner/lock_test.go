@@ -75,11 +75,11 @@ func newLockWorld(t *testing.T) *lockWorld {
 	// summary's thread): three Slack messages.
 	pgtest.InsertObligations(t, pool,
 		reconcile.Obligation{ID: "charge:1", Kind: reconcile.Charge, IdempotencyKey: "k-1", Money: usd(1000),
-			State: reconcile.ConfirmationUnknown, CreatedAt: created},
+			State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)},
 		reconcile.Obligation{ID: "charge:2", Kind: reconcile.Charge, IdempotencyKey: "k-2", Money: usd(2000),
-			State: reconcile.ConfirmationUnknown, CreatedAt: created},
+			State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)},
 		reconcile.Obligation{ID: "charge:dup", Kind: reconcile.Charge, IdempotencyKey: "k-dup", ProviderID: "ch_d1",
-			Money: usd(3000), State: reconcile.Paid, CreatedAt: created, PaidAt: created},
+			Money: usd(3000), State: reconcile.Paid, CreatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)},
 	)
 	for _, o := range []struct {
 		id, key string

@@ -40,7 +40,7 @@ func TestMalformedPageFailsThePass(t *testing.T) {
 			Created: created.Add(time.Duration(i) * time.Second)})
 	}
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:dup", Kind: reconcile.Charge,
-		IdempotencyKey: "key-dup", Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: created})
+		IdempotencyKey: "key-dup", Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)})
 
 	for _, mirrored := range []bool{false, true} {
 		e.srv.SetFaults(stripesim.Faults{Malformed: stripesim.ShapeEmpty, MalformedList: stripesim.ListCharges})

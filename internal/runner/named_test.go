@@ -50,10 +50,10 @@ func TestLazySubjectListsOnlyWhenNeeded(t *testing.T) {
 	s := &lazySubject{l: l, w: w, opts: matcher.OptionsFrom(config.Default().Matcher)}
 	old := at.Add(-24 * time.Hour)
 	for _, o := range []reconcile.Obligation{
-		{ID: "o-created", State: reconcile.Paid, CreatedAt: at, UpdatedAt: at},
-		{ID: "o-updated", State: reconcile.Paid, CreatedAt: old, UpdatedAt: at},
-		{ID: "o-executing", State: reconcile.Executing, CreatedAt: old, UpdatedAt: old},
-		{ID: "o-unknown", State: reconcile.ConfirmationUnknown, CreatedAt: old, UpdatedAt: old},
+		{ID: "o-created", State: reconcile.Paid, CreatedAt: reconcile.StampOf(at), UpdatedAt: reconcile.StampOf(at)},
+		{ID: "o-updated", State: reconcile.Paid, CreatedAt: reconcile.StampOf(old), UpdatedAt: reconcile.StampOf(at)},
+		{ID: "o-executing", State: reconcile.Executing, CreatedAt: reconcile.StampOf(old), UpdatedAt: reconcile.StampOf(old)},
+		{ID: "o-unknown", State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(old), UpdatedAt: reconcile.StampOf(old)},
 	} {
 		if !s.decides(&o) {
 			t.Errorf("%s in scope: not decided on", o.ID)
@@ -73,7 +73,7 @@ func TestLazySubjectListsOnlyWhenNeeded(t *testing.T) {
 		{reconcile.Obligation{ID: "o-named-before"}, false},
 		{reconcile.Obligation{ID: "o-other", ProviderID: "ch_out"}, false},
 	} {
-		tt.o.State, tt.o.CreatedAt, tt.o.UpdatedAt = reconcile.Paid, old, old
+		tt.o.State, tt.o.CreatedAt, tt.o.UpdatedAt = reconcile.Paid, reconcile.StampOf(old), reconcile.StampOf(old)
 		if got := s.decides(&tt.o); got != tt.want {
 			t.Errorf("%s out of scope: decided on %v, want %v", tt.o.ID, got, tt.want)
 		}

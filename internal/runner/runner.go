@@ -469,8 +469,8 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	subject := &lazySubject{l: listing, w: w, opts: r.Matcher}
 	oldest := time.Time{}
 	for i := range obs {
-		if subject.decides(&obs[i]) && (oldest.IsZero() || obs[i].CreatedAt.Before(oldest)) {
-			oldest = obs[i].CreatedAt
+		if subject.decides(&obs[i]) && (oldest.IsZero() || obs[i].CreatedAt.Time().Before(oldest)) {
+			oldest = obs[i].CreatedAt.Time()
 		}
 	}
 	if sh := st.shard; sh != nil && !sh.oldest.IsZero() && (oldest.IsZero() || sh.oldest.Before(oldest)) {
@@ -712,7 +712,7 @@ func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named)
 // inScope reports whether a pass about w decides on o whatever the
 // records name: it is unsettled, or was created or updated in w.
 func inScope(o *reconcile.Obligation, w reconcile.Window) bool {
-	return unsettled(o) || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt)
+	return unsettled(o) || w.Contains(o.CreatedAt.Time()) || w.Contains(o.UpdatedAt.Time())
 }
 
 // unsettled reports whether o is EXECUTING or CONFIRMATION_UNKNOWN: in

@@ -195,8 +195,8 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 		var any classNames // every obligation the day names, of any shard, by class
 		for i := range named {
 			o := &named[i]
-			if decides(o, p.subject, subject) && (sh.oldest.IsZero() || o.CreatedAt.Before(sh.oldest)) {
-				sh.oldest = o.CreatedAt
+			if decides(o, p.subject, subject) && (sh.oldest.IsZero() || o.CreatedAt.Time().Before(sh.oldest)) {
+				sh.oldest = o.CreatedAt.Time()
 			}
 			if sh.owns(o.ID) {
 				names.add(o)

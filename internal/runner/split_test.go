@@ -21,7 +21,7 @@ func TestSplitScanned(t *testing.T) {
 	since := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	old, after := since.Add(-24*time.Hour), since.Add(time.Hour)
 	ob := func(id string, state reconcile.State, created, updated time.Time) reconcile.Obligation {
-		return reconcile.Obligation{ID: id, State: state, CreatedAt: created, UpdatedAt: updated}
+		return reconcile.Obligation{ID: id, State: state, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(updated)}
 	}
 	scanned := []reconcile.Obligation{
 		ob("created", reconcile.Approved, after, after),

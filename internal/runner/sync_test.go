@@ -273,9 +273,9 @@ func TestPendingRefundSucceedsLater(t *testing.T) {
 	e.add("key-refund-4821", refund)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:4821", Kind: reconcile.Charge, IdempotencyKey: "key-charge-4821", ProviderID: "ch_4821",
-			Money: charge.Money, State: reconcile.Paid, CreatedAt: charge.Created, PaidAt: charge.Created},
+			Money: charge.Money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(charge.Created), PaidAt: reconcile.StampOf(charge.Created)},
 		reconcile.Obligation{ID: "refund:4821", Kind: reconcile.Refund, IdempotencyKey: "key-refund-4821", TargetID: "ch_4821",
-			Money: refund.Money, State: reconcile.ConfirmationUnknown, CreatedAt: created})
+			Money: refund.Money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)})
 
 	first := e.pass(true, runner.Request{})
 	if len(first.Transitions) != 0 || len(first.Result.Findings) != 0 {
@@ -324,7 +324,7 @@ func mutate(e *env, day int, at time.Time) {
 			Status: reconcile.Succeeded, Customer: "cus_" + id, Created: created}
 		e.add("key-"+id, ch)
 		pgtest.InsertObligations(e.tb, e.pool, reconcile.Obligation{ID: "charge:" + id, Kind: reconcile.Charge,
-			IdempotencyKey: "key-" + id, Money: ch.Money, State: reconcile.ConfirmationUnknown, CreatedAt: created})
+			IdempotencyKey: "key-" + id, Money: ch.Money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)})
 	}
 	e.add("", reconcile.ProviderObject{ID: "re_dash_" + d, Kind: reconcile.Refund, Money: reconcile.Money{Amount: 500, Currency: "usd"},
 		Status: reconcile.Succeeded, Target: "ch_100", Charge: "ch_100", Created: at.Add(-30 * time.Minute)})
@@ -360,9 +360,9 @@ func TestFullAfterIncrementalFindsWhatScratchFinds(t *testing.T) {
 	e.add("", quiet)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:late", Kind: reconcile.Charge, IdempotencyKey: "key-late", Money: late.Money,
-			State: reconcile.ConfirmationUnknown, CreatedAt: late.Created},
+			State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(late.Created)},
 		reconcile.Obligation{ID: "charge:quiet", Kind: reconcile.Charge, IdempotencyKey: "key-quiet", Money: quiet.Money,
-			State: reconcile.Paid, CreatedAt: quiet.Created, PaidAt: quiet.Created})
+			State: reconcile.Paid, CreatedAt: reconcile.StampOf(quiet.Created), PaidAt: reconcile.StampOf(quiet.Created)})
 
 	e.pass(true, runner.Request{})
 	for day := 1; day <= 2; day++ {
@@ -431,9 +431,9 @@ func TestMirrorMasksMetadataButLinkKeys(t *testing.T) {
 	e.add("", byID, byKey, orphan)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:4242424242424242", Kind: reconcile.Charge, IdempotencyKey: "key-pan", Money: usd,
-			State: reconcile.Paid, CreatedAt: created, PaidAt: created},
+			State: reconcile.Paid, CreatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)},
 		reconcile.Obligation{ID: "charge:mail", Kind: reconcile.Charge, IdempotencyKey: "key-jane@example.com", Money: usd,
-			State: reconcile.Paid, CreatedAt: created, PaidAt: created})
+			State: reconcile.Paid, CreatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)})
 
 	first := e.pass(true, runner.Request{})
 	if !first.Sync.Saved {
@@ -589,7 +589,7 @@ func TestKeysOutliveStripeEvents(t *testing.T) {
 		Status: reconcile.Succeeded, Created: created}
 	e.add("key-old", old)
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:old", Kind: reconcile.Charge, IdempotencyKey: "key-old",
-		Money: old.Money, State: reconcile.Paid, CreatedAt: created, PaidAt: created})
+		Money: old.Money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)})
 
 	e.clock = t0.Add(-35 * day)
 	first := e.pass(true, runner.Request{Window: reconcile.Window{From: t0.Add(-36 * day), To: e.clock}})

@@ -1097,6 +1097,10 @@ func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool, counted 
 			if t.t.infinite {
 				return nil, fmt.Errorf("%s: obligations.columns.%s is infinite", which(true), t.field)
 			}
+			if t.t.far {
+				return nil, fmt.Errorf("%s: obligations.columns.%s is in the year %d, beyond the years ±%d the reconciler holds",
+					which(true), t.field, t.t.t.Year(), reconcile.StampRange)
+			}
 		}
 		if keep != nil && !keep(id.s) {
 			continue
@@ -1133,10 +1137,10 @@ func (r *Obligations) collect(rows pgx.Rows, keep func(id string) bool, counted 
 			State:          canonical,
 			RawState:       state.s,
 			LeaseOwner:     leaser.s,
-			LeaseExpiresAt: lease.t,
-			CreatedAt:      created.t,
-			UpdatedAt:      updated.t,
-			PaidAt:         paid.t,
+			LeaseExpiresAt: reconcile.StampOf(lease.t),
+			CreatedAt:      reconcile.StampOf(created.t),
+			UpdatedAt:      reconcile.StampOf(updated.t),
+			PaidAt:         reconcile.StampOf(paid.t),
 		})
 	}
 	if err := rows.Err(); err != nil {
@@ -1323,13 +1327,14 @@ func numericText(v pgtype.Numeric) string {
 
 // scanTime scans timestamptz and timestamp columns alike (a timestamp
 // without time zone is read as UTC, as pgx writes it), NULL as the zero
-// time with null set. PostgreSQL's ±infinity has no time.Time; it is
-// flagged so that the row is refused with the column's name rather than
-// misread.
+// time with null set. PostgreSQL's ±infinity has no time.Time, and its
+// furthest years no reconcile.Stamp: they are flagged so that the row is
+// refused with the column's name rather than misread.
 type scanTime struct {
 	t        time.Time
 	null     bool
 	infinite bool
+	far      bool
 }
 
 // ScanTimestamptz implements pgtype.TimestamptzScanner.
@@ -1353,5 +1358,6 @@ func (s *scanTime) set(t time.Time, valid bool, inf pgtype.InfinityModifier) {
 		s.infinite = true
 	default:
 		s.t = t.UTC()
+		s.far = s.t.Year() > reconcile.StampRange || s.t.Year() < -reconcile.StampRange
 	}
 }

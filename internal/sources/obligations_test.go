@@ -31,22 +31,22 @@ func oblFixture() []reconcile.Obligation {
 		return reconcile.Obligation{
 			ID: id, Kind: reconcile.Charge, IdempotencyKey: "key:" + id, Provider: "stripe",
 			Money: reconcile.Money{Amount: 8900, Currency: "usd"}, State: state, RawState: string(state),
-			CreatedAt: created, UpdatedAt: updated,
+			CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(updated),
 		}
 	}
 	us := time.Microsecond // PostgreSQL's resolution
 	executing := ob("z-old-executing", reconcile.Executing, oblOld, oblOld)
 	executing.LeaseOwner = "worker-1"
-	executing.LeaseExpiresAt = oblOld.Add(time.Minute)
+	executing.LeaseExpiresAt = reconcile.StampOf(oblOld.Add(time.Minute))
 	paid := ob("x-old-paid", reconcile.Paid, oblOld, oblOld)
 	paid.ProviderID = "ch_x"
-	paid.PaidAt = oblOld.Add(time.Second)
+	paid.PaidAt = reconcile.StampOf(oblOld.Add(time.Second))
 	named := ob("w-old-paid-named", reconcile.Paid, oblOld, oblOld)
 	named.Kind = reconcile.Refund
 	named.IdempotencyKey = "key-w"
 	named.ProviderID = "re_w"
 	named.TargetID = "ch_w_target"
-	named.PaidAt = oblOld.Add(time.Second)
+	named.PaidAt = reconcile.StampOf(oblOld.Add(time.Second))
 	return []reconcile.Obligation{
 		executing,
 		ob("y-old-unknown", reconcile.ConfirmationUnknown, oblOld, oblOld),
@@ -171,8 +171,8 @@ func TestObligationsReadScope(t *testing.T) {
 			if diff := cmp.Diff(want[o.ID], o); diff != "" {
 				t.Errorf("Read: obligation %s (-want +got):\n%s", o.ID, diff)
 			}
-			for name, ts := range map[string]time.Time{"CreatedAt": o.CreatedAt, "UpdatedAt": o.UpdatedAt,
-				"LeaseExpiresAt": o.LeaseExpiresAt, "PaidAt": o.PaidAt} {
+			for name, ts := range map[string]time.Time{"CreatedAt": o.CreatedAt.Time(), "UpdatedAt": o.UpdatedAt.Time(),
+				"LeaseExpiresAt": o.LeaseExpiresAt.Time(), "PaidAt": o.PaidAt.Time()} {
 				if loc := ts.Location(); loc != time.UTC {
 					t.Errorf("Read: obligation %s %s location = %v, want UTC", o.ID, name, loc)
 				}
@@ -191,7 +191,7 @@ func TestObligationsReadUnusualValues(t *testing.T) {
 	ob := func(id string, amount int64, currency string) reconcile.Obligation {
 		return reconcile.Obligation{ID: id, Kind: reconcile.Charge, IdempotencyKey: "key:" + id, Provider: "stripe",
 			Money: reconcile.Money{Amount: amount, Currency: currency}, State: reconcile.ConfirmationUnknown,
-			RawState: string(reconcile.ConfirmationUnknown), CreatedAt: at, UpdatedAt: at}
+			RawState: string(reconcile.ConfirmationUnknown), CreatedAt: reconcile.StampOf(at), UpdatedAt: reconcile.StampOf(at)}
 	}
 	in := []reconcile.Obligation{
 		ob("charge:jpy", 12000, "jpy"),
@@ -464,6 +464,8 @@ func TestObligationsRefusesUnmappableRows(t *testing.T) {
 			want: []string{`obligation "charge:3n"`, "obligations.columns.amount is -8900"}},
 		{name: "infinite lease", row: row{id: "'charge:4'", lease: "'infinity'"},
 			want: []string{`obligation "charge:4"`, "obligations.columns.lease_expires_at is infinite"}},
+		{name: "lease in PostgreSQL's last years", row: row{id: "'charge:4f'", lease: "'294000-01-01T00:00:00Z'"},
+			want: []string{`obligation "charge:4f"`, "obligations.columns.lease_expires_at is in the year 294000, beyond the years ±290000"}},
 		{name: "kind in capitals and blanks", row: row{id: "'refund:5'", kind: "' Refund '"},
 			wantKind: reconcile.Refund, wantAmt: 100},
 		{name: "NULL id", row: row{id: "NULL", key: "'k-null'"},

@@ -37,7 +37,7 @@ func TestApplyTransitions(t *testing.T) {
 			name: "executing with an expired lease",
 			ob: func() reconcile.Obligation {
 				o := unknownRefund("refund:2")
-				o.State, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "worker-7", expired
+				o.State, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "worker-7", reconcile.StampOf(expired)
 				return o
 			}(),
 			providerID: "re_2",
@@ -113,7 +113,7 @@ func TestApplySkipsWhatAWorkerChanged(t *testing.T) {
 			name: "worker renewed its lease",
 			ob: func() reconcile.Obligation {
 				o := unknownRefund("refund:w2")
-				o.State, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "worker-1", now.Add(-time.Minute)
+				o.State, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "worker-1", reconcile.StampOf(now.Add(-time.Minute))
 				return o
 			}(),
 			worker:     `UPDATE obligations SET lease_expires_at = '2026-11-30T06:05:00Z' WHERE id = $1`,
@@ -194,7 +194,7 @@ func TestApplyLosesToAConcurrentWorker(t *testing.T) {
 				}
 			})
 			ob := unknownRefund("refund:1")
-			ob.State, ob.LeaseExpiresAt = reconcile.Executing, now.Add(-time.Hour)
+			ob.State, ob.LeaseExpiresAt = reconcile.Executing, reconcile.StampOf(now.Add(-time.Hour))
 			pgtest.InsertObligations(t, e.pool, ob)
 
 			worker, err := e.pool.Begin(t.Context())

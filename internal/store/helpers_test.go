@@ -275,7 +275,7 @@ func unknownRefund(id string) reconcile.Obligation {
 	return reconcile.Obligation{
 		ID: id, Kind: reconcile.Refund, IdempotencyKey: "key-" + id, TargetID: "ch_target_" + id,
 		Money: reconcile.Money{Amount: 8900, Currency: "usd"}, State: reconcile.ConfirmationUnknown,
-		CreatedAt: t0().Add(-2 * time.Hour),
+		CreatedAt: reconcile.StampOf(t0().Add(-2 * time.Hour)),
 	}
 }
 
@@ -283,7 +283,7 @@ func unknownRefund(id string) reconcile.Obligation {
 func markPaid(o reconcile.Obligation, providerID string) reconcile.Transition {
 	return reconcile.Transition{
 		ObligationID: o.ID, From: o.State, To: reconcile.Paid, FromRaw: string(o.State),
-		FromLeaseExpiresAt: o.LeaseExpiresAt, ProviderID: providerID,
+		FromLeaseExpiresAt: o.LeaseExpiresAt.Time(), ProviderID: providerID,
 	}
 }
 

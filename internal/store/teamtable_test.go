@@ -238,7 +238,7 @@ func runTeamTable(t *testing.T, tt teamTable) {
 	want := reconcile.Obligation{
 		ID: tt.pay, Kind: reconcile.Refund, IdempotencyKey: "key-pay", Provider: "stripe", TargetID: "ch_4821",
 		Money: reconcile.Money{Amount: 8900, Currency: "usd"}, State: reconcile.Executing, RawState: raw(reconcile.Executing),
-		LeaseOwner: "worker-7", LeaseExpiresAt: lease, CreatedAt: created, UpdatedAt: created,
+		LeaseOwner: "worker-7", LeaseExpiresAt: reconcile.StampOf(lease), CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created),
 	}
 	if diff := cmp.Diff(want, byID[tt.pay]); diff != "" {
 		t.Errorf("Read: obligation to pay (-want +got):\n%s", diff)
@@ -277,7 +277,7 @@ func runTeamTable(t *testing.T, tt teamTable) {
 	}
 	mark := func(o reconcile.Obligation, providerID string) reconcile.Transition {
 		return reconcile.Transition{ObligationID: o.ID, From: o.State, FromRaw: o.RawState, To: reconcile.Paid,
-			FromLeaseExpiresAt: o.LeaseExpiresAt, ProviderID: providerID}
+			FromLeaseExpiresAt: o.LeaseExpiresAt.Time(), ProviderID: providerID}
 	}
 	ts := []reconcile.Transition{mark(byID[tt.pay], "re_pay"), mark(byID[tt.skip], "re_skip")}
 	run := reconcile.Run{ID: "run-1", Trigger: reconcile.TriggerManual, Window: reconcile.Window{From: now.Add(-72 * time.Hour), To: now},

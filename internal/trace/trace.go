@@ -254,9 +254,9 @@ func Assemble(ctx context.Context, d Deps, id string) (Trace, error) {
 // hour before its creation to a duplicate window after its last change
 // (or now), and keeps what concerns the obligation.
 func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWindow time.Duration, now time.Time, t *Trace) error {
-	last := latest(ob.CreatedAt, ob.UpdatedAt, ob.PaidAt)
+	last := latest(ob.CreatedAt.Time(), ob.UpdatedAt.Time(), ob.PaidAt.Time())
 	w := reconcile.Window{
-		From: ob.CreatedAt.Add(-time.Hour).Truncate(time.Second),
+		From: ob.CreatedAt.Time().Add(-time.Hour).Truncate(time.Second),
 		To:   earliest(now, last.Add(duplicateWindow)).Add(time.Second).Truncate(time.Second),
 	}
 	// The obligation's own account alone: objects link only to
@@ -317,8 +317,8 @@ func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWin
 func obligation(o reconcile.Obligation) Obligation {
 	return Obligation{ID: o.ID, Kind: string(o.Kind), IdempotencyKey: o.IdempotencyKey, ProviderID: o.ProviderID,
 		TargetID: o.TargetID, Amount: o.Money.Amount, Currency: o.Money.Currency, State: o.RawState,
-		LeaseOwner: o.LeaseOwner, LeaseExpiresAt: stampOrEmpty(o.LeaseExpiresAt), CreatedAt: stampOrEmpty(o.CreatedAt),
-		UpdatedAt: stampOrEmpty(o.UpdatedAt), PaidAt: stampOrEmpty(o.PaidAt), Account: o.Account}
+		LeaseOwner: o.LeaseOwner, LeaseExpiresAt: stampOrEmpty(o.LeaseExpiresAt.Time()), CreatedAt: stampOrEmpty(o.CreatedAt.Time()),
+		UpdatedAt: stampOrEmpty(o.UpdatedAt.Time()), PaidAt: stampOrEmpty(o.PaidAt.Time()), Account: o.Account}
 }
 
 // AlertOf is a stored alert in a trace's shape.

@@ -67,8 +67,8 @@ var (
 	// The story this tool exists for: refund 4821 paid out twice.
 	refund = reconcile.Obligation{ID: "refund:4821:approved-request-7", Kind: reconcile.Refund,
 		IdempotencyKey: "refund:4821:approved-request-7", Provider: "stripe", ProviderID: "re_4821b", TargetID: "ch_4821",
-		Money: usd(8900), State: reconcile.Paid, RawState: "PAID", CreatedAt: created, UpdatedAt: created.Add(time.Minute),
-		PaidAt: created.Add(time.Minute)}
+		Money: usd(8900), State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created.Add(time.Minute)),
+		PaidAt: reconcile.StampOf(created.Add(time.Minute))}
 
 	dup = reconcile.Finding{Kind: reconcile.Duplicate, Severity: reconcile.Critical, ObligationID: refund.ID,
 		ProviderIDs: []string{"re_4821a", "re_4821b"}, Money: usd(8900), AtRisk: usd(8900), Fingerprint: "c83330dc6b3c018abc15",
@@ -200,7 +200,7 @@ func TestAssemble(t *testing.T) {
 func TestAssembleWouldTransition(t *testing.T) {
 	other := reconcile.Obligation{ID: "refund:4821:other", Kind: reconcile.Refund, IdempotencyKey: "rk-other", TargetID: "ch_4821",
 		Money: usd(100), State: reconcile.ConfirmationUnknown, RawState: "CONFIRMATION_UNKNOWN",
-		CreatedAt: now.Add(-72 * time.Hour), UpdatedAt: now.Add(-71 * time.Hour)}
+		CreatedAt: reconcile.StampOf(now.Add(-72 * time.Hour)), UpdatedAt: reconcile.StampOf(now.Add(-71 * time.Hour))}
 	p := &fakePass{out: outcome()}
 	d := deps(&fakeHistory{}, p)
 	d.Obligations = fakeObligations{other.ID: other}

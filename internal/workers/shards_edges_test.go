@@ -33,7 +33,7 @@ func pick(prefix string, want int) string {
 func rvObl(id, providerID string, amount int64, state reconcile.State, created time.Time) reconcile.Obligation {
 	return reconcile.Obligation{ID: id, Kind: reconcile.Charge, IdempotencyKey: id + "-key", Provider: "stripe",
 		ProviderID: providerID, Money: reconcile.Money{Amount: amount, Currency: "usd"}, State: state, RawState: string(state),
-		CreatedAt: created, UpdatedAt: created, PaidAt: created}
+		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
 }
 
 func rvCharge(id string, amount int64, created time.Time, f func(*reconcile.ProviderObject)) reconcile.ProviderObject {
@@ -61,9 +61,9 @@ func TestShardEdgesOnePass(t *testing.T) {
 			if o.Account != "" {
 				continue
 			}
-			if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt) || w.Contains(o.UpdatedAt) {
-				if oldest.IsZero() || o.CreatedAt.Before(oldest) {
-					oldest = o.CreatedAt
+			if o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown || w.Contains(o.CreatedAt.Time()) || w.Contains(o.UpdatedAt.Time()) {
+				if oldest.IsZero() || o.CreatedAt.Time().Before(oldest) {
+					oldest = o.CreatedAt.Time()
 				}
 			}
 		}

@@ -291,7 +291,7 @@ func TestShardsEqualOneProcess(t *testing.T) {
 			id := fmt.Sprintf("a%02d-old", i)
 			p.Obligations = append(p.Obligations, reconcile.Obligation{ID: id, Account: a.ID, Kind: reconcile.Charge,
 				IdempotencyKey: id + "-key", Provider: "stripe", ProviderID: "ch_old", Money: money, State: reconcile.Paid,
-				RawState: "PAID", CreatedAt: paid, UpdatedAt: paid, PaidAt: paid})
+				RawState: "PAID", CreatedAt: reconcile.StampOf(paid), UpdatedAt: reconcile.StampOf(paid), PaidAt: reconcile.StampOf(paid)})
 			for _, o := range []reconcile.ProviderObject{
 				{ID: "ch_old", Created: paid},
 				{ID: "ch_late", Metadata: map[string]string{"obligation_id": id}, Created: t0.Add(-time.Hour)},
