@@ -62,7 +62,7 @@ type ProviderObject struct {
 	Charge   string
 	Customer string
 	Metadata map[string]string
-	Created  time.Time
+	Created  Stamp
 }
 
 // KeyEvidence says that the request which created object ObjectID carried
@@ -81,7 +81,7 @@ type KeyEvidence struct {
 	// the event tells it; empty when it did not, and for keys mirrored
 	// before it was kept.
 	RequestID string
-	Created   time.Time
+	Created   Stamp
 }
 
 // LookupResult is the outcome of retrieving one provider object by id.

@@ -44,12 +44,12 @@ func seedDoubleRefund(t *testing.T, e *env) {
 	)
 	e.add(
 		reconcile.ProviderObject{ID: "ch_4821", Kind: reconcile.Charge, Money: usd(17800), Status: reconcile.Succeeded,
-			Created: now.Add(-70 * time.Hour), Metadata: map[string]string{"_key": "k-4821"}},
+			Created: reconcile.StampOf(now.Add(-70 * time.Hour)), Metadata: map[string]string{"_key": "k-4821"}},
 		reconcile.ProviderObject{ID: "re_4821a", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
-			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-3 * time.Hour),
+			Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(now.Add(-3 * time.Hour)),
 			Metadata: map[string]string{"_key": "refund:4821:approved-request-7"}},
 		reconcile.ProviderObject{ID: "re_4821b", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
-			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-179 * time.Minute), Metadata: map[string]string{"_key": "retry-1"}},
+			Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(now.Add(-179 * time.Minute)), Metadata: map[string]string{"_key": "retry-1"}},
 	)
 }
 
@@ -112,7 +112,7 @@ func TestAtRiskBeyondInt64(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
 	for _, id := range []string{"ch_big1", "ch_big2"} {
 		e.add(reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: usd(math.MaxInt64), Status: reconcile.Succeeded,
-			Created: now.Add(-time.Hour), Metadata: map[string]string{"_key": "k-" + id}})
+			Created: reconcile.StampOf(now.Add(-time.Hour)), Metadata: map[string]string{"_key": "k-" + id}})
 	}
 	code, stdout, stderr := e.run("run", "--since", "2h")
 	if code != 0 {

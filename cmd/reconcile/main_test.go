@@ -134,15 +134,15 @@ func TestDoubleRefundEndToEnd(t *testing.T) {
 	)
 	e.add(
 		reconcile.ProviderObject{ID: "ch_4821", Kind: reconcile.Charge, Money: usd(17800), Status: reconcile.Succeeded,
-			AmountRefunded: 17900, Created: now.Add(-70 * time.Hour), Metadata: map[string]string{"_key": "k-4821"}},
+			AmountRefunded: 17900, Created: reconcile.StampOf(now.Add(-70 * time.Hour)), Metadata: map[string]string{"_key": "k-4821"}},
 		reconcile.ProviderObject{ID: "re_4821a", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
-			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-3 * time.Hour),
+			Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(now.Add(-3 * time.Hour)),
 			Metadata: map[string]string{"_key": "refund:4821:approved-request-7"}},
 		reconcile.ProviderObject{ID: "re_4821b", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
-			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-179 * time.Minute),
+			Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(now.Add(-179 * time.Minute)),
 			Metadata: map[string]string{"_key": "agent-retry-5b1e", "note": "card 4242424242424242 <!channel>"}},
 		reconcile.ProviderObject{ID: "re_other", Kind: reconcile.Refund, Money: usd(100), Status: reconcile.Succeeded,
-			Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "rk-other"}},
+			Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(now.Add(-119 * time.Minute)), Metadata: map[string]string{"_key": "rk-other"}},
 	)
 
 	// From a database the reconciler has never seen: `reconcile migrate`

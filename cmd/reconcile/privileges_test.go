@@ -90,7 +90,7 @@ func seedUnknownOutcome(t *testing.T, e *env) {
 		IdempotencyKey: "rk-other", TargetID: "ch_4821", Money: usd(100), State: reconcile.ConfirmationUnknown,
 		CreatedAt: reconcile.StampOf(now.Add(-2 * time.Hour))})
 	e.add(reconcile.ProviderObject{ID: "re_other", Kind: reconcile.Refund, Money: usd(100), Status: reconcile.Succeeded,
-		Target: "ch_4821", Charge: "ch_4821", Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "rk-other"}})
+		Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(now.Add(-119 * time.Minute)), Metadata: map[string]string{"_key": "rk-other"}})
 }
 
 // The whole flow runs as a role holding exactly the README's grants for
@@ -222,7 +222,7 @@ func TestLeastPrivilegeMappedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.add(reconcile.ProviderObject{ID: "ch_77", Kind: reconcile.Charge, Money: usd(4300), Status: reconcile.Succeeded,
-		Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "k-77"}})
+		Created: reconcile.StampOf(now.Add(-119 * time.Minute)), Metadata: map[string]string{"_key": "k-77"}})
 	mapping := readmeBlock(t, "yaml", "payment_jobs")
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, mapping)

@@ -188,7 +188,7 @@ func TestRunFailedPrintsOneObject(t *testing.T) {
 	t.Run("alerts undeliverable", func(t *testing.T) {
 		now := time.Now().UTC().Truncate(time.Second)
 		e.add(reconcile.ProviderObject{ID: "ch_orphan", Kind: reconcile.Charge, Money: usd(500), Status: reconcile.Succeeded,
-			Created: now.Add(-time.Hour), Metadata: map[string]string{"_key": "k-orphan"}})
+			Created: reconcile.StampOf(now.Add(-time.Hour)), Metadata: map[string]string{"_key": "k-orphan"}})
 		defer e.slack.SetFaults(slacktest.Faults{})
 		for _, tt := range []struct {
 			name   string

@@ -60,9 +60,9 @@ func TestTeamTableEndToEnd(t *testing.T) {
 	insert(blank, "rk-blank", "", "confirmation_unknown ", now.Add(-5*time.Hour))
 	e.add(
 		reconcile.ProviderObject{ID: "re_lost", Kind: reconcile.Refund, Money: usd(2500), Status: reconcile.Succeeded,
-			Target: "ch_9100", Charge: "ch_9100", Created: now.Add(-119 * time.Minute), Metadata: map[string]string{"_key": "rk-lost"}},
+			Target: "ch_9100", Charge: "ch_9100", Created: reconcile.StampOf(now.Add(-119 * time.Minute)), Metadata: map[string]string{"_key": "rk-lost"}},
 		reconcile.ProviderObject{ID: "re_paid", Kind: reconcile.Refund, Money: usd(2500), Status: reconcile.Succeeded,
-			Target: "ch_9100", Charge: "ch_9100", Created: now.Add(-179 * time.Minute), Metadata: map[string]string{"_key": "rk-paid"}},
+			Target: "ch_9100", Charge: "ch_9100", Created: reconcile.StampOf(now.Add(-179 * time.Minute)), Metadata: map[string]string{"_key": "rk-paid"}},
 	)
 	cfg := filepath.Join(t.TempDir(), "team.yaml")
 	writeConfig(t, cfg, `obligations:

@@ -66,7 +66,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 		o := reconcile.Obligation{ID: "charge:" + s, Kind: reconcile.Charge, IdempotencyKey: "k-" + s, Provider: "stripe",
 			Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
 		p := reconcile.ProviderObject{ID: "ch_" + s, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
-			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: created}
+			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: reconcile.StampOf(created)}
 		obj, key := true, true
 		switch i % 20 {
 		case 10, 11: // a refund of the last charge before it
@@ -77,7 +77,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 			o.ProviderID = "pi_" + s
 			p.PaymentIntent = o.ProviderID
 			w.Objects = append(w.Objects, reconcile.ProviderObject{ID: o.ProviderID, Kind: reconcile.PaymentIntent, Money: money,
-				Status: reconcile.Succeeded, RawStatus: "succeeded", Charge: p.ID, Customer: p.Customer, Created: created})
+				Status: reconcile.Succeeded, RawStatus: "succeeded", Charge: p.ID, Customer: p.Customer, Created: reconcile.StampOf(created)})
 		case 13: // the key alone
 		case 14: // metadata alone
 			p.Metadata = map[string]string{"obligation_id": o.ID}
@@ -92,13 +92,13 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 		switch i % 1000 {
 		case 101: // duplicate: a second charge under a retry's metadata
 			w.Objects = append(w.Objects, reconcile.ProviderObject{ID: "ch_dup" + s, Kind: reconcile.Charge, Money: money,
-				Status: reconcile.Succeeded, RawStatus: "succeeded", Metadata: map[string]string{"obligation_id": o.ID}, Created: created})
+				Status: reconcile.Succeeded, RawStatus: "succeeded", Metadata: map[string]string{"obligation_id": o.ID}, Created: reconcile.StampOf(created)})
 		case 202: // orphan
 			w.Objects = append(w.Objects, reconcile.ProviderObject{ID: "ch_orphan" + s, Kind: reconcile.Charge, Money: money,
-				Status: reconcile.Succeeded, RawStatus: "succeeded", Created: created})
+				Status: reconcile.Succeeded, RawStatus: "succeeded", Created: reconcile.StampOf(created)})
 		case 303: // suspected duplicate: same customer and money, unlinked
 			w.Objects = append(w.Objects, reconcile.ProviderObject{ID: "ch_twin" + s, Kind: reconcile.Charge, Money: money,
-				Status: reconcile.Succeeded, RawStatus: "succeeded", Customer: p.Customer, Created: created.Add(time.Minute)})
+				Status: reconcile.Succeeded, RawStatus: "succeeded", Customer: p.Customer, Created: reconcile.StampOf(created.Add(time.Minute))})
 		case 404: // paid without evidence: its charge does not exist
 			obj, key = false, false
 			o.ProviderID = "ch_gone" + s
@@ -122,7 +122,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 		}
 		if key {
 			w.Keys = append(w.Keys, reconcile.KeyEvidence{ObjectID: p.ID, ObjectKind: p.Kind, Key: o.IdempotencyKey,
-				EventType: keyEventType(p.Kind), Created: created})
+				EventType: keyEventType(p.Kind), Created: reconcile.StampOf(created)})
 		}
 	}
 	return w
@@ -170,11 +170,11 @@ func NewBusiness(n int, prefix string, from, to time.Time) World {
 			ProviderID: "ch_" + s, Money: money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created),
 			PaidAt: reconcile.StampOf(created)}
 		p := reconcile.ProviderObject{ID: o.ProviderID, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
-			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: created}
+			RawStatus: "succeeded", Customer: "cus_" + strconv.Itoa(i%5000), Created: reconcile.StampOf(created)}
 		w.Obligations = append(w.Obligations, o)
 		w.Objects = append(w.Objects, p)
 		w.Keys = append(w.Keys, reconcile.KeyEvidence{ObjectID: p.ID, ObjectKind: p.Kind, Key: o.IdempotencyKey,
-			EventType: keyEventType(p.Kind), Created: created})
+			EventType: keyEventType(p.Kind), Created: reconcile.StampOf(created)})
 	}
 	return w
 }

@@ -72,12 +72,12 @@ func Sample(now time.Time) Dataset {
 	charge := func(id string, m reconcile.Money, created time.Duration, key string, meta map[string]string) {
 		ds.Objects = append(ds.Objects, Object{Key: key, ProviderObject: reconcile.ProviderObject{
 			ID: id, Account: acct, Kind: reconcile.Charge, Money: m, Status: reconcile.Succeeded, RawStatus: "succeeded",
-			Customer: "cus_demo" + id[3:], Metadata: meta, Created: ago(created)}})
+			Customer: "cus_demo" + id[3:], Metadata: meta, Created: reconcile.StampOf(ago(created))}})
 	}
 	refund := func(id, ch string, m reconcile.Money, created time.Duration, key string) {
 		ds.Objects = append(ds.Objects, Object{Key: key, ProviderObject: reconcile.ProviderObject{
 			ID: id, Account: acct, Kind: reconcile.Refund, Money: m, Status: reconcile.Succeeded, RawStatus: "succeeded",
-			Target: ch, Charge: ch, Created: ago(created)}})
+			Target: ch, Charge: ch, Created: reconcile.StampOf(ago(created))}})
 	}
 	usd := func(a int64) reconcile.Money { return reconcile.Money{Amount: a, Currency: "usd"} }
 	eur := func(a int64) reconcile.Money { return reconcile.Money{Amount: a, Currency: "eur"} }

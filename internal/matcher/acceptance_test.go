@@ -118,39 +118,39 @@ func (sc *scenario) input(tb testing.TB, now time.Time) Input {
 		if k == "" {
 			k = fmt.Sprintf("auto-%d-%d", created.Unix(), ev)
 		}
-		in.Keys = append(in.Keys, reconcile.KeyEvidence{ObjectID: obj, Key: k, EventID: fmt.Sprintf("evt_%06d", ev), EventType: typ, Created: created})
+		in.Keys = append(in.Keys, reconcile.KeyEvidence{ObjectID: obj, Key: k, EventID: fmt.Sprintf("evt_%06d", ev), EventType: typ, Created: reconcile.StampOf(created)})
 	}
 	for _, c := range sc.Charges {
 		p := reconcile.ProviderObject{ID: c.ID, Kind: reconcile.Charge, Money: reconcile.Money{Amount: c.Amount, Currency: c.Currency},
 			Status: status(c.Status), RawStatus: cmpOr(c.Status, "succeeded"), AmountRefunded: c.AmountRefunded,
-			PaymentIntent: c.PaymentIntent, Metadata: c.Metadata, Created: ago(c.CreatedAgo)}
+			PaymentIntent: c.PaymentIntent, Metadata: c.Metadata, Created: reconcile.StampOf(ago(c.CreatedAgo))}
 		in.Objects = append(in.Objects, p)
-		key(c.ID, c.IdempotencyKey, "charge."+p.RawStatus, p.Created)
+		key(c.ID, c.IdempotencyKey, "charge."+p.RawStatus, p.Created.Time())
 	}
 	for _, pi := range sc.PaymentIntents {
 		p := reconcile.ProviderObject{ID: pi.ID, Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: pi.Amount, Currency: pi.Currency},
-			Status: status(pi.Status), RawStatus: pi.Status, Metadata: pi.Metadata, Created: ago(pi.CreatedAgo)}
+			Status: status(pi.Status), RawStatus: pi.Status, Metadata: pi.Metadata, Created: reconcile.StampOf(ago(pi.CreatedAgo))}
 		for _, c := range sc.Charges {
 			if c.PaymentIntent == pi.ID {
 				p.Charge = c.ID
 			}
 		}
 		in.Objects = append(in.Objects, p)
-		key(pi.ID, pi.IdempotencyKey, "payment_intent.created", p.Created)
+		key(pi.ID, pi.IdempotencyKey, "payment_intent.created", p.Created.Time())
 		if p.Status == reconcile.Succeeded {
-			key(pi.ID, pi.IdempotencyKey, "payment_intent.succeeded", p.Created)
+			key(pi.ID, pi.IdempotencyKey, "payment_intent.succeeded", p.Created.Time())
 		}
 	}
 	for _, r := range sc.Refunds {
 		p := reconcile.ProviderObject{ID: r.ID, Kind: reconcile.Refund, Money: reconcile.Money{Amount: r.Amount, Currency: r.Currency},
 			Status: status(r.Status), RawStatus: cmpOr(r.Status, "succeeded"), Target: cmpOr(r.Charge, r.PaymentIntent), Charge: r.Charge,
-			PaymentIntent: r.PaymentIntent, Metadata: r.Metadata, Created: ago(r.CreatedAgo)}
+			PaymentIntent: r.PaymentIntent, Metadata: r.Metadata, Created: reconcile.StampOf(ago(r.CreatedAgo))}
 		in.Objects = append(in.Objects, p)
-		key(r.ID, r.IdempotencyKey, "refund.created", p.Created)
+		key(r.ID, r.IdempotencyKey, "refund.created", p.Created.Time())
 		if p.Status == reconcile.Succeeded && slices.ContainsFunc(sc.Charges, func(c scenObj) bool { return c.ID == r.Charge }) {
 			// The charge.refunded event is about the charge but carries
 			// the refund request's key.
-			key(r.Charge, r.IdempotencyKey, "charge.refunded", p.Created)
+			key(r.Charge, r.IdempotencyKey, "charge.refunded", p.Created.Time())
 		}
 	}
 	return in

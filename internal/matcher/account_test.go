@@ -18,9 +18,9 @@ func TestFindingsCarryTheirAccount(t *testing.T) {
 	ob := reconcile.Obligation{ID: "refund:1", Kind: reconcile.Refund, IdempotencyKey: "k-1", ProviderID: "re_b", TargetID: "ch_t",
 		Money: usd, State: reconcile.Paid, CreatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), UpdatedAt: reconcile.StampOf(now.Add(-3 * time.Hour)), PaidAt: reconcile.StampOf(now.Add(-3 * time.Hour))}
 	objs := []reconcile.ProviderObject{
-		{ID: "re_a", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_t", Charge: "ch_t", Created: now.Add(-3 * time.Hour)},
-		{ID: "re_b", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_t", Charge: "ch_t", Created: now.Add(-179 * time.Minute)},
-		{ID: "re_x", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_o", Charge: "ch_o", Created: now.Add(-2 * time.Hour)},
+		{ID: "re_a", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_t", Charge: "ch_t", Created: reconcile.StampOf(now.Add(-3 * time.Hour))},
+		{ID: "re_b", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_t", Charge: "ch_t", Created: reconcile.StampOf(now.Add(-179 * time.Minute))},
+		{ID: "re_x", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded, Target: "ch_o", Charge: "ch_o", Created: reconcile.StampOf(now.Add(-2 * time.Hour))},
 	}
 	keys := []reconcile.KeyEvidence{{ObjectID: "re_a", ObjectKind: reconcile.Refund, Key: "k-1", EventID: "evt_1", EventType: "refund.created", Created: objs[0].Created}}
 	match := func(acct reconcile.Account) []reconcile.Finding {

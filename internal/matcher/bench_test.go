@@ -22,10 +22,10 @@ func benchWorld(n int) Input {
 	w := bench.NewWorld(n, propNow)
 	slices.SortFunc(w.Obligations, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(w.Objects, func(a, b reconcile.ProviderObject) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Created, b.Created), cmp.Compare(a.ID, b.ID))
 	})
 	slices.SortFunc(w.Keys, func(a, b reconcile.KeyEvidence) int {
-		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), cmp.Compare(a.Created, b.Created),
 			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
 	})
 	slices.SortFunc(w.Lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })

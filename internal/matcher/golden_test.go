@@ -199,7 +199,7 @@ func (c *goldenCase) input(tb testing.TB) (Input, time.Time, Options) {
 			ID: p.ID, Kind: reconcile.ObjectKind(p.Kind), Money: reconcile.Money{Amount: p.Amount, Currency: p.Currency},
 			Status: st, RawStatus: string(st), AmountRefunded: p.AmountRefunded, Target: p.Target,
 			PaymentIntent: p.PaymentIntent, Charge: p.Charge, Customer: p.Customer, Metadata: p.Metadata,
-			Created: ago(tb, p.CreatedAgo),
+			Created: reconcile.StampOf(ago(tb, p.CreatedAgo)),
 		})
 	}
 	for i, k := range c.Keys {

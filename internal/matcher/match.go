@@ -34,6 +34,16 @@ func bucketName(b uint8) Bucket {
 // arguments: the result does not depend on the order of any input slice,
 // and duplicated input records (the same id twice) count once.
 func Match(in Input, now time.Time, opts Options) Result {
+	return MatchThen(in, now, opts, nil)
+}
+
+// MatchThen is Match, and calls between, when not nil, once the rules are
+// done and the matcher has let go of what only they read (its indexes and
+// its copy of the input's obligations), before it builds the result
+// beside what is left: a caller that holds nothing else of them can
+// collect the garbage there (docs/design.md, "Memory and CPU"). between
+// decides nothing.
+func MatchThen(in Input, now time.Time, opts Options, between func()) Result {
 	m := &matcher{world: &world{in: &in, opts: opts, now: now, subject: in.Subject}}
 	if m.subject == (reconcile.Window{}) {
 		m.subject = in.Listed
@@ -57,6 +67,9 @@ func Match(in Input, now time.Time, opts Options) Result {
 	// reference to them lets them die here.
 	m.oblIdx, m.keyIdx, m.objIdx = index{}, index{}, index{}
 	m.in.Obligations = nil
+	if between != nil {
+		between()
+	}
 	m.emit()
 	return m.res
 }
@@ -145,7 +158,7 @@ func (m *matcher) settle() {
 	}
 	// Objects read as evidence: listed, but outside the subject.
 	evidence := func(p *reconcile.ProviderObject) bool {
-		return m.in.Listed.Contains(p.Created) && !m.subject.Contains(p.Created)
+		return m.in.Listed.Contains(p.Created.Time()) && !m.subject.Contains(p.Created.Time())
 	}
 	n := 0
 	for k := range m.nObjs() {

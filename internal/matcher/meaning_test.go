@@ -28,8 +28,8 @@ func TestDuplicateMeaningFollowsTheMoney(t *testing.T) {
 			ob.TargetID = "ch_t"
 		}
 		objs := []reconcile.ProviderObject{
-			{ID: tt.prefix + "a", Kind: tt.kind, Money: usd, Status: reconcile.Succeeded, Created: now.Add(-3 * time.Hour), Metadata: map[string]string{}},
-			{ID: tt.prefix + "b", Kind: tt.kind, Money: usd, Status: reconcile.Succeeded, Created: now.Add(-179 * time.Minute)},
+			{ID: tt.prefix + "a", Kind: tt.kind, Money: usd, Status: reconcile.Succeeded, Created: reconcile.StampOf(now.Add(-3 * time.Hour)), Metadata: map[string]string{}},
+			{ID: tt.prefix + "b", Kind: tt.kind, Money: usd, Status: reconcile.Succeeded, Created: reconcile.StampOf(now.Add(-179 * time.Minute))},
 		}
 		if tt.kind == reconcile.Refund {
 			objs[0].Target, objs[0].Charge, objs[1].Target, objs[1].Charge = "ch_t", "ch_t", "ch_t", "ch_t"

@@ -15,7 +15,7 @@ import (
 // them were never read, so unlinked they are no orphans.
 func (m *matcher) within(mv int32, w reconcile.Window) bool {
 	for j := m.movs[mv].first; j >= 0; j = m.next[j] {
-		if w.Contains(m.obj(j).Created) {
+		if w.Contains(m.obj(j).Created.Time()) {
 			return true
 		}
 	}

@@ -139,7 +139,7 @@ func genInput(c chooser) (Input, Options) {
 				if o.Kind == reconcile.Refund {
 					pool = []string{"re_1", "re_2", "re_3", "re_4"}
 				}
-				p := reconcile.ProviderObject{ID: pool[c.intn(len(pool))], Money: o.Money, Status: reconcile.Succeeded, Created: o.CreatedAt.Time().Add(time.Duration(n) * time.Minute)}
+				p := reconcile.ProviderObject{ID: pool[c.intn(len(pool))], Money: o.Money, Status: reconcile.Succeeded, Created: reconcile.StampOf(o.CreatedAt.Time().Add(time.Duration(n) * time.Minute))}
 				p.Kind = reconcile.ObjectKind(map[string]string{"ch": "charge", "pi": "payment_intent", "re": "refund"}[p.ID[:2]])
 				if c.intn(8) == 0 {
 					p.Money = monies[c.intn(len(monies))]
@@ -211,7 +211,7 @@ func genInput(c chooser) (Input, Options) {
 		case 2:
 			p.Metadata = map[string]string{"obligation_id": oblIDs[c.intn(len(oblIDs))], "idempotency_key": keys[c.intn(len(keys))], "order": "x"}
 		}
-		p.Created = at()
+		p.Created = reconcile.StampOf(at())
 		in.Objects = append(in.Objects, p)
 	}
 	for range c.intn(10) {
@@ -479,12 +479,12 @@ func (o *oracle) pendingLive(mv string) bool {
 	}
 	return slices.ContainsFunc(o.members(mv), func(p *reconcile.ProviderObject) bool {
 		final := p.Status == reconcile.Failed || p.Status == reconcile.Canceled
-		return !final && o.now.Sub(p.Created) < o.opts.PendingGrace
+		return !final && o.now.Sub(p.Created.Time()) < o.opts.PendingGrace
 	})
 }
 
 func (o *oracle) listed(w reconcile.Window, mv string) bool {
-	return slices.ContainsFunc(o.members(mv), func(p *reconcile.ProviderObject) bool { return w.Contains(p.Created) })
+	return slices.ContainsFunc(o.members(mv), func(p *reconcile.ProviderObject) bool { return w.Contains(p.Created.Time()) })
 }
 
 // movementsOf lists the distinct movements that obligation id reaches.

@@ -31,7 +31,7 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 	targets := []string{"ch_t1", "ch_t2"}
 	for _, id := range targets {
 		h.objs = append(h.objs, reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: monies[0],
-			Status: reconcile.Succeeded, Created: propNow.Add(-12 * day)})
+			Status: reconcile.Succeeded, Created: reconcile.StampOf(propNow.Add(-12 * day))})
 	}
 	at := func(from time.Time, most time.Duration) time.Time {
 		t := from.Add(time.Duration(r.Int64N(int64(most)/int64(time.Minute)+1)) * time.Minute)
@@ -44,7 +44,7 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 	obj := 0
 	newObj := func(o *reconcile.Obligation, created time.Time) reconcile.ProviderObject {
 		obj++
-		p := reconcile.ProviderObject{Money: o.Money, Status: reconcile.Succeeded, Created: created, Customer: "cus_1"}
+		p := reconcile.ProviderObject{Money: o.Money, Status: reconcile.Succeeded, Created: reconcile.StampOf(created), Customer: "cus_1"}
 		if o.Kind == reconcile.Refund {
 			p.ID, p.Kind, p.Target, p.Charge, p.Customer = fmt.Sprintf("re_%d", obj), reconcile.Refund, o.TargetID, o.TargetID, ""
 		} else {
@@ -123,14 +123,14 @@ func genHistory(r *rand.Rand, dw time.Duration) history {
 		h.keys = append(h.keys, reconcile.KeyEvidence{ObjectID: y.ID, ObjectKind: y.Kind, Key: a.IdempotencyKey, Created: y.Created})
 		skew := 5 * time.Minute
 		d2 := time.Duration(r.Int64N(int64(dw / 4)))
-		x := newObj(a, y.Created.Add(-dw+d2))
+		x := newObj(a, y.Created.Time().Add(-dw+d2))
 		x.Status, x.RawStatus, x.Money = reconcile.Succeeded, "succeeded", a.Money
 		d1 := d2 + skew + time.Minute + time.Duration(r.Int64N(int64(dw/4)))
 		b := reconcile.Obligation{ID: "ob", Kind: reconcile.Refund, IdempotencyKey: "kb", Provider: "stripe", TargetID: targets[0],
-			Money: a.Money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(x.Created.Add(-d1 - time.Minute))}
-		z := newObj(&b, x.Created.Add(-d1))
+			Money: a.Money, State: reconcile.Paid, RawState: "PAID", CreatedAt: reconcile.StampOf(x.Created.Time().Add(-d1 - time.Minute))}
+		z := newObj(&b, x.Created.Time().Add(-d1))
 		z.Status, z.RawStatus, z.Money = reconcile.Succeeded, "succeeded", a.Money
-		b.ProviderID, b.UpdatedAt, b.PaidAt = z.ID, reconcile.StampOf(z.Created), reconcile.StampOf(z.Created)
+		b.ProviderID, b.UpdatedAt, b.PaidAt = z.ID, reconcile.StampOf(z.Created.Time()), reconcile.StampOf(z.Created.Time())
 		h.obls = append(h.obls, b)
 		h.objs = append(h.objs, x, y, z)
 	}
@@ -186,7 +186,7 @@ func (h history) narrow(subject reconcile.Window, opts Options, maxLookback time
 	named := func(o *reconcile.Obligation, n names) bool {
 		return n.ids[o.ID] || n.keys[o.IdempotencyKey] || o.ProviderID != "" && n.pids[o.ProviderID] || o.TargetID != "" && n.pids[o.TargetID]
 	}
-	inSubject := nameOf(func(p *reconcile.ProviderObject) bool { return subject.Contains(p.Created) })
+	inSubject := nameOf(func(p *reconcile.ProviderObject) bool { return subject.Contains(p.Created.Time()) })
 	decided := map[string]bool{}
 	var oldest time.Time
 	for i := range h.obls {
@@ -202,16 +202,16 @@ func (h history) narrow(subject reconcile.Window, opts Options, maxLookback time
 	cover := reconcile.Window{From: opts.CoverFrom(subject, oldest, propNow, maxLookback), To: propNow}
 	in := Input{Listed: cover, EventsFrom: cover.From, Subject: subject}
 	for _, p := range h.objs {
-		if cover.Contains(p.Created) {
+		if cover.Contains(p.Created.Time()) {
 			in.Objects = append(in.Objects, p)
 		}
 	}
 	for _, k := range h.keys {
-		if cover.Contains(k.Created) {
+		if cover.Contains(k.Created.Time()) {
 			in.Keys = append(in.Keys, k)
 		}
 	}
-	read := nameOf(func(p *reconcile.ProviderObject) bool { return cover.Contains(p.Created) })
+	read := nameOf(func(p *reconcile.ProviderObject) bool { return cover.Contains(p.Created.Time()) })
 	for i := range h.obls {
 		o := &h.obls[i]
 		switch {

@@ -15,7 +15,7 @@ import (
 
 func (m *matcher) money(mv int32) reconcile.Money { return m.obj(m.movs[mv].rep).Money }
 
-func (m *matcher) created(mv int32) time.Time { return m.obj(m.movs[mv].rep).Created }
+func (m *matcher) created(mv int32) time.Time { return m.obj(m.movs[mv].rep).Created.Time() }
 
 func (m *matcher) sortMovs(movs []int32) {
 	if len(movs) > 1 {

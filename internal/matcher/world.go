@@ -441,7 +441,7 @@ func (w *world) summarise(mv *movement) {
 		default:
 			// Pending, and any status the sources did not normalise:
 			// not final until the grace period has passed.
-			if w.now.Sub(p.Created) < w.opts.PendingGrace {
+			if w.now.Sub(p.Created.Time()) < w.opts.PendingGrace {
 				live = true
 			} else {
 				stale = true
@@ -596,7 +596,7 @@ func compareObjects(a, b *reconcile.ProviderObject) int {
 		strings.Compare(a.PaymentIntent, b.PaymentIntent),
 		strings.Compare(a.Charge, b.Charge),
 		strings.Compare(a.Customer, b.Customer),
-		a.Created.Compare(b.Created),
+		cmp.Compare(a.Created, b.Created),
 		compareMaps(a.Metadata, b.Metadata),
 	)
 }

@@ -136,8 +136,8 @@ func renderAll(t *testing.T, in inputs) rendered {
 		LastSeenRun: "run_2", LastSeenAt: t0, AcknowledgedAt: t0, AcknowledgedBy: in.ack(), AckReason: in.ack() + " " + in.detail()}
 	recs := []store.FindingRecord{rec, {Finding: orphan, Status: store.FindingResolved, FirstSeenAt: t0, LastSeenAt: t0, ResolvedAt: t0}}
 	obj := reconcile.ProviderObject{ID: in.providerID(), Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
-		RawStatus: in.state(), Metadata: map[string]string{"obligation_id": in.obligation(), "note": in.meta()}, Created: t0}
-	keys := []reconcile.KeyEvidence{{ObjectID: in.providerID(), Key: in.key(), EventID: "evt_1", EventType: "charge.succeeded", Created: t0}}
+		RawStatus: in.state(), Metadata: map[string]string{"obligation_id": in.obligation(), "note": in.meta()}, Created: reconcile.StampOf(t0)}
+	keys := []reconcile.KeyEvidence{{ObjectID: in.providerID(), Key: in.key(), EventID: "evt_1", EventType: "charge.succeeded", Created: reconcile.StampOf(t0)}}
 	links := []reconcile.Link{{ObjectID: in.providerID(), ObligationID: in.obligation(), Route: reconcile.RouteMetadataID}}
 	outcome := &runner.Outcome{
 		Run:         reconcile.Run{ID: "run_1", Status: reconcile.RunCompleted, Window: reconcile.Window{From: t0.Add(-time.Hour), To: t0}},

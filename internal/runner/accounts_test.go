@@ -86,11 +86,11 @@ func TestPassReadsEveryAccountApart(t *testing.T) {
 		return o
 	}
 	charge := func(id string, m reconcile.Money, created time.Time) reconcile.ProviderObject {
-		return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: m, Status: reconcile.Succeeded, RawStatus: "succeeded", Created: created}
+		return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: m, Status: reconcile.Succeeded, RawStatus: "succeeded", Created: reconcile.StampOf(created)}
 	}
 	refund := func(id, ch string, m reconcile.Money, created time.Time) reconcile.ProviderObject {
 		return reconcile.ProviderObject{ID: id, Kind: reconcile.Refund, Money: m, Status: reconcile.Succeeded, RawStatus: "succeeded",
-			Target: ch, Charge: ch, Created: created}
+			Target: ch, Charge: ch, Created: reconcile.StampOf(created)}
 	}
 	// The platform: ch_1, paid for charge:p1.
 	e.obligation("", ob("charge:p1", reconcile.Charge, "k-p1", "ch_1", "", usd(1000), reconcile.Paid, at(30)))

@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 )
 
 // collectAfter is how much a step may allocate before its end collects
@@ -22,10 +21,6 @@ const collectAfter = 64 << 20
 // at a million).
 const returnAbove = 256 << 20
 
-// matchHeadroom is about how far the heap may grow beyond what the
-// collector last found live while the matcher runs (paceCollector).
-const matchHeadroom = 64 << 20
-
 // heapAllocs is how many bytes the program has allocated on the heap
 // since it began.
 func heapAllocs() uint64 { return readUint64("/gc/heap/allocs:bytes") }
@@ -39,48 +34,6 @@ func readUint64(name string) uint64 {
 		return 0
 	}
 	return s[0].Value.Uint64()
-}
-
-// pacing is the collector's pace as paceCollector left it: how many
-// callers hold it paced, and the percentage to restore after the last.
-var pacing struct {
-	sync.Mutex
-	held  int
-	saved int
-}
-
-// paceCollector makes the collector run once the heap has grown about
-// headroom beyond what it last found live, rather than by as much again
-// as that (the default, GOGC=100), until the returned func is called.
-// It sets the percentage (debug.SetGCPercent) from the heap live now:
-// the heap may still grow a little more than headroom as what is live
-// grows. It changes nothing when the percentage set already allows less
-// (a small heap, or GOGC set lower), when the collector is off, or when
-// another caller holds the pace.
-//
-// The match allocates about 330 MB on top of all a first pass at a
-// million read, and lets go of the obligations (216 MB) before it builds
-// its result; left at GOGC=100 the collector did not run in it, and the
-// heap held the whole of it (docs/design.md, "Memory and CPU").
-func paceCollector(headroom uint64) (restore func()) {
-	pacing.Lock()
-	defer pacing.Unlock()
-	pacing.held++
-	if pacing.held == 1 {
-		pacing.saved = -1
-		live := readUint64("/gc/heap/live:bytes")
-		current := int(int64(readUint64("/gc/gogc:percent")))
-		if want := int(headroom * 100 / max(live, 1)); live > 0 && current > 0 && want < current {
-			pacing.saved = debug.SetGCPercent(max(want, 1))
-		}
-	}
-	return func() {
-		pacing.Lock()
-		defer pacing.Unlock()
-		if pacing.held--; pacing.held == 0 && pacing.saved >= 0 {
-			debug.SetGCPercent(pacing.saved)
-		}
-	}
 }
 
 // collectIfGrown collects the garbage when more than collectAfter bytes
@@ -109,11 +62,12 @@ func paceCollector(headroom uint64) (restore func()) {
 // resident until the runtime's background scavenger returns them,
 // slowly. In one first pass at a million, 1,217 MB stood resident over
 // an 823 MB heap while the obligations were read. The heap's size is
-// the measure, not what the step allocated: the apply allocates little,
-// but the obligations the pass let go before it die in its collection
-// (276 MB of the heap at a million, when each took 280 bytes), and kept
-// resident they stood under the rest of the pass: 279 MB free and
-// resident at its end, its highest.
+// the measure, not what the step allocated: a step may allocate little
+// and let go of much that an earlier one read. When the obligations
+// died in the apply's collection (130 MB allocated; 276 MB of the heap
+// at a million, when each took 280 bytes), kept resident they stood
+// under the rest of the pass: 279 MB free and resident at its end, its
+// highest.
 func collectIfGrown(since uint64) bool {
 	if heapAllocs()-since <= collectAfter {
 		return false

@@ -73,10 +73,10 @@ func TestMarkCollectsWhatAStepLeft(t *testing.T) {
 	forced(3, "a step whose temporaries outlived the collector's own run")
 	// Where a step ends on a heap of more than returnAbove, what its
 	// collection freed goes back to the system, though the step itself
-	// allocated little: there, what died was read before it (a pass
-	// lets its obligations go before the apply). The collector paces
-	// as in a pass, so that the runtime's scavenger keeps what a heap
-	// of this size may grow into.
+	// allocated little: there, what died was read before it (the
+	// matcher lets the obligations go). The collector runs at its
+	// default pace, as in a pass, so that the runtime's scavenger keeps
+	// what a heap of this size may grow into.
 	debug.SetGCPercent(100)
 	hold := func(mib int) [][]byte {
 		b := make([][]byte, 0, mib)
@@ -102,45 +102,23 @@ func TestMarkCollectsWhatAStepLeft(t *testing.T) {
 	}
 }
 
-// While paced, the collector runs once the heap has grown about the
-// headroom beyond what is live, where it would otherwise let the heap
-// grow by as much again as that; the pace is restored after its last
-// holder, and a collector set off stays off.
-func TestPaceCollectorRunsWithinHeadroom(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
+// midStep collects by the rule of a step's end, once a pass for each
+// name, and ends no step.
+func TestMidStepCollectsWithoutEndingAStep(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
-	live := make([][]byte, 0, 128)
-	for range cap(live) {
-		live = append(live, make([]byte, 1<<20))
+	c := &phaseClock{}
+	c.start(time.Now)
+	before := forcedCycles()
+	c.midStep("match_rules")
+	leave(collectAfter>>20 + 32)
+	c.midStep("match_rules")
+	leave(collectAfter>>20 + 32)
+	c.midStep("match_rules")
+	if got := forcedCycles() - before; got != 1 {
+		t.Errorf("%d collections forced, want 1: none before the step allocated, and one a pass", got)
 	}
-	percent := func() int { return int(int64(readUint64("/gc/gogc:percent"))) }
-	// churn leaves 96 MiB of garbage and counts the collections meanwhile.
-	churn := func() uint64 {
-		runtime.GC()
-		before := readUint64("/gc/cycles/total:gc-cycles")
-		leave(96)
-		return readUint64("/gc/cycles/total:gc-cycles") - before
+	if len(c.phases) != 0 {
+		t.Errorf("phases %v, want none", c.phases)
 	}
-	if n := churn(); n != 0 {
-		t.Fatalf("unpaced, 96 MiB of garbage over 128 MiB live: %d collections, want none", n)
-	}
-	restore := paceCollector(16 << 20)
-	// 16 MiB over a little more than 128 MiB live.
-	if p := percent(); p < 10 || p > 12 {
-		t.Errorf("paced at 16 MiB over 128 MiB live: GOGC %d, want 10 to 12", p)
-	}
-	paceCollector(1 << 20)() // another holder's changes nothing
-	if n := churn(); n < 3 {
-		t.Errorf("paced at 16 MiB, 96 MiB of garbage: %d collections, want 3 or more", n)
-	}
-	restore()
-	if p := percent(); p != 100 {
-		t.Errorf("after the last holder: GOGC %d, want 100 again", p)
-	}
-	debug.SetGCPercent(-1)
-	paceCollector(16 << 20)()
-	if p := percent(); p != -1 {
-		t.Errorf("the collector was off: GOGC %d after a pace, want -1 (off)", p)
-	}
-	runtime.KeepAlive(live)
 }

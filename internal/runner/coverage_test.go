@@ -21,11 +21,11 @@ func doubleRefund(e *env, state reconcile.State) {
 	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
 	created := e.clock.Add(-5 * 24 * time.Hour)
 	charge := reconcile.ProviderObject{ID: "ch_7", Kind: reconcile.Charge, Money: usd(8900), Status: reconcile.Succeeded,
-		Created: created.Add(-24 * time.Hour), Customer: "cus_7"}
+		Created: reconcile.StampOf(created.Add(-24 * time.Hour)), Customer: "cus_7"}
 	first := reconcile.ProviderObject{ID: "re_7a", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
-		Target: "ch_7", Charge: "ch_7", Created: created.Add(time.Minute)}
+		Target: "ch_7", Charge: "ch_7", Created: reconcile.StampOf(created.Add(time.Minute))}
 	retry := reconcile.ProviderObject{ID: "re_7b", Kind: reconcile.Refund, Money: usd(8900), Status: reconcile.Succeeded,
-		Target: "ch_7", Charge: "ch_7", Created: e.clock.Add(-time.Hour), Metadata: map[string]string{"obligation_id": "refund:7"}}
+		Target: "ch_7", Charge: "ch_7", Created: reconcile.StampOf(e.clock.Add(-time.Hour)), Metadata: map[string]string{"obligation_id": "refund:7"}}
 	e.add("key-charge-7", charge)
 	e.add("key-refund-7", first)
 	e.add("", retry)
@@ -36,7 +36,7 @@ func doubleRefund(e *env, state reconcile.State) {
 	}
 	pgtest.InsertObligations(e.tb, e.pool,
 		reconcile.Obligation{ID: "charge:7", Kind: reconcile.Charge, IdempotencyKey: "key-charge-7", ProviderID: "ch_7",
-			Money: usd(8900), State: reconcile.Paid, CreatedAt: reconcile.StampOf(charge.Created), UpdatedAt: reconcile.StampOf(charge.Created), PaidAt: reconcile.StampOf(charge.Created)},
+			Money: usd(8900), State: reconcile.Paid, CreatedAt: reconcile.StampOf(charge.Created.Time()), UpdatedAt: reconcile.StampOf(charge.Created.Time()), PaidAt: reconcile.StampOf(charge.Created.Time())},
 		refund)
 }
 
@@ -108,7 +108,7 @@ func TestOlderThanMaxLookbackIsNotPaid(t *testing.T) {
 	usd := reconcile.Money{Amount: 1000, Currency: "usd"}
 	created := e.clock.Add(-10 * 24 * time.Hour)
 	e.add("key-old", reconcile.ProviderObject{ID: "ch_old", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
-		Created: created.Add(time.Minute)})
+		Created: reconcile.StampOf(created.Add(time.Minute))})
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:old", Kind: reconcile.Charge, IdempotencyKey: "key-old",
 		ProviderID: "ch_old", Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)})
 
@@ -167,9 +167,9 @@ func TestEvidenceNamesAnotherObligation(t *testing.T) {
 	usd := reconcile.Money{Amount: 500, Currency: "usd"}
 	created := e.clock.Add(-4 * 24 * time.Hour)
 	e.add("key-ch", reconcile.ProviderObject{ID: "ch_9", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
-		Created: created.Add(-time.Hour)})
+		Created: reconcile.StampOf(created.Add(-time.Hour))})
 	e.add("key-a", reconcile.ProviderObject{ID: "re_9", Kind: reconcile.Refund, Money: usd, Status: reconcile.Succeeded,
-		Target: "ch_9", Charge: "ch_9", Created: created.Add(time.Minute), Metadata: map[string]string{"obligation_id": "refund:b"}})
+		Target: "ch_9", Charge: "ch_9", Created: reconcile.StampOf(created.Add(time.Minute)), Metadata: map[string]string{"obligation_id": "refund:b"}})
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "refund:a", Kind: reconcile.Refund, IdempotencyKey: "key-a", TargetID: "ch_9",
 			Money: usd, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)},
@@ -206,7 +206,7 @@ func TestOlderStretchJoinsTheMirror(t *testing.T) {
 	// executing under a lease until 90 minutes after start.
 	created := start.Add(-5 * 24 * time.Hour)
 	e.add("key-5d", reconcile.ProviderObject{ID: "ch_5d", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
-		Created: created.Add(time.Minute)})
+		Created: reconcile.StampOf(created.Add(time.Minute))})
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:5d", Kind: reconcile.Charge, IdempotencyKey: "key-5d",
 		Money: usd, State: reconcile.Executing, LeaseOwner: "w", LeaseExpiresAt: reconcile.StampOf(start.Add(90 * time.Minute)),
 		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)})

@@ -278,7 +278,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	took := map[string]bool{}
 	for _, group := range [][]reconcile.ProviderObject{sd.again, sd.sync.Objects, sd.changed} {
 		for _, o := range group {
-			if !took[o.ID] && cover.Contains(o.Created) {
+			if !took[o.ID] && cover.Contains(o.Created.Time()) {
 				took[o.ID] = true
 				kept = append(kept, o)
 			}
@@ -289,7 +289,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// pass that goes on to match whole counts them as it reads.
 	changedObjects := 0
 	for id, o := range sd.newer {
-		if !slices.ContainsFunc(sd.again, func(a reconcile.ProviderObject) bool { return a.ID == id }) && cover.Contains(o.Created) {
+		if !slices.ContainsFunc(sd.again, func(a reconcile.ProviderObject) bool { return a.ID == id }) && cover.Contains(o.Created.Time()) {
 			changedObjects++
 		}
 	}
@@ -385,7 +385,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 			}
 			add(named)
 		}
-		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
 		if r.beforeCoverage(byID, w, subject, now, cover) {
 			// Nothing retrieved yet: the whole read retrieves once.
 			p.report.MatchReason = "an obligation to decide on began before the coverage"
@@ -441,7 +441,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		obs = append(obs, o)
 	}
 	slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
-	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
 	if r.beforeCoverage(byID, w, subject, now, cover) {
 		// One that only a retrieved object connects.
 		p.report.MatchReason = "an obligation to decide on began before the coverage"

@@ -74,7 +74,7 @@ func (w *twin) payment(o *reconcile.Obligation, created time.Time) {
 		kind = reconcile.Refund
 	}
 	x := reconcile.ProviderObject{Kind: kind, Money: w.money(), Status: reconcile.Succeeded, RawStatus: "succeeded",
-		Customer: propCustomers[w.rng.IntN(len(propCustomers))], Created: created}
+		Customer: propCustomers[w.rng.IntN(len(propCustomers))], Created: reconcile.StampOf(created)}
 	switch r := w.rng.IntN(10); {
 	case r == 0:
 		x.Status, x.RawStatus = reconcile.Failed, "failed"
@@ -250,7 +250,7 @@ func (w *twin) day(at time.Time) {
 			}
 			w.object(reconcile.ProviderObject{ID: w.newObjectID("ch"), Kind: reconcile.Charge, Money: o.Money,
 				Status: reconcile.Failed, RawStatus: "failed", Customer: propCustomers[w.rng.IntN(len(propCustomers))],
-				Metadata: meta, Created: created}, "")
+				Metadata: meta, Created: reconcile.StampOf(created)}, "")
 			w.later = append(w.later, o)
 		case r == 8:
 			// The workflow corrects a provider_id: what it named before
@@ -507,7 +507,7 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 	pgtest.InsertObligations(t, e.pool, obl(1, t0.Add(-2*time.Hour)), obl(2, t0.Add(-time.Hour)))
 	// A charge still pending, whose event tells of it on a later day.
 	e.add("key-p9", reconcile.ProviderObject{ID: "ch_p9", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 900, Currency: "usd"},
-		Status: reconcile.Pending, RawStatus: "pending", Created: t0.Add(-90 * time.Minute)})
+		Status: reconcile.Pending, RawStatus: "pending", Created: reconcile.StampOf(t0.Add(-90 * time.Minute))})
 	e.pass(true, runner.Request{})
 	for _, step := range []struct {
 		name, why string

@@ -86,7 +86,7 @@ func newLockWorld(t *testing.T) *lockWorld {
 		amount  int64
 	}{{"ch_1", "k-1", 1000}, {"ch_2", "k-2", 2000}, {"ch_d1", "k-dup", 3000}, {"ch_d2", "k-dup", 3000}, {"ch_orphan", "k-none", 4700}} {
 		err := w.stripe.Add(reconcile.ProviderObject{ID: o.id, Kind: reconcile.Charge, Money: usd(o.amount),
-			Status: reconcile.Succeeded, Created: created.Add(time.Minute)}, o.key)
+			Status: reconcile.Succeeded, Created: reconcile.StampOf(created.Add(time.Minute))}, o.key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,7 @@ func TestMalformedPageFailsThePass(t *testing.T) {
 	money := reconcile.Money{Amount: 4821, Currency: "usd"}
 	for i, id := range []string{"ch_dup_1", "ch_dup_2"} {
 		e.add("key-dup", reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
-			Created: created.Add(time.Duration(i) * time.Second)})
+			Created: reconcile.StampOf(created.Add(time.Duration(i) * time.Second))})
 	}
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:dup", Kind: reconcile.Charge,
 		IdempotencyKey: "key-dup", Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)})

@@ -18,13 +18,13 @@ func TestNamedIfKeepsOnlyWhatItKeeps(t *testing.T) {
 	at := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	l := &sources.Listing{
 		Objects: []reconcile.ProviderObject{
-			{ID: "ch_in", Created: at, Metadata: map[string]string{"obligation_id": "o-in"}},
-			{ID: "ch_out", Created: at.Add(-time.Hour), Metadata: map[string]string{"obligation_id": "o-out"}},
+			{ID: "ch_in", Created: reconcile.StampOf(at), Metadata: map[string]string{"obligation_id": "o-in"}},
+			{ID: "ch_out", Created: reconcile.StampOf(at.Add(-time.Hour)), Metadata: map[string]string{"obligation_id": "o-out"}},
 		},
 		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_in", Key: "k-in"}, {ObjectID: "ch_out", Key: "k-out"}, {ObjectID: "ch_later", Key: "k-later"}},
 	}
 	w := reconcile.Window{From: at, To: at.Add(time.Hour)}
-	n := namedIf(l, matcher.OptionsFrom(config.Default().Matcher), func(o reconcile.ProviderObject) bool { return w.Contains(o.Created) })
+	n := namedIf(l, matcher.OptionsFrom(config.Default().Matcher), func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
 	if !slices.Equal(n.IDs, []string{"o-in"}) || !slices.Equal(n.Keys, []string{"k-in"}) || !slices.Equal(n.ProviderIDs, []string{"ch_in"}) {
 		t.Errorf("namedIf(subject) = %+v, want o-in, k-in, ch_in only", n)
 	}
@@ -42,8 +42,8 @@ func TestLazySubjectListsOnlyWhenNeeded(t *testing.T) {
 	w := reconcile.Window{From: at, To: at.Add(time.Hour)}
 	l := &sources.Listing{
 		Objects: []reconcile.ProviderObject{
-			{ID: "ch_in", Created: at, Metadata: map[string]string{"obligation_id": "o-named"}},
-			{ID: "ch_out", Created: at.Add(-time.Hour), Metadata: map[string]string{"obligation_id": "o-named-before"}},
+			{ID: "ch_in", Created: reconcile.StampOf(at), Metadata: map[string]string{"obligation_id": "o-named"}},
+			{ID: "ch_out", Created: reconcile.StampOf(at.Add(-time.Hour)), Metadata: map[string]string{"obligation_id": "o-named-before"}},
 		},
 		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_in", Key: "k-in"}},
 	}

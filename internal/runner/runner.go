@@ -738,7 +738,7 @@ func (s *lazySubject) decides(o *reconcile.Obligation) bool {
 		return true
 	}
 	if s.named == nil {
-		n := namedIf(s.l, s.opts, func(o reconcile.ProviderObject) bool { return s.w.Contains(o.Created) })
+		n := namedIf(s.l, s.opts, func(o reconcile.ProviderObject) bool { return s.w.Contains(o.Created.Time()) })
 		s.named = &n
 	}
 	return decides(o, s.w, *s.named)
@@ -829,11 +829,9 @@ func (r *Runner) match(ctx context.Context, in *matcher.Input, now time.Time, st
 			// before it builds its result (matcher.Match).
 			in.Obligations = nil
 		}
-		// The collector runs in the match, so that what it lets go does
-		// not pile up on all the pass read (paceCollector).
-		restore := paceCollector(matchHeadroom)
-		res = matcher.Match(whole, now, r.Matcher)
-		restore()
+		// What the rules alone read is collected before the result is
+		// built (phaseClock.midStep).
+		res = matcher.MatchThen(whole, now, r.Matcher, func() { st.phases.midStep("match_rules") })
 		if !verified {
 			st.phases.mark("match")
 		}

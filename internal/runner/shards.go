@@ -191,7 +191,7 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 		if err != nil {
 			return nil, nil, fmt.Errorf("read named obligations: %w", err)
 		}
-		subject := namedIf(l, p.opts, func(o reconcile.ProviderObject) bool { return p.subject.Contains(o.Created) })
+		subject := namedIf(l, p.opts, func(o reconcile.ProviderObject) bool { return p.subject.Contains(o.Created.Time()) })
 		var any classNames // every obligation the day names, of any shard, by class
 		for i := range named {
 			o := &named[i]
@@ -456,11 +456,11 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 			if c == "" {
 				continue
 			}
-			key := pair{c, o.Money.Amount, o.Created.Unix()}
+			key := pair{c, o.Money.Amount, o.Created.Time().Unix()}
 			if _, ok := pairs[key]; !ok {
 				pairs[key] = struct{}{}
 				q.Twins = append(q.Twins, store.CustomerAmount{Customer: c, Amount: o.Money.Amount,
-					From: o.Created.Add(-twinReach), To: o.Created.Add(twinReach)})
+					From: o.Created.Time().Add(-twinReach), To: o.Created.Time().Add(twinReach)})
 			}
 		}
 		if len(q.IDs)+len(q.Intents)+len(q.Charges)+len(q.Twins)+len(q.Keys)+len(q.LinkedTo)+len(q.Metadata) == 0 &&

@@ -164,17 +164,7 @@ func (c *phaseClock) mark(name string) {
 	if c.now == nil {
 		return
 	}
-	if !c.collected[name] {
-		if collectIfGrown(c.allocs) {
-			if c.collected == nil {
-				c.collected = map[string]bool{}
-			}
-			c.collected[name] = true
-		}
-		// What a step that may not collect allocated counts towards
-		// the next one's.
-		c.allocs = heapAllocs()
-	}
+	c.midStep(name)
 	t := c.now()
 	took := t.Sub(c.last)
 	c.last = t
@@ -185,6 +175,27 @@ func (c *phaseClock) mark(name string) {
 		}
 	}
 	c.phases = append(c.phases, Phase{Name: name, Took: took})
+}
+
+// midStep collects where a step has let go of much before it ends, by
+// the rule of mark: once a pass for each name, when more than
+// collectAfter was allocated since the last step that could collect.
+// The match lets go of the obligations before it builds its result
+// ("match_rules"): collected only where the match ends, they stood under
+// the result's arrays, which cannot reuse their pages.
+func (c *phaseClock) midStep(name string) {
+	if c.now == nil || c.collected[name] {
+		return
+	}
+	if collectIfGrown(c.allocs) {
+		if c.collected == nil {
+			c.collected = map[string]bool{}
+		}
+		c.collected[name] = true
+	}
+	// What a step that may not collect allocated counts towards the
+	// next one's.
+	c.allocs = heapAllocs()
 }
 
 // attrs are the phases as log attributes, in seconds.
@@ -371,7 +382,7 @@ func (r *Runner) readIncremental(ctx context.Context, log *slog.Logger, w reconc
 			return again
 		})
 		for _, o := range sd.again {
-			if w.Contains(o.Created) {
+			if w.Contains(o.Created.Time()) {
 				objects = append(objects, o)
 			}
 		}

@@ -266,14 +266,14 @@ func TestPendingRefundSucceedsLater(t *testing.T) {
 	e := newEnv(t)
 	created := t0.Add(-3 * time.Hour)
 	charge := reconcile.ProviderObject{ID: "ch_4821", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Succeeded, Created: created.Add(-time.Hour)}
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(created.Add(-time.Hour))}
 	refund := reconcile.ProviderObject{ID: "re_4821", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Pending, Target: "ch_4821", Charge: "ch_4821", Created: created}
+		Status: reconcile.Pending, Target: "ch_4821", Charge: "ch_4821", Created: reconcile.StampOf(created)}
 	e.add("key-charge-4821", charge)
 	e.add("key-refund-4821", refund)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:4821", Kind: reconcile.Charge, IdempotencyKey: "key-charge-4821", ProviderID: "ch_4821",
-			Money: charge.Money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(charge.Created), PaidAt: reconcile.StampOf(charge.Created)},
+			Money: charge.Money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(charge.Created.Time()), PaidAt: reconcile.StampOf(charge.Created.Time())},
 		reconcile.Obligation{ID: "refund:4821", Kind: reconcile.Refund, IdempotencyKey: "key-refund-4821", TargetID: "ch_4821",
 			Money: refund.Money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)})
 
@@ -321,13 +321,13 @@ func mutate(e *env, day int, at time.Time) {
 		id := d + "-" + string(rune('a'+i))
 		created := at.Add(-time.Duration(i+1) * time.Minute)
 		ch := reconcile.ProviderObject{ID: "ch_" + id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: int64(1000 + i), Currency: "usd"},
-			Status: reconcile.Succeeded, Customer: "cus_" + id, Created: created}
+			Status: reconcile.Succeeded, Customer: "cus_" + id, Created: reconcile.StampOf(created)}
 		e.add("key-"+id, ch)
 		pgtest.InsertObligations(e.tb, e.pool, reconcile.Obligation{ID: "charge:" + id, Kind: reconcile.Charge,
 			IdempotencyKey: "key-" + id, Money: ch.Money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created)})
 	}
 	e.add("", reconcile.ProviderObject{ID: "re_dash_" + d, Kind: reconcile.Refund, Money: reconcile.Money{Amount: 500, Currency: "usd"},
-		Status: reconcile.Succeeded, Target: "ch_100", Charge: "ch_100", Created: at.Add(-30 * time.Minute)})
+		Status: reconcile.Succeeded, Target: "ch_100", Charge: "ch_100", Created: reconcile.StampOf(at.Add(-30 * time.Minute))})
 	switch day {
 	case 1:
 		e.update("ch_orphan202", at, func(o *reconcile.ProviderObject) {
@@ -353,16 +353,16 @@ func TestFullAfterIncrementalFindsWhatScratchFinds(t *testing.T) {
 	// An intent still processing, and one nobody links to until its
 	// metadata is edited (no event tells that).
 	late := reconcile.ProviderObject{ID: "pi_late", Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: 7000, Currency: "eur"},
-		Status: reconcile.Pending, RawStatus: "processing", Created: t0.Add(-5 * time.Hour)}
+		Status: reconcile.Pending, RawStatus: "processing", Created: reconcile.StampOf(t0.Add(-5 * time.Hour))}
 	quiet := reconcile.ProviderObject{ID: "pi_quiet", Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: 4200, Currency: "eur"},
-		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: t0.Add(-6 * time.Hour)}
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: reconcile.StampOf(t0.Add(-6 * time.Hour))}
 	e.add("key-late", late)
 	e.add("", quiet)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:late", Kind: reconcile.Charge, IdempotencyKey: "key-late", Money: late.Money,
-			State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(late.Created)},
+			State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(late.Created.Time())},
 		reconcile.Obligation{ID: "charge:quiet", Kind: reconcile.Charge, IdempotencyKey: "key-quiet", Money: quiet.Money,
-			State: reconcile.Paid, CreatedAt: reconcile.StampOf(quiet.Created), PaidAt: reconcile.StampOf(quiet.Created)})
+			State: reconcile.Paid, CreatedAt: reconcile.StampOf(quiet.Created.Time()), PaidAt: reconcile.StampOf(quiet.Created.Time())})
 
 	e.pass(true, runner.Request{})
 	for day := 1; day <= 2; day++ {
@@ -422,12 +422,12 @@ func TestMirrorMasksMetadataButLinkKeys(t *testing.T) {
 	created := t0.Add(-3 * time.Hour)
 	usd := reconcile.Money{Amount: 8900, Currency: "usd"}
 	byID := reconcile.ProviderObject{ID: "ch_pan", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
-		RawStatus: "succeeded", Metadata: map[string]string{"obligation_id": "charge:4242424242424242", "note": note}, Created: created}
+		RawStatus: "succeeded", Metadata: map[string]string{"obligation_id": "charge:4242424242424242", "note": note}, Created: reconcile.StampOf(created)}
 	byKey := reconcile.ProviderObject{ID: "pi_mail", Kind: reconcile.PaymentIntent, Money: usd, Status: reconcile.Succeeded,
-		RawStatus: "succeeded", Metadata: map[string]string{"idempotency_key": "key-jane@example.com", "note": note}, Created: created}
+		RawStatus: "succeeded", Metadata: map[string]string{"idempotency_key": "key-jane@example.com", "note": note}, Created: reconcile.StampOf(created)}
 	// Linked to nothing: verified again on every incremental pass.
 	orphan := reconcile.ProviderObject{ID: "pi_orphan", Kind: reconcile.PaymentIntent, Money: usd, Status: reconcile.Succeeded,
-		RawStatus: "succeeded", Metadata: map[string]string{"note": note}, Created: created}
+		RawStatus: "succeeded", Metadata: map[string]string{"note": note}, Created: reconcile.StampOf(created)}
 	e.add("", byID, byKey, orphan)
 	pgtest.InsertObligations(t, e.pool,
 		reconcile.Obligation{ID: "charge:4242424242424242", Kind: reconcile.Charge, IdempotencyKey: "key-pan", Money: usd,
@@ -550,7 +550,7 @@ type retaining struct {
 func (p retaining) keep(keys []reconcile.KeyEvidence) []reconcile.KeyEvidence {
 	var out []reconcile.KeyEvidence
 	for _, k := range keys {
-		if !k.Created.Before(p.now().Add(-sources.EventRetention)) {
+		if !k.Created.Time().Before(p.now().Add(-sources.EventRetention)) {
 			out = append(out, k)
 		}
 	}
@@ -586,7 +586,7 @@ func TestKeysOutliveStripeEvents(t *testing.T) {
 	day := 24 * time.Hour
 	created := t0.Add(-35*day - time.Hour)
 	old := reconcile.ProviderObject{ID: "ch_old", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 12000, Currency: "jpy"},
-		Status: reconcile.Succeeded, Created: created}
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(created)}
 	e.add("key-old", old)
 	pgtest.InsertObligations(t, e.pool, reconcile.Obligation{ID: "charge:old", Kind: reconcile.Charge, IdempotencyKey: "key-old",
 		Money: old.Money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)})

@@ -59,7 +59,7 @@ type object struct {
 
 func (o *object) provider() reconcile.ProviderObject {
 	p := reconcile.ProviderObject{
-		ID: o.ID, Kind: o.Kind, Money: o.Money, Status: o.Status, Created: o.Created,
+		ID: o.ID, Kind: o.Kind, Money: o.Money, Status: o.Status, Created: reconcile.StampOf(o.Created),
 		Customer: o.Customer, Metadata: maps.Clone(o.Meta),
 	}
 	if o.Kind == reconcile.Refund {

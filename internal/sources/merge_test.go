@@ -21,10 +21,10 @@ import (
 func TestMergeKeepsEachPairOnce(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	ch := func(id string, s int) reconcile.ProviderObject {
-		return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Created: at(s)}
+		return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Created: reconcile.StampOf(at(s))}
 	}
 	key := func(obj, k, evt string, s int) reconcile.KeyEvidence {
-		return reconcile.KeyEvidence{ObjectID: obj, ObjectKind: reconcile.Charge, Key: k, EventID: evt, Created: at(s)}
+		return reconcile.KeyEvidence{ObjectID: obj, ObjectKind: reconcile.Charge, Key: k, EventID: evt, Created: reconcile.StampOf(at(s))}
 	}
 	refund := func(obj, k, evt string, s int) reconcile.KeyEvidence {
 		r := key(obj, k, evt, s)
@@ -45,7 +45,7 @@ func TestMergeKeepsEachPairOnce(t *testing.T) {
 	}
 	l := merge(read)
 	if got, want := l.Objects, []reconcile.ProviderObject{ch("ch_a", 1), ch("ch_b", 5)}; !slices.EqualFunc(got, want,
-		func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID && a.Created.Equal(b.Created) }) {
+		func(a, b reconcile.ProviderObject) bool { return a.ID == b.ID && a.Created == b.Created }) {
 		t.Errorf("objects %+v, want %+v", got, want)
 	}
 	want := []reconcile.KeyEvidence{key("ch_a", "k1", "evt_2", 3), key("ch_a", "k2", "evt_4", 4), key("ch_b", "k1", "evt_5", 5),
@@ -61,7 +61,7 @@ func TestMergeKeepsEachPairOnce(t *testing.T) {
 // whole).
 func TestSortKeysAsOneSort(t *testing.T) {
 	byAll := func(a, b reconcile.KeyEvidence) int {
-		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created),
+		return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), cmp.Compare(a.Created, b.Created),
 			cmp.Compare(a.ObjectID, b.ObjectID), cmp.Compare(a.Key, b.Key))
 	}
 	kinds := []reconcile.ObjectKind{reconcile.Charge, reconcile.PaymentIntent, reconcile.Refund}
@@ -69,13 +69,13 @@ func TestSortKeysAsOneSort(t *testing.T) {
 	for round := range 200 {
 		keys := make([]reconcile.KeyEvidence, rng.IntN(60))
 		for i := range keys {
-			keys[i] = reconcile.KeyEvidence{ObjectKind: kinds[rng.IntN(len(kinds))], Created: t0.Add(time.Duration(rng.IntN(4)) * time.Second),
+			keys[i] = reconcile.KeyEvidence{ObjectKind: kinds[rng.IntN(len(kinds))], Created: reconcile.StampOf(t0.Add(time.Duration(rng.IntN(4)) * time.Second)),
 				ObjectID: fmt.Sprintf("ch_%d", rng.IntN(8)), Key: fmt.Sprintf("k%d", rng.IntN(3))}
 		}
 		if round%2 == 0 {
 			// In time order, each tie shuffled.
 			slices.SortFunc(keys, func(a, b reconcile.KeyEvidence) int {
-				return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), a.Created.Compare(b.Created))
+				return cmp.Or(cmp.Compare(a.ObjectKind, b.ObjectKind), cmp.Compare(a.Created, b.Created))
 			})
 		}
 		want := slices.Clone(keys)
@@ -94,7 +94,7 @@ func TestMergeTellsApartIDsOfOneHead(t *testing.T) {
 	const a, b = "ch_3PxYzAbCdEfGhIj0001", "ch_3PxYzAbCdEfGhIj0002"
 	key := func(obj, evt string, s int) reconcile.KeyEvidence {
 		return reconcile.KeyEvidence{ObjectID: obj, ObjectKind: reconcile.Charge, Key: "k-same", EventID: evt,
-			Created: t0.Add(time.Duration(s) * time.Second)}
+			Created: reconcile.StampOf(t0.Add(time.Duration(s) * time.Second))}
 	}
 	l := merge([][]page{{{keys: []reconcile.KeyEvidence{key(b, "evt_4", 2), key(a, "evt_3", 1), key(b, "evt_2", 1), key(a, "evt_1", 1)}}}})
 	want := []reconcile.KeyEvidence{key(a, "evt_1", 1), key(b, "evt_2", 1)}
@@ -110,10 +110,10 @@ func TestMergeTellsApartIDsOfOneHead(t *testing.T) {
 func TestMergeSharesTheObjectsIDs(t *testing.T) {
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	obj := func(id string, kind reconcile.ObjectKind, s int) reconcile.ProviderObject {
-		return reconcile.ProviderObject{ID: strings.Clone(id), Kind: kind, Created: at(s)}
+		return reconcile.ProviderObject{ID: strings.Clone(id), Kind: kind, Created: reconcile.StampOf(at(s))}
 	}
 	key := func(id string, kind reconcile.ObjectKind, k string, s int) reconcile.KeyEvidence {
-		return reconcile.KeyEvidence{ObjectID: strings.Clone(id), ObjectKind: kind, Key: k, EventID: "evt_" + k, Created: at(s)}
+		return reconcile.KeyEvidence{ObjectID: strings.Clone(id), ObjectKind: kind, Key: k, EventID: "evt_" + k, Created: reconcile.StampOf(at(s))}
 	}
 	read := [][]page{{{
 		objects: []reconcile.ProviderObject{obj("ch_a", reconcile.Charge, 1), obj("ch_b", reconcile.Charge, 1),

@@ -39,15 +39,15 @@ func connectEnv(tb testing.TB) *env {
 	}
 	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
 	at := func(h int) time.Time { return t0.Add(time.Duration(h) * time.Hour) }
-	add("", reconcile.ProviderObject{ID: "ch_p1", Kind: reconcile.Charge, Money: usd(1000), Status: reconcile.Succeeded, Created: at(1)})
+	add("", reconcile.ProviderObject{ID: "ch_p1", Kind: reconcile.Charge, Money: usd(1000), Status: reconcile.Succeeded, Created: reconcile.StampOf(at(1))})
 	add("acct_A", reconcile.ProviderObject{ID: "ch_a1", Kind: reconcile.Charge, Money: usd(2000), Status: reconcile.Succeeded,
-		PaymentIntent: "pi_a1", Created: at(2)})
+		PaymentIntent: "pi_a1", Created: reconcile.StampOf(at(2))})
 	add("acct_A", reconcile.ProviderObject{ID: "pi_a1", Kind: reconcile.PaymentIntent, Money: usd(2000), Status: reconcile.Succeeded,
-		Charge: "ch_a1", Created: at(2)})
+		Charge: "ch_a1", Created: reconcile.StampOf(at(2))})
 	add("acct_A", reconcile.ProviderObject{ID: "re_a1", Kind: reconcile.Refund, Money: usd(500), Status: reconcile.Succeeded,
-		Target: "ch_a1", Charge: "ch_a1", Created: at(3)})
-	add("acct_B", reconcile.ProviderObject{ID: "ch_b1", Kind: reconcile.Charge, Money: usd(3000), Status: reconcile.Succeeded, Created: at(4)})
-	add("acct_B", reconcile.ProviderObject{ID: "ch_p1", Kind: reconcile.Charge, Money: usd(4000), Status: reconcile.Succeeded, Created: at(5)})
+		Target: "ch_a1", Charge: "ch_a1", Created: reconcile.StampOf(at(3))})
+	add("acct_B", reconcile.ProviderObject{ID: "ch_b1", Kind: reconcile.Charge, Money: usd(3000), Status: reconcile.Succeeded, Created: reconcile.StampOf(at(4))})
+	add("acct_B", reconcile.ProviderObject{ID: "ch_p1", Kind: reconcile.Charge, Money: usd(4000), Status: reconcile.Succeeded, Created: reconcile.StampOf(at(5))})
 	return e
 }
 
@@ -356,7 +356,7 @@ func TestForAccountProgressNeverConcurrent(t *testing.T) {
 	for _, acct := range []string{"acct_A", "acct_B"} {
 		for i := range 400 {
 			o := reconcile.ProviderObject{ID: fmt.Sprintf("ch_%s_%03d", acct, i), Kind: reconcile.Charge,
-				Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: t0.Add(time.Duration(i) * time.Minute)}
+				Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: reconcile.StampOf(t0.Add(time.Duration(i) * time.Minute))}
 			if err := e.srv.As(acct).Add(o, ""); err != nil {
 				t.Fatal(err)
 			}

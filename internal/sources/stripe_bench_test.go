@@ -23,7 +23,7 @@ func benchData(tb testing.TB, e *env, n int) {
 	for i := range n {
 		created := benchWindow.From.Add(time.Duration(i) * step).Truncate(time.Second)
 		ch := reconcile.ProviderObject{ID: fmt.Sprintf("ch_%06d", i), Kind: reconcile.Charge,
-			Money: reconcile.Money{Amount: int64(1000 + i), Currency: "usd"}, Status: reconcile.Succeeded, Created: created,
+			Money: reconcile.Money{Amount: int64(1000 + i), Currency: "usd"}, Status: reconcile.Succeeded, Created: reconcile.StampOf(created),
 			Customer: fmt.Sprintf("cus_%d", i%500), Metadata: map[string]string{"obligation_id": fmt.Sprintf("ob-%d", i)}}
 		if i%3 == 0 {
 			ch.PaymentIntent = fmt.Sprintf("pi_%06d", i)
@@ -31,12 +31,12 @@ func benchData(tb testing.TB, e *env, n int) {
 		e.add(tb, fmt.Sprintf("key-%d", i), ch)
 		if ch.PaymentIntent != "" {
 			e.add(tb, fmt.Sprintf("key-%d", i), reconcile.ProviderObject{ID: ch.PaymentIntent, Kind: reconcile.PaymentIntent,
-				Money: ch.Money, Status: reconcile.Succeeded, Charge: ch.ID, Customer: ch.Customer, Created: created})
+				Money: ch.Money, Status: reconcile.Succeeded, Charge: ch.ID, Customer: ch.Customer, Created: reconcile.StampOf(created)})
 		}
 		if i%6 == 0 {
 			e.add(tb, fmt.Sprintf("key-refund-%d", i), reconcile.ProviderObject{ID: fmt.Sprintf("re_%06d", i), Kind: reconcile.Refund,
 				Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Target: ch.ID, Charge: ch.ID,
-				Created: created.Add(time.Second)})
+				Created: reconcile.StampOf(created.Add(time.Second))})
 		}
 	}
 }
@@ -113,13 +113,13 @@ func BenchmarkMerge(b *testing.B) {
 					created := t0.Add(time.Duration(n/tie) * time.Second)
 					id := fmt.Sprintf("ch_%07d", n)
 					out[s][p].objects = append(out[s][p].objects, reconcile.ProviderObject{ID: id, Kind: reconcile.Charge,
-						Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: created})
+						Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Created: reconcile.StampOf(created)})
 					// The events of one second come in their own order,
 					// not their objects'.
 					e := n - n%tie + n%tie*7%tie
 					kind := []reconcile.ObjectKind{reconcile.Charge, reconcile.PaymentIntent, reconcile.Refund}[e%3]
 					out[s][p].keys = append(out[s][p].keys, reconcile.KeyEvidence{ObjectID: fmt.Sprintf("ch_%07d", e), ObjectKind: kind,
-						Key: fmt.Sprintf("key-%d", e), EventID: fmt.Sprintf("evt_%07d", n), Created: created})
+						Key: fmt.Sprintf("key-%d", e), EventID: fmt.Sprintf("evt_%07d", n), Created: reconcile.StampOf(created)})
 				}
 			}
 		}

@@ -100,7 +100,7 @@ type wireObject struct {
 func (w *wireObject) object() reconcile.ProviderObject {
 	o := reconcile.ProviderObject{
 		ID: w.id, Kind: w.kind, Money: reconcile.Money{Amount: w.amount, Currency: word(strings.ToLower(w.currency))},
-		RawStatus: word(w.status), Created: unixUTC(w.created),
+		RawStatus: word(w.status), Created: reconcile.StampOf(unixUTC(w.created)),
 	}
 	if len(w.metadata) > 0 {
 		o.Metadata = w.metadata
@@ -223,7 +223,7 @@ func evidence(kinds map[string]keyEvent, eventID, typ string, created int64, key
 	}
 	return reconcile.KeyEvidence{
 		ObjectID: objectID, ObjectKind: ke.kind, Key: key,
-		EventID: eventID, EventType: ke.typ, RequestID: requestID, Created: unixUTC(created),
+		EventID: eventID, EventType: ke.typ, RequestID: requestID, Created: reconcile.StampOf(unixUTC(created)),
 	}, true
 }
 

@@ -342,7 +342,7 @@ func TestRetrieveRefusesMalformedObjects(t *testing.T) {
 						want = w
 					}
 				}
-				if o.Money != want.Money || !o.Created.Equal(want.Created) || o.Status != want.Status {
+				if o.Money != want.Money || o.Created != want.Created || o.Status != want.Status {
 					t.Errorf("retrieved %+v, want %+v", o, want)
 				}
 			}

@@ -140,5 +140,5 @@ func SameObject(a, b reconcile.ProviderObject) bool {
 	return a.ID == b.ID && a.Account == b.Account && a.Kind == b.Kind && a.Money == b.Money && a.Status == b.Status &&
 		a.RawStatus == b.RawStatus && a.AmountRefunded == b.AmountRefunded && a.Target == b.Target &&
 		a.PaymentIntent == b.PaymentIntent && a.Charge == b.Charge && a.Customer == b.Customer &&
-		a.Created.Equal(b.Created) && maps.Equal(a.Metadata, b.Metadata)
+		a.Created == b.Created && maps.Equal(a.Metadata, b.Metadata)
 }

@@ -21,15 +21,15 @@ func TestSyncTellsChanges(t *testing.T) {
 	e := newEnv(t)
 	day := 24 * time.Hour
 	old := reconcile.ProviderObject{ID: "ch_old", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Succeeded, Created: t0.Add(time.Hour)}
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(t0.Add(time.Hour))}
 	pending := reconcile.ProviderObject{ID: "re_pending", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Pending, Target: "ch_old", Charge: "ch_old", Created: t0.Add(2 * time.Hour)}
+		Status: reconcile.Pending, Target: "ch_old", Charge: "ch_old", Created: reconcile.StampOf(t0.Add(2 * time.Hour))}
 	twice := reconcile.ProviderObject{ID: "re_twice", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "usd"},
-		Status: reconcile.Pending, Created: t0.Add(3 * time.Hour), PaymentIntent: "pi_x", Target: "pi_x"}
+		Status: reconcile.Pending, Created: reconcile.StampOf(t0.Add(3 * time.Hour)), PaymentIntent: "pi_x", Target: "pi_x"}
 	quiet := reconcile.ProviderObject{ID: "pi_quiet", Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: 5, Currency: "eur"},
-		Status: reconcile.Succeeded, Created: t0.Add(4 * time.Hour)}
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(t0.Add(4 * time.Hour))}
 	fresh := reconcile.ProviderObject{ID: "ch_fresh", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 1, Currency: "usd"},
-		Status: reconcile.Pending, Created: t0.Add(2*day + time.Hour)}
+		Status: reconcile.Pending, Created: reconcile.StampOf(t0.Add(2*day + time.Hour))}
 	for _, o := range []reconcile.ProviderObject{old, pending, twice, quiet, fresh} {
 		e.add(t, "key-"+o.ID, o)
 	}

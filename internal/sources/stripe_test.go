@@ -94,22 +94,22 @@ func populate(tb testing.TB, e *env, n int) dataset {
 	step := window.To.Sub(window.From) / time.Duration(n)
 	add := func(o reconcile.ProviderObject) {
 		e.add(tb, "key-"+o.ID, o)
-		if window.Contains(o.Created) {
+		if window.Contains(o.Created.Time()) {
 			d.byKind[o.Kind] = append(d.byKind[o.Kind], o)
 		}
 		// Events are read EventGrace (1m by default) past the window.
-		if o.Created.Before(window.To.Add(time.Minute)) && !o.Created.Before(window.From) {
+		if o.Created.Time().Before(window.To.Add(time.Minute)) && !o.Created.Time().Before(window.From) {
 			d.keys = append(d.keys, o.ID+"=key-"+o.ID)
 		}
 	}
 	add(reconcile.ProviderObject{ID: "ch_before", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 1, Currency: "usd"},
-		Status: reconcile.Succeeded, Created: window.From.Add(-time.Second)})
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(window.From.Add(-time.Second))})
 	add(reconcile.ProviderObject{ID: "ch_atend", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 1, Currency: "usd"},
-		Status: reconcile.Succeeded, Created: window.To})
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(window.To)})
 	for i := range n {
 		created := window.From.Add(time.Duration(i) * step).Truncate(time.Second)
 		ch := reconcile.ProviderObject{ID: fmt.Sprintf("ch_%05d", i), Kind: reconcile.Charge,
-			Money: reconcile.Money{Amount: int64(1000 + i), Currency: "usd"}, Status: reconcile.Succeeded, Created: created,
+			Money: reconcile.Money{Amount: int64(1000 + i), Currency: "usd"}, Status: reconcile.Succeeded, Created: reconcile.StampOf(created),
 			Customer: fmt.Sprintf("cus_%d", i%7), Metadata: map[string]string{"obligation_id": fmt.Sprintf("ob-%d", i)}}
 		switch i % 10 {
 		case 8:
@@ -123,12 +123,12 @@ func populate(tb testing.TB, e *env, n int) dataset {
 		add(ch)
 		if i%4 == 0 {
 			add(reconcile.ProviderObject{ID: ch.PaymentIntent, Kind: reconcile.PaymentIntent, Money: ch.Money,
-				Status: ch.Status, Charge: ch.ID, Customer: ch.Customer, Created: created})
+				Status: ch.Status, Charge: ch.ID, Customer: ch.Customer, Created: reconcile.StampOf(created)})
 		}
 		if i%6 == 0 && ch.Status == reconcile.Succeeded {
 			add(reconcile.ProviderObject{ID: fmt.Sprintf("re_%05d", i), Kind: reconcile.Refund,
 				Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Target: ch.ID,
-				Charge: ch.ID, PaymentIntent: ch.PaymentIntent, Created: created.Add(time.Minute)})
+				Charge: ch.ID, PaymentIntent: ch.PaymentIntent, Created: reconcile.StampOf(created.Add(time.Minute))})
 		}
 	}
 	var all []reconcile.ProviderObject
@@ -136,7 +136,7 @@ func populate(tb testing.TB, e *env, n int) dataset {
 		all = append(all, os...)
 	}
 	slices.SortFunc(all, func(a, b reconcile.ProviderObject) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Created, b.Created), cmp.Compare(a.ID, b.ID))
 	})
 	for _, o := range all {
 		d.objects = append(d.objects, string(o.Kind)+"/"+o.ID)
@@ -299,7 +299,7 @@ func TestListFailsRatherThanReturnPartial(t *testing.T) {
 	// at the 100th.
 	charges := slices.Clone(d.byKind[reconcile.Charge])
 	slices.SortFunc(charges, func(a, b reconcile.ProviderObject) int {
-		return cmp.Or(b.Created.Compare(a.Created), cmp.Compare(b.ID, a.ID))
+		return cmp.Or(cmp.Compare(b.Created, a.Created), cmp.Compare(b.ID, a.ID))
 	})
 	tests := []struct {
 		name       string
@@ -443,7 +443,7 @@ func TestListWindowBoundsAreHalfOpen(t *testing.T) {
 	e := newEnv(t)
 	for _, s := range []int{10, 20, 30} {
 		e.add(t, "", reconcile.ProviderObject{ID: fmt.Sprintf("ch_%d", s), Kind: reconcile.Charge,
-			Money: reconcile.Money{Amount: 1, Currency: "usd"}, Status: reconcile.Succeeded, Created: t0.Add(time.Duration(s) * time.Second)})
+			Money: reconcile.Money{Amount: 1, Currency: "usd"}, Status: reconcile.Succeeded, Created: reconcile.StampOf(t0.Add(time.Duration(s) * time.Second))})
 	}
 	r := e.reader(t, nil)
 	tests := []struct {
@@ -468,14 +468,14 @@ func TestListWindowBoundsAreHalfOpen(t *testing.T) {
 func TestKeyEvidenceEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	ch := reconcile.ProviderObject{ID: "ch_1", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Succeeded, Created: t0.Add(time.Hour)}
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(t0.Add(time.Hour))}
 	e.add(t, "key-charge", ch)
 	// Two refunds of one charge: each refund.created and charge.refunded
 	// carries the refund's key; neither may link the charge.
 	for i, key := range []string{"key-refund-1", "key-refund-2"} {
 		e.add(t, key, reconcile.ProviderObject{ID: fmt.Sprintf("re_%d", i+1), Kind: reconcile.Refund,
 			Money: reconcile.Money{Amount: 8900, Currency: "usd"}, Status: reconcile.Pending, Target: "ch_1",
-			Created: t0.Add(2 * time.Hour)})
+			Created: reconcile.StampOf(t0.Add(2 * time.Hour))})
 	}
 	if err := e.srv.Update("re_1", t0.Add(3*time.Hour), func(o *reconcile.ProviderObject) { o.Status = reconcile.Succeeded }); err != nil {
 		t.Fatal(err)
@@ -499,7 +499,7 @@ func TestKeyEvidenceEndToEnd(t *testing.T) {
 	if diff := gocmp.Diff(want, keyPairs(l)); diff != "" {
 		t.Errorf("keys (-want +got):\n%s", diff)
 	}
-	if k := l.Keys[0]; k.ObjectKind != reconcile.Charge || k.EventType != "charge.succeeded" || !k.Created.Equal(ch.Created) || k.EventID == "" {
+	if k := l.Keys[0]; k.ObjectKind != reconcile.Charge || k.EventType != "charge.succeeded" || k.Created != ch.Created || k.EventID == "" {
 		t.Errorf("charge evidence = %+v", k)
 	}
 }
@@ -599,15 +599,15 @@ func TestObjectsTranslated(t *testing.T) {
 	meta := map[string]string{"obligation_id": "refund:4821:approved-7", "note": "card 4242 4242 4242 4242 ✓"}
 	objs := []reconcile.ProviderObject{
 		{ID: "ch_auth", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 12000, Currency: "jpy"}, Status: reconcile.Pending,
-			RawStatus: "succeeded", PaymentIntent: "pi_1", Customer: "cus_1", Metadata: meta, Created: t0.Add(time.Hour)},
+			RawStatus: "succeeded", PaymentIntent: "pi_1", Customer: "cus_1", Metadata: meta, Created: reconcile.StampOf(t0.Add(time.Hour))},
 		{ID: "ch_paid", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"}, Status: reconcile.Succeeded,
-			RawStatus: "succeeded", AmountRefunded: 8900, Created: t0.Add(time.Hour)},
+			RawStatus: "succeeded", AmountRefunded: 8900, Created: reconcile.StampOf(t0.Add(time.Hour))},
 		{ID: "pi_1", Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: 12000, Currency: "jpy"}, Status: reconcile.Pending,
-			RawStatus: "requires_capture", Charge: "ch_auth", Customer: "cus_1", Created: t0.Add(time.Hour)},
+			RawStatus: "requires_capture", Charge: "ch_auth", Customer: "cus_1", Created: reconcile.StampOf(t0.Add(time.Hour))},
 		{ID: "re_charge", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 8900, Currency: "usd"}, Status: reconcile.Succeeded,
-			RawStatus: "succeeded", Target: "ch_paid", Charge: "ch_paid", Created: t0.Add(2 * time.Hour)},
+			RawStatus: "succeeded", Target: "ch_paid", Charge: "ch_paid", Created: reconcile.StampOf(t0.Add(2 * time.Hour))},
 		{ID: "re_intent", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 1000, Currency: "kwd"}, Status: reconcile.Pending,
-			RawStatus: "requires_action", Target: "pi_1", PaymentIntent: "pi_1", Created: t0.Add(2 * time.Hour)},
+			RawStatus: "requires_action", Target: "pi_1", PaymentIntent: "pi_1", Created: reconcile.StampOf(t0.Add(2 * time.Hour))},
 	}
 	for _, o := range objs {
 		e.add(t, "", o)
@@ -619,7 +619,7 @@ func TestObjectsTranslated(t *testing.T) {
 	}
 	want := slices.Clone(objs)
 	slices.SortFunc(want, func(a, b reconcile.ProviderObject) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Created, b.Created), cmp.Compare(a.ID, b.ID))
 	})
 	if diff := gocmp.Diff(want, l.Objects); diff != "" {
 		t.Errorf("listed objects (-want +got):\n%s", diff)

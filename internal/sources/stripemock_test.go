@@ -96,7 +96,7 @@ func TestStripeMock(t *testing.T) {
 		t.Errorf("stats = %+v, want 2 slices, one page per list and slice, no retry, 3 fixtures ignored in the other slice", l.Stats)
 	}
 	for _, o := range l.Objects {
-		if o.ID == "" || o.Money.Currency == "" || o.Money.Amount <= 0 || o.Status == "" || o.RawStatus == "" || !fixtures.Contains(o.Created) {
+		if o.ID == "" || o.Money.Currency == "" || o.Money.Amount <= 0 || o.Status == "" || o.RawStatus == "" || !fixtures.Contains(o.Created.Time()) {
 			t.Errorf("fixture translated with empty fields: %+v", o)
 		}
 	}

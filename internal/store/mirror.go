@@ -269,7 +269,7 @@ func scanMirrorObjects(rows pgx.Rows, account string, each func(reconcile.Provid
 		o := reconcile.ProviderObject{
 			ID: id.s, Account: account, Kind: reconcile.ObjectKind(kind.s), Money: reconcile.Money{Amount: amount, Currency: currency.s},
 			Status: reconcile.Status(status.s), RawStatus: raw.s, AmountRefunded: refunded,
-			Target: target.s, PaymentIntent: pi.s, Charge: charge.s, Customer: customer.s, Created: created.UTC(),
+			Target: target.s, PaymentIntent: pi.s, Charge: charge.s, Customer: customer.s, Created: reconcile.StampOf(created.UTC()),
 		}
 		if len(metadata) > 0 {
 			if err := json.Unmarshal(metadata, &o.Metadata); err != nil {
@@ -416,7 +416,7 @@ func scanMirrorKeys(rows pgx.Rows, account string) ([]reconcile.KeyEvidence, err
 			return nil, err
 		}
 		keys.add(reconcile.KeyEvidence{Account: account, ObjectID: objectID.s, ObjectKind: reconcile.ObjectKind(kind.s),
-			Key: key.s, EventID: eventID.s, EventType: eventType.s, RequestID: requestID.s, Created: created.UTC()})
+			Key: key.s, EventID: eventID.s, EventType: eventType.s, RequestID: requestID.s, Created: reconcile.StampOf(created.UTC())})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -855,7 +855,7 @@ func saveKeys(ctx context.Context, tx pgx.Tx, account string, keys []reconcile.K
 			b = appendText(b, string(k.ObjectKind))
 			b = appendText(b, k.EventID)
 			b = appendText(b, k.EventType)
-			b = appendTimestamptz(b, k.Created)
+			b = appendTimestamptz(b, k.Created.Time())
 			return appendTextOrNull(b, k.RequestID), true, nil
 		})
 	if err != nil {
@@ -1026,7 +1026,7 @@ func (s *seenSource) appendRow(b []byte) ([]byte, bool, error) {
 	} else {
 		b = appendNull(b)
 	}
-	b = appendTimestamptz(b, o.Created)
+	b = appendTimestamptz(b, o.Created.Time())
 	b = appendTimestamptz(b, g.At)
 	// '' for an object the pass matched to nothing, NULL for one it did
 	// not match (saveObjects).

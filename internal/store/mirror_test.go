@@ -21,7 +21,7 @@ func byID(objs []reconcile.ProviderObject) {
 func mirrorCharge(id string, created time.Time, meta map[string]string) reconcile.ProviderObject {
 	return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
 		Status: reconcile.Succeeded, RawStatus: "succeeded", Customer: "cus_1", PaymentIntent: "pi_" + id,
-		Metadata: meta, Created: created}
+		Metadata: meta, Created: reconcile.StampOf(created)}
 }
 
 // Save then read back: objects by creation window (whole seconds, as a
@@ -36,7 +36,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 	a := mirrorCharge("ch_a", at.Add(-2*time.Hour), map[string]string{"obligation_id": "charge:a", "note": "ü"})
 	b := mirrorCharge("ch_b", at.Add(-time.Hour), nil)
 	r := reconcile.ProviderObject{ID: "re_c", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "jpy"},
-		Status: reconcile.Pending, RawStatus: "pending", Target: "ch_a", Charge: "ch_a", Created: at.Add(-time.Hour)}
+		Status: reconcile.Pending, RawStatus: "pending", Target: "ch_a", Charge: "ch_a", Created: reconcile.StampOf(at.Add(-time.Hour))}
 	old := mirrorCharge("ch_old", at.Add(-90*time.Hour), nil)
 	keys := []reconcile.KeyEvidence{
 		{ObjectID: "ch_a", ObjectKind: reconcile.Charge, Key: "k-a", EventID: "evt_2", EventType: "charge.succeeded", Created: a.Created},
@@ -55,7 +55,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 	since := at.Add(-10 * time.Minute)
 	// The window's start is a fraction of a second after a's creation:
 	// a listing of it would not hold a.
-	got, err := m.Objects(ctx, reconcile.Window{From: a.Created.Add(time.Millisecond), To: at}, since)
+	got, err := m.Objects(ctx, reconcile.Window{From: a.Created.Time().Add(time.Millisecond), To: at}, since)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMirrorKeepsTheNewestState(t *testing.T) {
 	ctx := t.Context()
 	at := t0()
 	pending := reconcile.ProviderObject{ID: "re_1", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "usd"},
-		Status: reconcile.Pending, RawStatus: "pending", Created: at.Add(-time.Hour)}
+		Status: reconcile.Pending, RawStatus: "pending", Created: reconcile.StampOf(at.Add(-time.Hour))}
 	done := pending
 	done.Status, done.RawStatus = reconcile.Succeeded, "succeeded"
 	cov := reconcile.Window{From: at.Add(-time.Hour), To: at}
@@ -121,16 +121,16 @@ func TestMirrorKeepsTheNewestState(t *testing.T) {
 	save(MirrorUpdate{
 		Seen: []SeenObjects{{At: at.Add(-time.Minute), Objects: []reconcile.ProviderObject{done}}, {At: at.Add(-2 * time.Minute), Objects: []reconcile.ProviderObject{pending}}},
 		Keys: []reconcile.KeyEvidence{
-			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_9", EventType: "refund.updated", Created: at.Add(-time.Minute)},
+			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_9", EventType: "refund.updated", Created: reconcile.StampOf(at.Add(-time.Minute))},
 		},
 		Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{reconcile.Refund: cov}, Keys: cov},
 	})
 	save(MirrorUpdate{Seen: []SeenObjects{{At: at.Add(-30 * time.Minute), Objects: []reconcile.ProviderObject{pending}}},
 		Keys: []reconcile.KeyEvidence{
-			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_5", EventType: "refund.created", Created: at.Add(-time.Hour)},
+			{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_5", EventType: "refund.created", Created: reconcile.StampOf(at.Add(-time.Hour))},
 		}})
 	save(MirrorUpdate{Keys: []reconcile.KeyEvidence{
-		{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_7", EventType: "refund.updated", Created: at.Add(-30 * time.Minute)},
+		{ObjectID: "re_1", ObjectKind: reconcile.Refund, Key: "k", EventID: "evt_7", EventType: "refund.updated", Created: reconcile.StampOf(at.Add(-30 * time.Minute))},
 	}})
 	held, err := m.Get(ctx, []string{"re_1"}, time.Time{})
 	if err != nil {
@@ -164,7 +164,7 @@ func TestMirrorSaveIsAtomic(t *testing.T) {
 	at := t0()
 	err := m.Save(t.Context(), MirrorUpdate{RunID: "run", Now: at,
 		Seen: []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{mirrorCharge("ch_1", at.Add(-time.Hour), nil)}}},
-		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_1", ObjectKind: reconcile.Charge, Key: "k", EventID: "evt_1", EventType: "charge.succeeded", Created: at}},
+		Keys: []reconcile.KeyEvidence{{ObjectID: "ch_1", ObjectKind: reconcile.Charge, Key: "k", EventID: "evt_1", EventType: "charge.succeeded", Created: reconcile.StampOf(at)}},
 		Cursors: SyncCursors{Objects: map[reconcile.ObjectKind]reconcile.Window{
 			reconcile.Charge: {From: at.Add(-time.Hour), To: at}, "customer": {From: at.Add(-time.Hour), To: at}}},
 	})
@@ -190,7 +190,7 @@ func TestMirrorSavesSideBySide(t *testing.T) {
 		ks := make([]reconcile.KeyEvidence, 500)
 		for i := range ks {
 			ks[i] = reconcile.KeyEvidence{ObjectID: fmt.Sprintf("ch_%d", i), ObjectKind: reconcile.Charge, Key: fmt.Sprintf("k-%d", i),
-				EventID: evt, EventType: "charge.succeeded", Created: created}
+				EventID: evt, EventType: "charge.succeeded", Created: reconcile.StampOf(created)}
 		}
 		return ks
 	}
@@ -301,7 +301,7 @@ func TestMirrorAccountsApart(t *testing.T) {
 	}
 	key := func(account string) reconcile.KeyEvidence {
 		return reconcile.KeyEvidence{Account: account, ObjectID: "ch_same", ObjectKind: reconcile.Charge,
-			Key: "k-" + account, EventID: "evt_same", EventType: "charge.succeeded", Created: at.Add(-30 * time.Minute)}
+			Key: "k-" + account, EventID: "evt_same", EventType: "charge.succeeded", Created: reconcile.StampOf(at.Add(-30 * time.Minute))}
 	}
 	amounts := map[string]int64{"": 100, "acct_1": 200, "acct_2": 300}
 	for _, account := range []string{"", "acct_1", "acct_2"} {

@@ -44,7 +44,7 @@ func TestMirrorRelated(t *testing.T) {
 	usd := func(n int64) reconcile.Money { return reconcile.Money{Amount: n, Currency: "usd"} }
 	obj := func(id string, kind reconcile.ObjectKind, amount int64, customer, pi, charge, target string) reconcile.ProviderObject {
 		return reconcile.ProviderObject{ID: id, Kind: kind, Money: usd(amount), Status: reconcile.Succeeded, RawStatus: "succeeded",
-			Customer: customer, PaymentIntent: pi, Charge: charge, Target: target, Created: at.Add(-time.Hour)}
+			Customer: customer, PaymentIntent: pi, Charge: charge, Target: target, Created: reconcile.StampOf(at.Add(-time.Hour))}
 	}
 	fresh := []reconcile.ProviderObject{
 		obj("pi_1", reconcile.PaymentIntent, 5000, "cus_1", "", "", "ch_1"),
@@ -60,7 +60,7 @@ func TestMirrorRelated(t *testing.T) {
 		obj("ch_6", reconcile.Charge, 100, "", "pi_3", "", ""),  // the intent's customer, another amount
 	}
 	old := obj("ch_old", reconcile.Charge, 5000, "cus_1", "pi_1", "", "")
-	old.Created = at.Add(-100 * time.Hour)
+	old.Created = reconcile.StampOf(at.Add(-100 * time.Hour))
 	stale := obj("ch_stale", reconcile.Charge, 5000, "cus_1", "pi_1", "", "")
 	// A customer's intent seen before since tells no charge its customer.
 	staleIntent := obj("pi_5", reconcile.PaymentIntent, 9000, "cus_3", "", "", "")
@@ -68,12 +68,12 @@ func TestMirrorRelated(t *testing.T) {
 	fresh = append(fresh, orphanCharge, old)
 	key := func(id string, created time.Time) reconcile.KeyEvidence {
 		return reconcile.KeyEvidence{ObjectID: id, ObjectKind: reconcile.Charge, Key: "k-" + id, EventID: "evt_" + id,
-			EventType: "charge.succeeded", RequestID: "req_" + id, Created: created}
+			EventType: "charge.succeeded", RequestID: "req_" + id, Created: reconcile.StampOf(created)}
 	}
 	m := NewMirror(e.pool).ForAccount("acct_1")
 	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
 		Seen: []SeenObjects{{At: since, Objects: fresh}, {At: since.Add(-time.Hour), Objects: []reconcile.ProviderObject{stale, staleIntent}}},
-		Keys: []reconcile.KeyEvidence{key("ch_1", at.Add(-time.Hour)), key("ch_3", at.Add(-time.Hour)), key("ch_old", old.Created)},
+		Keys: []reconcile.KeyEvidence{key("ch_1", at.Add(-time.Hour)), key("ch_3", at.Add(-time.Hour)), key("ch_old", old.Created.Time())},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func connectServer(tb testing.TB) (*Server, string) {
 	mustAddAs(tb, s, "acct_A", "k-a1", charge("ch_a1", t0.Add(time.Second)))
 	mustAddAs(tb, s, "acct_A", "", charge("ch_a2", t0.Add(2*time.Second)))
 	mustAddAs(tb, s, "acct_A", "k-ra1", reconcile.ProviderObject{ID: "re_a1", Kind: reconcile.Refund,
-		Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Target: "ch_a1", Created: t0.Add(3 * time.Second)})
+		Money: reconcile.Money{Amount: 100, Currency: "usd"}, Status: reconcile.Succeeded, Target: "ch_a1", Created: reconcile.StampOf(t0.Add(3 * time.Second))})
 	mustAddAs(tb, s, "acct_B", "k-b1", charge("ch_b1", t0.Add(time.Second)))
 	mustAddAs(tb, s, "acct_B", "k-bp1", charge("ch_p1", t0.Add(4*time.Second)))
 	return s, start(tb, s)
@@ -151,7 +151,7 @@ func TestStripeAccountIsolation(t *testing.T) {
 	}
 
 	// The Go side sees the same separation.
-	if o, ok := s.As("acct_B").Object("ch_p1"); !ok || !o.Created.Equal(t0.Add(4*time.Second)) {
+	if o, ok := s.As("acct_B").Object("ch_p1"); !ok || !o.Created.Time().Equal(t0.Add(4*time.Second)) {
 		t.Errorf("As(acct_B).Object(ch_p1) = %+v, %t", o, ok)
 	}
 	if _, ok := s.Object("ch_a1"); ok {

@@ -181,7 +181,7 @@ func metadata(m map[string]string) map[string]string {
 
 // render returns o in Stripe's wire format.
 func render(o reconcile.ProviderObject) ([]byte, error) {
-	created := o.Created.Unix()
+	created := o.Created.Time().Unix()
 	status := RawStatus(o)
 	switch o.Kind {
 	case reconcile.Charge:

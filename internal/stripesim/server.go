@@ -319,7 +319,7 @@ func (a Acting) add(o reconcile.ProviderObject, key string) error {
 	if _, dup := b.objects[o.ID]; dup {
 		return errors.New("duplicate id")
 	}
-	e := &entry{id: o.ID, created: o.Created.Unix(), body: body}
+	e := &entry{id: o.ID, created: o.Created.Time().Unix(), body: body}
 	e.setObject(o, body)
 	b.lists[name].add(e)
 	b.objects[o.ID] = e
@@ -394,7 +394,7 @@ func autoKey(o reconcile.ProviderObject, n int) string {
 		b[i] = alphabet[sum%64]
 		sum /= 64
 	}
-	return fmt.Sprintf("%d_%s", o.Created.UnixNano()+int64(n), b[:])
+	return fmt.Sprintf("%d_%s", o.Created.Time().UnixNano()+int64(n), b[:])
 }
 
 // Request is the API request an event names: Stripe's event.request. An
@@ -535,7 +535,7 @@ func (a Acting) Update(id string, at time.Time, change func(*reconcile.ProviderO
 		return fmt.Errorf("update %q: %w", id, err)
 	}
 	e.setObject(o, body)
-	if c := o.Created.Unix(); c != e.created {
+	if c := o.Created.Time().Unix(); c != e.created {
 		e.created = c
 		name, _ := listOf(o.Kind)
 		b.lists[name].moved()

@@ -92,7 +92,7 @@ func mustAdd(tb testing.TB, s *Server, key string, objs ...reconcile.ProviderObj
 
 func charge(id string, created time.Time) reconcile.ProviderObject {
 	return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Succeeded, Created: created}
+		Status: reconcile.Succeeded, Created: reconcile.StampOf(created)}
 }
 
 // fiveCharges adds ch_1..ch_5 one second apart, plus ch_3b in the same
@@ -325,11 +325,11 @@ func TestCreationAndUpdateEvents(t *testing.T) {
 	s := New(testKey)
 	mustAdd(t, s, "k-charge", charge("ch_1", t0))
 	mustAdd(t, s, "k-pi", reconcile.ProviderObject{ID: "pi_1", Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: 500, Currency: "eur"},
-		Status: reconcile.Succeeded, Charge: "ch_1", Created: t0.Add(time.Second)})
+		Status: reconcile.Succeeded, Charge: "ch_1", Created: reconcile.StampOf(t0.Add(time.Second))})
 	mustAdd(t, s, "k-refund", reconcile.ProviderObject{ID: "re_1", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "usd"},
-		Status: reconcile.Pending, Target: "ch_1", Created: t0.Add(2 * time.Second)})
+		Status: reconcile.Pending, Target: "ch_1", Created: reconcile.StampOf(t0.Add(2 * time.Second))})
 	mustAdd(t, s, "", reconcile.ProviderObject{ID: "ch_2", Kind: reconcile.Charge, Money: reconcile.Money{Amount: 1, Currency: "jpy"},
-		Status: reconcile.Failed, Created: t0.Add(3 * time.Second)})
+		Status: reconcile.Failed, Created: reconcile.StampOf(t0.Add(3 * time.Second))})
 	if err := s.Update("re_1", t0.Add(time.Hour), func(o *reconcile.ProviderObject) { o.Status = reconcile.Succeeded }); err != nil {
 		t.Fatal(err)
 	}
@@ -398,9 +398,9 @@ func TestStripeGoDecodes(t *testing.T) {
 	uncaptured.Metadata = map[string]string{"obligation_id": "ob-1"}
 	mustAdd(t, s, "", uncaptured)
 	mustAdd(t, s, "", reconcile.ProviderObject{ID: "pi_1", Kind: reconcile.PaymentIntent, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Pending, Charge: "ch_auth", Customer: "cus_1", Created: t0})
+		Status: reconcile.Pending, Charge: "ch_auth", Customer: "cus_1", Created: reconcile.StampOf(t0)})
 	mustAdd(t, s, "", reconcile.ProviderObject{ID: "re_1", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 100, Currency: "usd"},
-		Status: reconcile.Canceled, Target: "pi_1", Created: t0})
+		Status: reconcile.Canceled, Target: "pi_1", Created: reconcile.StampOf(t0)})
 	base := start(t, s)
 
 	sc := stripeClient(base)

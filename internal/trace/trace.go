@@ -287,12 +287,12 @@ func provider(ctx context.Context, p Pass, ob reconcile.Obligation, duplicateWin
 		shown[o.ID] = true
 		t.Objects = append(t.Objects, Object{ID: o.ID, Kind: string(o.Kind), Status: string(o.Status),
 			RawStatus: o.RawStatus, Amount: o.Money.Amount, Currency: o.Money.Currency, Refunded: o.AmountRefunded,
-			Target: o.Target, Intent: o.PaymentIntent, Created: stamp(o.Created), Route: string(routes[o.ID])})
+			Target: o.Target, Intent: o.PaymentIntent, Created: stamp(o.Created.Time()), Route: string(routes[o.ID])})
 	}
 	for _, k := range out.Input.Keys {
 		if shown[k.ObjectID] || k.Key == ob.IdempotencyKey {
 			t.Keys = append(t.Keys, Key{ObjectID: k.ObjectID, Key: k.Key, EventID: k.EventID, EventType: k.EventType,
-				RequestID: k.RequestID, Created: stamp(k.Created)})
+				RequestID: k.RequestID, Created: stamp(k.Created.Time())})
 		}
 	}
 	for _, l := range out.Lookups {

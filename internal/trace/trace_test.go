@@ -81,7 +81,7 @@ var (
 func outcome() *runner.Outcome {
 	obj := func(id string, kind reconcile.ObjectKind, m reconcile.Money, target string, at time.Duration) reconcile.ProviderObject {
 		return reconcile.ProviderObject{ID: id, Kind: kind, Money: m, Status: reconcile.Succeeded, RawStatus: "succeeded",
-			Target: target, Charge: target, Created: created.Add(at)}
+			Target: target, Charge: target, Created: reconcile.StampOf(created.Add(at))}
 	}
 	other := reconcile.Finding{Kind: reconcile.Orphan, Severity: reconcile.High, ProviderIDs: []string{"ch_9999"},
 		Money: usd(5), AtRisk: usd(5), Fingerprint: "ffff", Detail: "no obligation"}
@@ -96,11 +96,11 @@ func outcome() *runner.Outcome {
 				obj("re_4821a", reconcile.Refund, usd(8900), "ch_4821", time.Minute),
 			},
 			Keys: []reconcile.KeyEvidence{
-				{ObjectID: "re_4821a", Key: "refund:4821:approved-request-7", EventID: "evt_1", EventType: "refund.created", Created: created},
-				{ObjectID: "ch_9999", Key: "k-9999", EventID: "evt_2", EventType: "charge.succeeded", Created: created},
+				{ObjectID: "re_4821a", Key: "refund:4821:approved-request-7", EventID: "evt_1", EventType: "refund.created", Created: reconcile.StampOf(created)},
+				{ObjectID: "ch_9999", Key: "k-9999", EventID: "evt_2", EventType: "charge.succeeded", Created: reconcile.StampOf(created)},
 				// The obligation's key on an object not read: shown, it
 				// says the key was used.
-				{ObjectID: "re_gone", Key: "refund:4821:approved-request-7", EventID: "evt_3", EventType: "refund.created", Created: created},
+				{ObjectID: "re_gone", Key: "refund:4821:approved-request-7", EventID: "evt_3", EventType: "refund.created", Created: reconcile.StampOf(created)},
 			},
 		},
 		Result: matcher.Result{
@@ -350,7 +350,7 @@ func TestWriteTextNeutralisesOutsideText(t *testing.T) {
 	}
 	out.Lookups = append(out.Lookups, reconcile.Lookup{ID: bad, Result: reconcile.LookupFailed, Err: bad})
 	out.Input.Objects = append(out.Input.Objects, reconcile.ProviderObject{ID: bad, Kind: reconcile.Refund,
-		Money: reconcile.Money{Amount: 1, Currency: bad}, Status: reconcile.Succeeded, RawStatus: bad, Created: created})
+		Money: reconcile.Money{Amount: 1, Currency: bad}, Status: reconcile.Succeeded, RawStatus: bad, Created: reconcile.StampOf(created)})
 	h.Transitions[0].ProviderID = bad
 	d := deps(&fakeHistory{h: h}, &fakePass{out: out})
 	d.Obligations = fakeObligations{bad: ob}

@@ -249,13 +249,13 @@ func (s *server) fromStore(ctx context.Context, p *findingPage, rec store.Findin
 		o := mo.Object
 		p.Objects = append(p.Objects, s.object(p, trace.Object{ID: o.ID, Kind: string(o.Kind), Status: string(o.Status),
 			Amount: o.Money.Amount, Currency: o.Money.Currency, Refunded: o.AmountRefunded, Target: o.Target,
-			Intent: o.PaymentIntent, Created: stamp(o.Created)}))
+			Intent: o.PaymentIntent, Created: stamp(o.Created.Time())}))
 		how := "no obligation links to it"
 		if rec.ObligationID != "" {
 			// Without the obligation's trace, how it links was not read.
 			how = "as the mirror last read it"
 		}
-		s.add(p, stamp(o.Created), "Stripe "+strings.ReplaceAll(string(o.Kind), "_", " ")+" created",
+		s.add(p, stamp(o.Created.Time()), "Stripe "+strings.ReplaceAll(string(o.Kind), "_", " ")+" created",
 			string(o.Status)+", "+o.Money.String()+"; "+how, o.ID)
 	}
 	for _, id := range ids {

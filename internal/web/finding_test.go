@@ -92,7 +92,7 @@ func TestFindingPageOfAnOrphanShowsItsStripeObjects(t *testing.T) {
 	sd := seed(t)
 	m := store.NewMirror(sd.pool)
 	seen := reconcile.ProviderObject{ID: "re_orph", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 5000, Currency: "usd"},
-		Status: reconcile.Succeeded, RawStatus: "succeeded", Target: "ch_9", Created: now.Add(-5 * time.Hour)}
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Target: "ch_9", Created: reconcile.StampOf(now.Add(-5 * time.Hour))}
 	if err := m.Save(t.Context(), store.MirrorUpdate{RunID: "run-1", Now: now, Seen: []store.SeenObjects{{At: now, Objects: []reconcile.ProviderObject{seen}}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestFindingPageWhenTheTraceFails(t *testing.T) {
 	sd := seed(t)
 	m := store.NewMirror(sd.pool)
 	seen := reconcile.ProviderObject{ID: "re_dup1", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 8900, Currency: "usd"},
-		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: now.Add(-5 * time.Hour)}
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: reconcile.StampOf(now.Add(-5 * time.Hour))}
 	if err := m.Save(t.Context(), store.MirrorUpdate{RunID: "run-1", Now: now, Seen: []store.SeenObjects{{At: now, Objects: []reconcile.ProviderObject{seen}}}}); err != nil {
 		t.Fatal(err)
 	}

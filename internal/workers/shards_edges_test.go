@@ -38,7 +38,7 @@ func rvObl(id, providerID string, amount int64, state reconcile.State, created t
 
 func rvCharge(id string, amount int64, created time.Time, f func(*reconcile.ProviderObject)) reconcile.ProviderObject {
 	o := reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: amount, Currency: "usd"},
-		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: created}
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Created: reconcile.StampOf(created)}
 	if f != nil {
 		f(&o)
 	}

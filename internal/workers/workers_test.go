@@ -293,8 +293,8 @@ func TestShardsEqualOneProcess(t *testing.T) {
 				IdempotencyKey: id + "-key", Provider: "stripe", ProviderID: "ch_old", Money: money, State: reconcile.Paid,
 				RawState: "PAID", CreatedAt: reconcile.StampOf(paid), UpdatedAt: reconcile.StampOf(paid), PaidAt: reconcile.StampOf(paid)})
 			for _, o := range []reconcile.ProviderObject{
-				{ID: "ch_old", Created: paid},
-				{ID: "ch_late", Metadata: map[string]string{"obligation_id": id}, Created: t0.Add(-time.Hour)},
+				{ID: "ch_old", Created: reconcile.StampOf(paid)},
+				{ID: "ch_late", Metadata: map[string]string{"obligation_id": id}, Created: reconcile.StampOf(t0.Add(-time.Hour))},
 			} {
 				o.Account, o.Kind, o.Money, o.Status, o.RawStatus = a.ID, reconcile.Charge, money, reconcile.Succeeded, "succeeded"
 				p.Objects[a.ID] = append(p.Objects[a.ID], o)
