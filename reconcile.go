@@ -166,6 +166,12 @@ type Stamp int64
 // refused where it is read, never wrapped around.
 const StampRange = 290_000
 
+// StampHolds reports whether t lies within the years a Stamp holds.
+func StampHolds(t time.Time) bool {
+	y := t.Year()
+	return -StampRange <= y && y <= StampRange
+}
+
 // zeroUnix is the zero time.Time in Unix seconds.
 const zeroUnix = -62135596800
 

@@ -113,11 +113,11 @@ type Request struct {
 type Outcome struct {
 	Run reconcile.Run
 	// Input is what the pass read, but for its obligations: the pass lets
-	// them go once they are matched (Input.Obligations is nil), since
-	// nothing after the match reads them and, at a million, they are the
-	// largest array a first pass holds (docs/design.md, "Memory and
-	// CPU"). ObligationsRead counts them. Result is what the matcher
-	// concluded.
+	// them go once they are matched and its share of them is taken
+	// (Input.Obligations is nil), since nothing after reads them and, at
+	// a million, they are the largest array a first pass holds
+	// (docs/design.md, "Memory and CPU"). ObligationsRead counts them.
+	// Result is what the matcher concluded.
 	Input           matcher.Input
 	ObligationsRead int
 	Result          matcher.Result
@@ -823,10 +823,13 @@ func (r *Runner) match(ctx context.Context, in *matcher.Input, now time.Time, st
 	var res matcher.Result
 	for verified := false; ; verified = true {
 		whole := *in
-		if !incremental {
-			// Matched once: the matcher's copy alone holds the
-			// obligations, so that they die when it lets them go,
-			// before it builds its result (matcher.Match).
+		if !incremental && st.shard == nil {
+			// Matched once, and whole: the matcher's copy alone holds
+			// the obligations, so that they die when it lets them go,
+			// before it builds its result (matcher.MatchThen). A
+			// shard's share keeps them: which shard counts an object
+			// retrieved by id depends on the obligations naming it
+			// (ownShare).
 			in.Obligations = nil
 		}
 		// What the rules alone read is collected before the result is

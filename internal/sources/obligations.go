@@ -1358,6 +1358,6 @@ func (s *scanTime) set(t time.Time, valid bool, inf pgtype.InfinityModifier) {
 		s.infinite = true
 	default:
 		s.t = t.UTC()
-		s.far = s.t.Year() > reconcile.StampRange || s.t.Year() < -reconcile.StampRange
+		s.far = !reconcile.StampHolds(s.t)
 	}
 }

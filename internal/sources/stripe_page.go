@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -403,6 +404,18 @@ func (pr *pageReader) word(field string, lower bool) (string, bool, error) {
 // int reads a number as encoding/json reads it into an int64: null leaves
 // it unset; a fraction, an exponent, a value beyond int64 or anything but
 // a number is refused.
+// created reads a creation time in Unix seconds, which must lie within
+// the years a reconcile.Stamp holds: no Stripe object was created
+// beyond them, and one said to be is a malformed response, not a time
+// to wrap around.
+func (pr *pageReader) created(field string) (int64, error) {
+	n, err := pr.int(field)
+	if err == nil && !reconcile.StampHolds(unixUTC(n)) {
+		return 0, errType(field + " is beyond the years ±" + strconv.Itoa(reconcile.StampRange))
+	}
+	return n, err
+}
+
 func (pr *pageReader) int(field string) (int64, error) {
 	v, err := pr.dec.ReadValue()
 	if err != nil {
@@ -603,7 +616,7 @@ func (pr *pageReader) wireObject(kind reconcile.ObjectKind) (wireObject, error) 
 		case name == "metadata":
 			w.metadata, err = pr.metadata()
 		case name == "created":
-			w.created, err = pr.int(name)
+			w.created, err = pr.created(name)
 		case name == "captured" && charge:
 			w.captured, err = pr.bool(name)
 		case name == "amount_refunded" && charge:
@@ -641,7 +654,7 @@ func (pr *pageReader) event(ev *lightEvent) error {
 		case "type":
 			ev.Type, _, err = pr.word(name, false)
 		case "created":
-			ev.Created, err = pr.int(name)
+			ev.Created, err = pr.created(name)
 		case "request":
 			err = pr.request(ev)
 		case "data":

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	stripe "github.com/stripe/stripe-go/v79"
@@ -257,4 +258,29 @@ func FuzzLeanPage(f *testing.F) {
 			t.Fatalf("lean decoding differs from stripe-go's (-stripe-go +lean):\n%s", diff)
 		}
 	})
+}
+
+// A creation time beyond the years a reconcile.Stamp holds makes a page
+// malformed, an object's or an event's, rather than a time wrapped
+// around; the error names the member, not the value.
+func TestLeanPageRefusesCreatedBeyondStamps(t *testing.T) {
+	const far = `99999999999999999`
+	malformed := func(what string, err error) {
+		t.Helper()
+		var re *RequestError
+		if !errors.As(err, &re) || !re.Malformed() || !strings.Contains(re.Message, "created is beyond the years ±290000") {
+			t.Fatalf("%s: %v, want a malformed response saying created is beyond the years a Stamp holds", what, err)
+		}
+		if strings.Contains(re.Message, far) {
+			t.Errorf("%s: the error quotes the value: %s", what, re.Message)
+		}
+	}
+	_, _, err := leanObjects(reconcile.Charge, listPage(`{"id":"ch_1","created":`+far+`}`))
+	malformed("an object", err)
+	_, err = leanEvents(listPage(`{"id":"evt_1","type":"charge.succeeded","created":-` + far + `}`))
+	malformed("an event", err)
+	if objs, _, err := leanObjects(reconcile.Charge, listPage(`{"id":"ch_1","created":1764547200}`)); err != nil || len(objs) != 1 ||
+		!objs[0].Created.Time().Equal(time.Unix(1764547200, 0)) {
+		t.Errorf("a time of this century: %+v, %v", objs, err)
+	}
 }

@@ -50,7 +50,8 @@ func rvCharge(id string, amount int64, created time.Time, f func(*reconcile.Prov
 // earlier day than what names the obligation (S3); an old obligation
 // only the subject names, its charge read further back and its twin in
 // the mirror (S1); two unknown outcomes of two shards naming one charge
-// found only by id (S4).
+// found only by id (S4); a refund whose charge only a retrieval by id
+// finds (S5).
 func TestShardEdgesOnePass(t *testing.T) {
 	w := reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}
 	opts := matcher.OptionsFrom(config.Default().Matcher)
@@ -101,6 +102,17 @@ func TestShardEdgesOnePass(t *testing.T) {
 			rvObl(o4a, "ch_rvw4anc", 8181, reconcile.ConfirmationUnknown, t0.Add(-10*time.Hour)),
 			rvObl(o4b, "ch_rvw4anc", 8181, reconcile.ConfirmationUnknown, t0.Add(-10*time.Hour)))
 		p.Objects[""] = append(p.Objects[""], rvCharge("ch_rvw4anc", 8181, t0.Add(-200*24*time.Hour), nil))
+
+		// S5: a refund whose refunded charge only a retrieval by id
+		// finds, and links to no obligation: it is the shard's of the
+		// refund's obligation, not of its own id.
+		o5, ch5 := pick("rvw5-obl", 0), pick("ch_rvw5old", 1)
+		refund := rvObl(o5, "re_rvw5", 9191, reconcile.Paid, t0.Add(-5*time.Hour))
+		refund.Kind, refund.TargetID = reconcile.Refund, ch5
+		p.Obligations = append(p.Obligations, refund)
+		p.Objects[""] = append(p.Objects[""], rvCharge(ch5, 20000, t0.Add(-200*24*time.Hour), nil),
+			reconcile.ProviderObject{ID: "re_rvw5", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 9191, Currency: "usd"},
+				Status: reconcile.Succeeded, RawStatus: "succeeded", Target: ch5, Charge: ch5, Created: reconcile.StampOf(t0.Add(-5 * time.Hour))})
 	}
 	p := newPlatform(t, 1, 300, add)
 	one, dist := platformPair(t, p)
