@@ -327,6 +327,8 @@ func lightChange(ev *lightEvent, from, to int64) (change, bool) {
 	default:
 		return change{}, false
 	}
-	c.ok = err == nil && c.Object.ID == o.head.ID
+	// An object created beyond the years a Stamp holds is no account of
+	// it: it is read again by id, which refuses it (checkCreated).
+	c.ok = err == nil && c.Object.ID == o.head.ID && reconcile.StampHolds(unixUTC(o.head.Created))
 	return c, true
 }

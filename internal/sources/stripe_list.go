@@ -675,6 +675,9 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			if err := checkObject(ch.LastResponse, chargeShape, id); err != nil {
 				return err
 			}
+			if err := checkCreated(ch.LastResponse, chargeShape, id, ch.Created); err != nil {
+				return err
+			}
 			o = chargeObject(ch)
 		case reconcile.Refund:
 			r, err := s.api.Refunds.Get(id, &stripe.RefundParams{Params: stripe.Params{Context: ctx, StripeAccount: s.header()}})
@@ -684,6 +687,9 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			if err := checkObject(r.LastResponse, refundShape, id); err != nil {
 				return err
 			}
+			if err := checkCreated(r.LastResponse, refundShape, id, r.Created); err != nil {
+				return err
+			}
 			o = refundObject(r)
 		case reconcile.PaymentIntent:
 			p, err := s.api.PaymentIntents.Get(id, &stripe.PaymentIntentParams{Params: stripe.Params{Context: ctx, StripeAccount: s.header()}})
@@ -691,6 +697,9 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 				return err
 			}
 			if err := checkObject(p.LastResponse, paymentIntentShape, id); err != nil {
+				return err
+			}
+			if err := checkCreated(p.LastResponse, paymentIntentShape, id, p.Created); err != nil {
 				return err
 			}
 			o = paymentIntentObject(p)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	stripe "github.com/stripe/stripe-go/v79"
+
+	"reconcile"
 )
 
 // Stripe's answers are checked before they are believed. encoding/json
@@ -161,6 +163,18 @@ func checkObject(res *stripe.APIResponse, sh shape, id string) error {
 		return malformed(res, "malformed "+sh.what+" "+id+": no "+names(missing, true))
 	}
 	return nil
+}
+
+// checkCreated says whether an object retrieved by id was created within
+// the years a reconcile.Stamp holds (as the lean page reader does for a
+// page's): no Stripe object was created beyond them, and one said to be
+// is a malformed answer, not a time to wrap around. checkObject checks
+// only that created is there.
+func checkCreated(res *stripe.APIResponse, sh shape, id string, created int64) error {
+	if reconcile.StampHolds(unixUTC(created)) {
+		return nil
+	}
+	return malformed(res, "malformed "+sh.what+" "+id+": created is beyond the years ±"+strconv.Itoa(reconcile.StampRange))
 }
 
 // scanEntry reads the members of the object at b[i] that sh needs and

@@ -178,6 +178,8 @@ var malformedCases = []struct {
 	{stripesim.Without("type"), ListEvents, ": no type"},
 	{stripesim.Without("created"), ListEvents, ": no created"},
 	{stripesim.Without("id"), ListEvents, "malformed event #1 of the page: no id"},
+	{stripesim.ShapeFarCreated, ListCharges, "created is beyond the years ±290000"},
+	{stripesim.ShapeFarCreated, ListEvents, "created is beyond the years ±290000"},
 }
 
 // readers are the two ways a window is read: List, and Sync as an
@@ -301,6 +303,7 @@ func TestRetrieveRefusesMalformedObjects(t *testing.T) {
 		{stripesim.Without("status"), ListPaymentIntents, "pi_00004", "no status"},
 		{stripesim.Without("created"), ListCharges, "ch_00001", "no created"},
 		{stripesim.ShapeTruncated, ListRefunds, "re_00000", "malformed response: undecodable JSON"},
+		{stripesim.ShapeFarCreated, ListPaymentIntents, "pi_00004", "created is beyond the years ±290000"},
 	}
 	r := e.reader(t, func(o *StripeOptions) { o.MaxRetries, o.Concurrency = 2, 1 })
 	for _, tt := range tests {

@@ -29,7 +29,14 @@ const (
 	// (DropEvery is the other cut: the whole length announced, half sent,
 	// the connection closed.)
 	ShapeTruncated Shape = "truncated"
+	// ShapeFarCreated is a page whose every entry, or an object by id,
+	// was created in the year 316,889,355: an integer stripe-go decodes,
+	// but no time the reconciler holds.
+	ShapeFarCreated Shape = "far_created"
 )
+
+// farCreated is ShapeFarCreated's created, in Unix seconds.
+const farCreated = "10000000000000000"
 
 const withoutPrefix = "without:"
 
@@ -42,7 +49,7 @@ func Without(path string) Shape { return Shape(withoutPrefix + path) }
 // valid reports whether sh is one of the shapes ("" is none).
 func (sh Shape) valid() bool {
 	switch sh {
-	case "", ShapeEmpty, ShapeNoData, ShapeNullData, ShapeNoHasMore, ShapeNotList, ShapeTruncated:
+	case "", ShapeEmpty, ShapeNoData, ShapeNullData, ShapeNoHasMore, ShapeNotList, ShapeTruncated, ShapeFarCreated:
 		return true
 	}
 	path, ok := strings.CutPrefix(string(sh), withoutPrefix)
@@ -76,9 +83,15 @@ func (st *faultState) malform(name string, isPage bool, body []byte) ([]byte, bo
 	case ShapeTruncated:
 		return body[:len(body)/2], true
 	}
+	var entry func([]byte) ([]byte, bool) // what the shape does to an object
 	if path, ok := strings.CutPrefix(string(f.Malformed), withoutPrefix); ok {
+		entry = func(obj []byte) ([]byte, bool) { return without(obj, path) }
+	} else if f.Malformed == ShapeFarCreated {
+		entry = farFrom
+	}
+	if entry != nil {
 		if !isPage {
-			return without(body, path)
+			return entry(body)
 		}
 		return editPage(body, func(p map[string]json.RawMessage) bool {
 			var data []json.RawMessage
@@ -87,7 +100,7 @@ func (st *faultState) malform(name string, isPage bool, body []byte) ([]byte, bo
 			}
 			changed := false
 			for i, d := range data {
-				if b, ok := without(d, path); ok {
+				if b, ok := entry(d); ok {
 					data[i], changed = b, true
 				}
 			}
@@ -142,6 +155,17 @@ func without(obj []byte, path string) ([]byte, bool) {
 	default:
 		delete(m, name)
 	}
+	return mustMarshal(m), true
+}
+
+// farFrom sets the JSON object obj's created to farCreated, if it has
+// one.
+func farFrom(obj []byte) ([]byte, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(obj, &m) != nil || m["created"] == nil {
+		return nil, false
+	}
+	m["created"] = json.RawMessage(farCreated)
 	return mustMarshal(m), true
 }
 
