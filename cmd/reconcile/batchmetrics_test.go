@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,12 +41,7 @@ func startPushgateway(t *testing.T) string {
 		}
 		t.Skip("no pushgateway in PATH (apt-get install prometheus-pushgateway, as .ci/run does)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	cmd := exec.Command(bin, "--web.listen-address="+addr)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -231,9 +225,7 @@ func TestRunPushesMetrics(t *testing.T) {
 	// The database down: the run fails before the pass and adds what it
 	// knows; the last success and the store's figures stay as they were.
 	down := e.vars["DATABASE_URL"]
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := freeAddr(t)
 	e.vars["DATABASE_URL"] = "postgres://reconcile:dbpw@" + closed + "/payments?sslmode=disable"
 	if code, _, stderr := e.run("run", "--config", cfg, "--since", "100h"); code != 1 {
 		t.Fatalf("run without a database exited %d, want 1: %s", code, stderr)
@@ -278,9 +270,7 @@ func TestRunPushesMetrics(t *testing.T) {
 
 	// A gateway that is down: one warning, the password nowhere, and the
 	// exit status the run's own.
-	ln, _ = net.Listen("tcp", "127.0.0.1:0")
-	gone := ln.Addr().String()
-	ln.Close()
+	gone := freeAddr(t)
 	bad := writeConfig("bad.yaml", "metrics:\n  pushgateway: http://pusher:gwCANARYpw@"+gone+"\n")
 	code, _, stderr = e.run("run", "--config", bad, "--since", "100h")
 	if code != 0 {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"runtime"
@@ -13,16 +15,25 @@ import (
 	"reconcile/internal/stripesim"
 )
 
-// freeAddr returns an address on loopback that nothing listens on.
+// freeAddr returns an address on loopback that nothing listens on, for a
+// command to listen on or to find nothing at. Its port lies below the
+// kernel's ephemeral range (32768 and up on Linux), from which every
+// listener on port 0 of the parallel tests takes its own: a port taken
+// there and closed was seen handed at once to another test's fake Slack,
+// which then answered TestDemoServe's GET / with invalid_auth.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue // taken: another
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Fatal("no free port on loopback between 20000 and 32000 in 100 tries")
+	return ""
 }
 
 // logLine returns the first JSON log line on stderr whose msg is msg.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,12 +51,8 @@ func TestServeRefusesNonLoopbackWithAuthNone(t *testing.T) {
 // returns its error and what it printed.
 func serving(t *testing.T, getenv func(string) string, args ...string) (addr string, resp *http.Response, body string, stop func() (string, error)) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = ln.Addr().String()
-	ln.Close()
+	addr = freeAddr(t)
+	var err error
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)

@@ -11,7 +11,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -172,22 +171,20 @@ func TestServeBasicNonLoopbackWarns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := basicConfig(t, t.TempDir())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--config", cfg, "--listen", fmt.Sprintf("0.0.0.0:%d", port)},
+		done <- run(ctx, []string{"serve", "--config", cfg, "--listen", "0.0.0.0:" + port},
 			func(k string) string { return e.vars[k] }, &stdout, &stderr)
 	}()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+		resp, err := http.Get("http://127.0.0.1:" + port + "/")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusUnauthorized {
@@ -203,7 +200,7 @@ func TestServeBasicNonLoopbackWarns(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("serve after its context ended = %v", err)
 	}
-	if !strings.Contains(stdout.String(), fmt.Sprintf("http://0.0.0.0:%d/", port)) && !strings.Contains(stdout.String(), fmt.Sprintf("http://[::]:%d/", port)) {
+	if !strings.Contains(stdout.String(), "http://0.0.0.0:"+port+"/") && !strings.Contains(stdout.String(), "http://[::]:"+port+"/") {
 		t.Errorf("serve printed %q, want its address on every interface", stdout.String())
 	}
 	if n := strings.Count(stderr.String(), "passwords cross the network in clear"); n != 1 {
