@@ -328,7 +328,7 @@ func lightChange(ev *lightEvent, from, to int64) (change, bool) {
 		return change{}, false
 	}
 	// An object created beyond the years a Stamp holds is no account of
-	// it: it is read again by id, which refuses it (checkCreated).
+	// it: it is read again by id, which refuses it (checkRetrieved).
 	c.ok = err == nil && c.Object.ID == o.head.ID && reconcile.StampHolds(unixUTC(o.head.Created))
 	return c, true
 }

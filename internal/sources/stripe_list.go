@@ -672,10 +672,7 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			if err != nil {
 				return err
 			}
-			if err := checkObject(ch.LastResponse, chargeShape, id); err != nil {
-				return err
-			}
-			if err := checkCreated(ch.LastResponse, chargeShape, id, ch.Created); err != nil {
+			if err := checkRetrieved(ch.LastResponse, chargeShape, id, ch.Created); err != nil {
 				return err
 			}
 			o = chargeObject(ch)
@@ -684,10 +681,7 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			if err != nil {
 				return err
 			}
-			if err := checkObject(r.LastResponse, refundShape, id); err != nil {
-				return err
-			}
-			if err := checkCreated(r.LastResponse, refundShape, id, r.Created); err != nil {
+			if err := checkRetrieved(r.LastResponse, refundShape, id, r.Created); err != nil {
 				return err
 			}
 			o = refundObject(r)
@@ -696,10 +690,7 @@ func (s *Stripe) retrieveOne(ctx context.Context, id string, c *counters) (*reco
 			if err != nil {
 				return err
 			}
-			if err := checkObject(p.LastResponse, paymentIntentShape, id); err != nil {
-				return err
-			}
-			if err := checkCreated(p.LastResponse, paymentIntentShape, id, p.Created); err != nil {
+			if err := checkRetrieved(p.LastResponse, paymentIntentShape, id, p.Created); err != nil {
 				return err
 			}
 			o = paymentIntentObject(p)

@@ -165,16 +165,19 @@ func checkObject(res *stripe.APIResponse, sh shape, id string) error {
 	return nil
 }
 
-// checkCreated says whether an object retrieved by id was created within
-// the years a reconcile.Stamp holds (as the lean page reader does for a
-// page's): no Stripe object was created beyond them, and one said to be
-// is a malformed answer, not a time to wrap around. checkObject checks
-// only that created is there.
-func checkCreated(res *stripe.APIResponse, sh shape, id string, created int64) error {
-	if reconcile.StampHolds(unixUTC(created)) {
-		return nil
+// checkRetrieved says whether an object retrieved by id holds what the
+// reader relies on (checkObject) and was created (created, as stripe-go
+// decoded it) within the years a reconcile.Stamp holds, as the lean page
+// reader asks of a page's: no Stripe object was created beyond them, and
+// one said to be is a malformed answer, not a time to wrap around.
+func checkRetrieved(res *stripe.APIResponse, sh shape, id string, created int64) error {
+	if err := checkObject(res, sh, id); err != nil {
+		return err
 	}
-	return malformed(res, "malformed "+sh.what+" "+id+": created is beyond the years ±"+strconv.Itoa(reconcile.StampRange))
+	if !reconcile.StampHolds(unixUTC(created)) {
+		return malformed(res, "malformed "+sh.what+" "+id+": created is beyond the years ±"+strconv.Itoa(reconcile.StampRange))
+	}
+	return nil
 }
 
 // scanEntry reads the members of the object at b[i] that sh needs and
