@@ -350,7 +350,7 @@ func writeE2E(w io.Writer, t *table) []string {
 	m := t.e2e.metrics
 	fmt.Fprintf(w, "## (d) nightly passes: `reconcile run --since 720h`, %s obligations / %.0f provider objects\n\n", t.e2eSize, m["objects"])
 	fmt.Fprintf(w, "The built command against the Stripe test server started in the benchmark's process (no latency, no rate limit; `stripe.rate: 10000`) and a fresh PostgreSQL database, three passes one after the other: "+
-		"the first in full, the second over the unchanged history, the third after a day's new business (%.0f clean charges, 1%%, created one to five minutes before it, added to the server with their key events and their obligations to the database). "+
+		"the first in full, the second over the unchanged history, the third after a day's new business (%.0f clean charges, 1%%, created one to four minutes before it, added to the server with their key events and their obligations to the database). "+
 		"%sPeak RSS and CPU are the reconcile process's alone.\n\n", m["new_objects"], smallNote(t))
 	fmt.Fprintf(w, "| history | pass | wall | CPU (user+sys) | peak RSS | objects + events + retrievals read | requests |\n|---|---|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(w, "| %s | first (full: reads the window, fills the mirror) | %.2f s | %.2f s | %.0f MB | %.0f | %.0f |\n",
