@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,15 +132,23 @@ func TestMetricsAreNotGlobal(t *testing.T) {
 }
 
 func TestServe(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := New()
-	stop, err := m.Serve(addr, log)
+	// Serve binds the port itself, on a port below Linux's ephemeral range
+	// (32768 and up): a port found free by listening on port 0 and closing
+	// it can be handed by the kernel to another process's port-0 listener
+	// before Serve binds it, as a parallel package's test server.
+	var (
+		addr string
+		stop func()
+		err  error
+	)
+	for range 100 {
+		addr = fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		if stop, err = m.Serve(addr, log); !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("Serve(%s): %v", addr, err)
 	}
