@@ -364,9 +364,12 @@ func writeE2E(w io.Writer, t *table) []string {
 		fmt.Fprintf(w, "| %s | second, unchanged history (incremental) | %.2f s | %.2f s | %.0f MB | %.0f | %.0f |\n",
 			t.e2eSmallSize, sm["second_s"], sm["second_cpu_s"], sm["second_rss_MB"], sm["second_reads"], sm["second_requests"])
 	}
-	fmt.Fprintf(w, "\nPhases (s, from each pass's log):\n\n")
+	fmt.Fprintf(w, "\nPhases (s, from each pass's log), and what an incremental match decided on:\n\n")
 	for _, pass := range []string{"first", "second", "third"} {
-		fmt.Fprintf(w, "- %s %s: %s\n", t.e2eSize, pass, phases(m, pass))
+		fmt.Fprintf(w, "- %s %s: %s%s\n", t.e2eSize, pass, phases(m, pass), decided(m, pass))
+	}
+	if t.e2eSmall != nil {
+		fmt.Fprintf(w, "- %s second: %s%s\n", t.e2eSmallSize, phases(t.e2eSmall.metrics, "second"), decided(t.e2eSmall.metrics, "second"))
 	}
 	fmt.Fprintln(w)
 
@@ -390,6 +393,15 @@ func writeE2E(w io.Writer, t *table) []string {
 		targets = append(targets, verdict(x <= 2, fmt.Sprintf("(d) nightly pass cost, %s history ÷ %s history, both unchanged, ≤ 2×: wall %.2f× (%.2f s ÷ %.2f s), CPU %.2f× (%.2f s ÷ %.2f s)%s",
 			t.e2eSize, t.e2eSmallSize, x, m["second_s"], sm["second_s"], ratio(m["second_cpu_s"], sm["second_cpu_s"]), m["second_cpu_s"], sm["second_cpu_s"],
 			at(t.e2eSize+" ÷ "+t.e2eSmallSize, "1M ÷ 100k"))))
+		// Not a target of the issue's: what the ratio above is made of. A
+		// nightly pass decides again on every open obligation, and the
+		// benchmark's world keeps the same share of its history open at
+		// every size; per obligation decided, the cost that follows the
+		// history's size alone shows.
+		if n, sn := m["second_decided"], sm["second_decided"]; n > 0 && sn > 0 {
+			targets = append(targets, fmt.Sprintf("report (not a target): nightly pass wall per obligation decided, %s ÷ %s, both unchanged: %.2f× (%.2f s ÷ %.0f decided, %.0f open; %.2f s ÷ %.0f decided, %.0f open)",
+				t.e2eSize, t.e2eSmallSize, ratio(m["second_s"]/n, sm["second_s"]/sn), m["second_s"], n, m["second_open_obligations"], sm["second_s"], sn, sm["second_open_obligations"]))
+		}
 	} else {
 		targets = append(targets, "not measured (set -e2e-small): (d) nightly pass cost, 1M history ÷ 100k history, both unchanged, ≤ 2×")
 	}
@@ -407,6 +419,17 @@ func writeE2E(w io.Writer, t *table) []string {
 	targets = append(targets, verdict(m["first_rss_MB"] <= 1000, fmt.Sprintf("(d) first pass peak RSS ≤ 1,000 MB at %s obligations / %.0f objects: %.0f MB%s",
 		t.e2eSize, m["objects"], m["first_rss_MB"], large)))
 	return targets
+}
+
+// decided says what one pass's incremental match decided on
+// (pass_decided, pass_open_obligations, pass_changed_obligations); empty
+// for a pass that matched whole, which logs none of them.
+func decided(m map[string]float64, pass string) string {
+	n, ok := m[pass+"_decided"]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("; decided on %.0f obligations (%.0f open, %.0f changed)", n, m[pass+"_open_obligations"], m[pass+"_changed_obligations"])
 }
 
 // phases lists one pass's phase metrics (pass_<phase>_s) in name order.

@@ -483,6 +483,16 @@ func reportPasses(b *testing.B, objects, added int, first, second, third passRes
 		for phase, secs := range p.r.phases {
 			b.ReportMetric(secs, p.name+"_"+phase+"_s")
 		}
+		// What an incremental match re-evaluated, from its log: the
+		// obligations it decided on, of them those open (of an open
+		// finding, or not yet final) and those changed since the last
+		// pass.
+		m := logLine(p.r.stderr, "matched incrementally")
+		for _, k := range []string{"decided", "open_obligations", "changed_obligations"} {
+			if v, ok := m[k].(float64); ok {
+				b.ReportMetric(v, p.name+"_"+k)
+			}
+		}
 	}
 	b.ReportMetric(100*float64(second.reads)/float64(first.reads), "read_pct")
 	b.ReportMetric(third.wall.Seconds()/second.wall.Seconds(), "new_vs_unchanged")
