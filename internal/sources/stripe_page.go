@@ -401,9 +401,6 @@ func (pr *pageReader) word(field string, lower bool) (string, bool, error) {
 	return w, true, nil
 }
 
-// int reads a number as encoding/json reads it into an int64: null leaves
-// it unset; a fraction, an exponent, a value beyond int64 or anything but
-// a number is refused.
 // created reads a creation time in Unix seconds, which must lie within
 // the years a reconcile.Stamp holds: no Stripe object was created
 // beyond them, and one said to be is a malformed response, not a time
@@ -416,6 +413,9 @@ func (pr *pageReader) created(field string) (int64, error) {
 	return n, err
 }
 
+// int reads a number as encoding/json reads it into an int64: null leaves
+// it unset; a fraction, an exponent, a value beyond int64 or anything but
+// a number is refused.
 func (pr *pageReader) int(field string) (int64, error) {
 	v, err := pr.dec.ReadValue()
 	if err != nil {
