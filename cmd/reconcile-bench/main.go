@@ -8,7 +8,9 @@
 // incrementally over the unchanged history and incrementally after 1% new
 // objects and their obligations, and the same over 100k (-e2e-small),
 // each size in a process of its own, whose unchanged pass divides the
-// million's (the table shows only that pass of 100k), and, when asked
+// million's (the table shows only that pass of 100k), the same again over
+// a million whose findings are ten times sparser (as much of it open as
+// of the 100k history), and, when asked
 // for (-only e; about 30 minutes on 2 cores), (e) one pass over a platform
 // of 24 Stripe accounts in one process and with 1, 2 and 4 `reconcile
 // worker` processes, and one pass as jobs over a single account of a
@@ -77,7 +79,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sizes := fs.String("sizes", "10k,100k,1M", "matcher sizes: obligations (and about as many provider objects)")
 	reps := fs.Int("reps", 3, "processes per matcher row; the median is shown")
 	e2e := fs.String("e2e", "1M", "end-to-end size: 10k, 100k or 1M")
-	e2eSmall := fs.String("e2e-small", "100k", "the smaller end-to-end size, whose unchanged nightly pass divides -e2e's: 10k, 100k or 1M; empty: not run")
+	e2eSmall := fs.String("e2e-small", "100k", "the smaller end-to-end size, whose unchanged nightly pass divides -e2e's and that of -e2e's history with its findings ten times sparser: 10k, 100k or 1M; empty: neither run")
 	workers := fs.String("workers", "24x20k", "workers platform: accounts x obligations each, 24x20k, 24x5k or 24x1k")
 	shards := fs.String("shards", "1M", "the single account the shards rows of (e) pass over: 1M, 100k or 10k obligations")
 	only := fs.String("only", "a,b,c,d", "sections to run: a (matcher), b (fetch), c (apply and read), d (end to end), e (workers and shards; not by default: about 30 minutes)")

@@ -25,10 +25,14 @@ type table struct {
 	// its unchanged pass divides e2e's.
 	e2eSmall     *result
 	e2eSmallSize string
-	workers      *result
-	wSize        string
-	shards       *result
-	sSize        string
+	// e2eSparse is the command's passes at e2e's size over a World with
+	// its findings ten times sparser: as open as the smaller size's
+	// World when that is ten times smaller.
+	e2eSparse *result
+	workers   *result
+	wSize     string
+	shards    *result
+	sSize     string
 	// commands reproduce each section, from the module root.
 	commands []string
 }
@@ -110,26 +114,30 @@ func applyRows(b *bench, t *table, _ options) error {
 
 // e2eRows runs BenchmarkEndToEnd's command at the large size and at the
 // small one, each in a process of its own (b.run), so that neither pays
-// for the other's test server; when both sizes are the same, once.
+// for the other's test server; when both sizes are the same, once. With
+// a smaller size, the large size's sparse World too.
 func e2eRows(b *bench, t *table, o options) error {
-	sizes := []string{o.e2e}
-	if o.e2eSmall != "" && o.e2eSmall != o.e2e {
-		sizes = append(sizes, o.e2eSmall)
+	type run struct {
+		size, variant string
+		into          **result
 	}
-	for _, size := range sizes {
-		rs, err := b.run("internal/bench", "^BenchmarkEndToEnd$/^"+size+"$/^command$", "1x")
+	runs := []run{{o.e2e, "command", &t.e2e}}
+	if o.e2eSmall != "" && o.e2eSmall != o.e2e {
+		runs = append(runs, run{o.e2eSmall, "command", &t.e2eSmall}, run{o.e2e, "sparse", &t.e2eSparse})
+	}
+	for _, r := range runs {
+		pattern := "^BenchmarkEndToEnd$/^" + r.size + "$/^" + r.variant + "$"
+		rs, err := b.run("internal/bench", pattern, "1x")
 		if err != nil {
 			return err
 		}
-		if size == o.e2e {
-			t.e2e, t.e2eSize = &rs[0], size
-		} else {
-			t.e2eSmall, t.e2eSmallSize = &rs[0], size
-		}
-		t.commands = append(t.commands, "(d) go test ./internal/bench -run '^$' -bench '^BenchmarkEndToEnd$/^"+size+"$/^command$' -benchtime 1x -timeout 0")
+		*r.into = &rs[0]
+		t.commands = append(t.commands, "(d) go test ./internal/bench -run '^$' -bench '"+pattern+"' -benchtime 1x -timeout 0")
 	}
+	t.e2eSize = o.e2e
+	t.e2eSmallSize = o.e2eSmall
 	if o.e2eSmall == o.e2e {
-		t.e2eSmall, t.e2eSmallSize = t.e2e, o.e2e
+		t.e2eSmall = t.e2e
 	}
 	return nil
 }
@@ -351,7 +359,7 @@ func writeE2E(w io.Writer, t *table) []string {
 	fmt.Fprintf(w, "## (d) nightly passes: `reconcile run --since 720h`, %s obligations / %.0f provider objects\n\n", t.e2eSize, m["objects"])
 	fmt.Fprintf(w, "The built command against the Stripe test server started in the benchmark's process (no latency, no rate limit; `stripe.rate: 10000`) and a fresh PostgreSQL database, three passes one after the other: "+
 		"the first in full, the second over the unchanged history, the third after a day's new business (%.0f clean charges, 1%%, created one to four minutes before it, added to the server with their key events and their obligations to the database). "+
-		"%sPeak RSS and CPU are the reconcile process's alone.\n\n", m["new_objects"], smallNote(t))
+		"%s%sPeak RSS and CPU are the reconcile process's alone.\n\n", m["new_objects"], smallNote(t), sparseNote(t))
 	fmt.Fprintf(w, "| history | pass | wall | CPU (user+sys) | peak RSS | objects + events + retrievals read | requests |\n|---|---|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(w, "| %s | first (full: reads the window, fills the mirror) | %.2f s | %.2f s | %.0f MB | %.0f | %.0f |\n",
 		t.e2eSize, m["first_s"], m["first_cpu_s"], m["first_rss_MB"], m["first_reads"], m["first_requests"])
@@ -364,12 +372,20 @@ func writeE2E(w io.Writer, t *table) []string {
 		fmt.Fprintf(w, "| %s | second, unchanged history (incremental) | %.2f s | %.2f s | %.0f MB | %.0f | %.0f |\n",
 			t.e2eSmallSize, sm["second_s"], sm["second_cpu_s"], sm["second_rss_MB"], sm["second_reads"], sm["second_requests"])
 	}
+	if t.e2eSparse != nil {
+		sp := t.e2eSparse.metrics
+		fmt.Fprintf(w, "| %s, findings ten times sparser | second, unchanged history (incremental) | %.2f s | %.2f s | %.0f MB | %.0f | %.0f |\n",
+			t.e2eSize, sp["second_s"], sp["second_cpu_s"], sp["second_rss_MB"], sp["second_reads"], sp["second_requests"])
+	}
 	fmt.Fprintf(w, "\nPhases (s, from each pass's log), and what an incremental match decided on:\n\n")
 	for _, pass := range []string{"first", "second", "third"} {
 		fmt.Fprintf(w, "- %s %s: %s%s\n", t.e2eSize, pass, phases(m, pass), decided(m, pass))
 	}
 	if t.e2eSmall != nil {
 		fmt.Fprintf(w, "- %s second: %s%s\n", t.e2eSmallSize, phases(t.e2eSmall.metrics, "second"), decided(t.e2eSmall.metrics, "second"))
+	}
+	if t.e2eSparse != nil {
+		fmt.Fprintf(w, "- %s sparse second: %s%s\n", t.e2eSize, phases(t.e2eSparse.metrics, "second"), decided(t.e2eSparse.metrics, "second"))
 	}
 	fmt.Fprintln(w)
 
@@ -401,6 +417,15 @@ func writeE2E(w io.Writer, t *table) []string {
 		if n, sn := m["second_decided"], sm["second_decided"]; n > 0 && sn > 0 {
 			targets = append(targets, fmt.Sprintf("report (not a target): nightly pass wall per obligation decided, %s ÷ %s, both unchanged: %.2f× (%.2f s ÷ %.0f decided, %.0f open; %.2f s ÷ %.0f decided, %.0f open)",
 				t.e2eSize, t.e2eSmallSize, ratio(m["second_s"]/n, sm["second_s"]/sn), m["second_s"], n, m["second_open_obligations"], sm["second_s"], sn, sm["second_open_obligations"]))
+		}
+		// Nor this: the same ratio with as much of each history open,
+		// the larger World's findings ten times sparser.
+		if t.e2eSparse != nil {
+			sp := t.e2eSparse.metrics
+			targets = append(targets, fmt.Sprintf("report (not a target): nightly pass, %s history with its findings ten times sparser ÷ %s history, both unchanged: wall %.2f× (%.2f s ÷ %.2f s), CPU %.2f× (%.2f s ÷ %.2f s); decided on %.0f obligations, %.0f open, against %.0f, %.0f open",
+				t.e2eSize, t.e2eSmallSize, ratio(sp["second_s"], sm["second_s"]), sp["second_s"], sm["second_s"],
+				ratio(sp["second_cpu_s"], sm["second_cpu_s"]), sp["second_cpu_s"], sm["second_cpu_s"],
+				sp["second_decided"], sp["second_open_obligations"], sm["second_decided"], sm["second_open_obligations"]))
 		}
 	} else {
 		targets = append(targets, "not measured (set -e2e-small): (d) nightly pass cost, 1M history ÷ 100k history, both unchanged, ≤ 2×")
@@ -449,6 +474,16 @@ func phases(m map[string]float64, pass string) string {
 		return "none logged"
 	}
 	return strings.Join(out, ", ")
+}
+
+// sparseNote says what section (d)'s row of the sparse World is.
+func sparseNote(t *table) string {
+	if t.e2eSparse == nil {
+		return ""
+	}
+	return fmt.Sprintf("The sparse row is the same three passes, in a process of its own, over a %s history whose findings are ten times sparser "+
+		"(one of each kind in every 10,000 obligations, not every 1,000): as much of it is open as of the %s history when that is ten times smaller. ",
+		t.e2eSize, t.e2eSmallSize)
 }
 
 // smallNote says where section (d)'s row of the smaller history comes

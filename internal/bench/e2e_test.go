@@ -51,22 +51,35 @@ type server struct {
 	days  int // new days added, for their ids
 }
 
+// sparse is how much sparser than the default World's the findings of
+// the sparse command benchmark's World are: at 1M, as many open as the
+// default 100k World holds.
+const sparse = 10
+
+// serverKey names one World: its size and how many obligations hold one
+// of each finding kind.
+type serverKey struct{ n, findingsEvery int }
+
 var (
 	serversMu sync.Mutex
-	servers   = map[int]*server{}
+	servers   = map[serverKey]*server{}
 )
 
-func serve(b *testing.B, n int) *server {
+// serve is the server of the World of n obligations with one of each
+// finding kind in every findingsEvery (0: the default), started on first
+// use.
+func serve(b *testing.B, n, findingsEvery int) *server {
 	b.Helper()
 	serversMu.Lock()
 	defer serversMu.Unlock()
-	if s, ok := servers[n]; ok {
+	key := serverKey{n, findingsEvery}
+	if s, ok := servers[key]; ok {
 		return s
 	}
 	start := time.Now()
 	// The newest objects two minutes old: a second pass's overlap holds
 	// some, as a nightly pass's does.
-	w := NewWorldWith(n, time.Now().UTC().Truncate(time.Second), WorldOptions{Newest: 2 * time.Minute})
+	w := NewWorldWith(n, time.Now().UTC().Truncate(time.Second), WorldOptions{Newest: 2 * time.Minute, FindingsEvery: findingsEvery})
 	srv := stripesim.New(stripeKey)
 	keys := w.KeyOf()
 	for _, o := range w.Objects {
@@ -82,7 +95,7 @@ func serve(b *testing.B, n int) *server {
 	// it, and the process's end stops it.
 	_ = stop
 	s := &server{world: w, srv: srv, url: url}
-	servers[n] = s
+	servers[key] = s
 	b.Logf("stripesim with %d objects ready in %s", len(w.Objects), time.Since(start).Round(time.Millisecond))
 	return s
 }
@@ -395,60 +408,30 @@ func tail(s string, n int) string {
 //     out, requests, and the pass's phases from its log; read_pct is the
 //     second pass's reads over the first's, new_vs_unchanged the third
 //     pass's wall time over the second's.
+//   - sparse: command's passes over a World whose findings are ten times
+//     sparser (WorldOptions.FindingsEvery 10,000): at 1M, a history ten
+//     times the default 100k's with as much of it open, so that its
+//     nightly pass divided by 100k's shows what the history's size alone
+//     costs.
 //   - inprocess: the first two passes through runner.Runner wired as the
 //     command wires it, in this process, so that -cpuprofile sees them
 //     (the profile holds the server's work too).
 //
-// The command benchmark leaves its new days on the server, and every later
-// fresh database of the size holds their obligations (server.added).
+// The command benchmarks leave their new days on the server, and every
+// later fresh database of the World holds their obligations
+// (server.added).
 //
 // Run: go test ./internal/bench -run '^$' -bench 'EndToEnd/1M/command' -benchtime 1x -timeout 0
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, size := range e2eSizes {
 		b.Run(size.name+"/command", func(b *testing.B) {
-			s := serve(b, size.n)
-			command(b)
-			for b.Loop() {
-				b.StopTimer()
-				pool, dbURL := database(b, s)
-				b.StartTimer()
-				first := runCommand(b, s, dbURL)
-				second := runCommand(b, s, dbURL)
-				b.StopTimer()
-				day := newDay(b, s, pool, size.n/100)
-				b.StartTimer()
-				third := runCommand(b, s, dbURL)
-				b.StopTimer()
-				reportPasses(b, len(s.world.Objects), len(day.Objects), first, second, third)
-				for _, p := range []struct {
-					name string
-					r    passResult
-				}{{"second", second}, {"third", third}} {
-					if !strings.Contains(p.r.stderr, "read the provider incrementally") {
-						b.Errorf("the %s pass did not read incrementally:\n%s", p.name, tail(p.r.stderr, 2000))
-					}
-					// A nightly figure of a pass that matched whole would
-					// measure the wrong pass.
-					if m := logLine(p.r.stderr, "matched whole"); m != nil {
-						b.Errorf("the %s pass matched whole: %v", p.name, m["reason"])
-					}
-				}
-				// Each new object and its key event are list entries the
-				// third pass must have been handed; fewer means the
-				// incremental listing missed the day.
-				if want := 2 * len(day.Objects); third.reads < want {
-					b.Errorf("the third pass read %d entries, want at least the new day's %d objects and key events", third.reads, want)
-				}
-				// The day is clean business: matched, it adds no finding.
-				if f2, f3 := findingsOf(second.stderr), findingsOf(third.stderr); f2 < 0 || f3 != f2 {
-					b.Errorf("findings: second pass %d, third pass %d; want the same (the new day is clean)", f2, f3)
-				}
-				pool.Close()
-				b.StartTimer()
-			}
+			commandPasses(b, serve(b, size.n, 0))
+		})
+		b.Run(size.name+"/sparse", func(b *testing.B) {
+			commandPasses(b, serve(b, size.n, sparse*1000))
 		})
 		b.Run(size.name+"/inprocess", func(b *testing.B) {
-			s := serve(b, size.n)
+			s := serve(b, size.n, 0)
 			for b.Loop() {
 				b.StopTimer()
 				pool, _ := database(b, s)
@@ -464,6 +447,51 @@ func BenchmarkEndToEnd(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// commandPasses runs the command benchmark's three passes over s's World
+// on a fresh database each iteration, checks that the nightly ones were
+// incremental and reports them (reportPasses).
+func commandPasses(b *testing.B, s *server) {
+	command(b)
+	for b.Loop() {
+		b.StopTimer()
+		pool, dbURL := database(b, s)
+		b.StartTimer()
+		first := runCommand(b, s, dbURL)
+		second := runCommand(b, s, dbURL)
+		b.StopTimer()
+		day := newDay(b, s, pool, len(s.world.Obligations)/100)
+		b.StartTimer()
+		third := runCommand(b, s, dbURL)
+		b.StopTimer()
+		reportPasses(b, len(s.world.Objects), len(day.Objects), first, second, third)
+		for _, p := range []struct {
+			name string
+			r    passResult
+		}{{"second", second}, {"third", third}} {
+			if !strings.Contains(p.r.stderr, "read the provider incrementally") {
+				b.Errorf("the %s pass did not read incrementally:\n%s", p.name, tail(p.r.stderr, 2000))
+			}
+			// A nightly figure of a pass that matched whole would
+			// measure the wrong pass.
+			if m := logLine(p.r.stderr, "matched whole"); m != nil {
+				b.Errorf("the %s pass matched whole: %v", p.name, m["reason"])
+			}
+		}
+		// Each new object and its key event are list entries the third
+		// pass must have been handed; fewer means the incremental listing
+		// missed the day.
+		if want := 2 * len(day.Objects); third.reads < want {
+			b.Errorf("the third pass read %d entries, want at least the new day's %d objects and key events", third.reads, want)
+		}
+		// The day is clean business: matched, it adds no finding.
+		if f2, f3 := findingsOf(second.stderr), findingsOf(third.stderr); f2 < 0 || f3 != f2 {
+			b.Errorf("findings: second pass %d, third pass %d; want the same (the new day is clean)", f2, f3)
+		}
+		pool.Close()
+		b.StartTimer()
 	}
 }
 

@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // with one key event per object that has a key: mostly clean (linked by
 // provider id, by intent, by key alone, by metadata alone; refunds;
 // unknown outcomes and expired leases that the provider's records mark
-// PAID), and in every thousand one of each finding kind.
+// PAID), and in every thousand (WorldOptions.FindingsEvery) one of each
+// finding kind.
 type World struct {
 	Now         time.Time
 	Obligations []reconcile.Obligation
@@ -38,6 +40,12 @@ type WorldOptions struct {
 	// Newest is how long before now the newest objects were created
 	// (default 30 minutes). Objects spread over 40,000 minutes before it.
 	Newest time.Duration
+	// FindingsEvery is how many obligations hold one of each finding
+	// kind (default 1000; a multiple of 1000). Those findings stay open,
+	// and a nightly pass decides on their obligations again, so a World
+	// ten times larger with FindingsEvery ten times larger has as much
+	// to decide on each night as the smaller one.
+	FindingsEvery int
 }
 
 // NewWorld builds a World of n obligations at now with the default
@@ -50,6 +58,15 @@ func NewWorld(n int, now time.Time) World {
 func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 	if opts.Newest <= 0 {
 		opts.Newest = 30 * time.Minute
+	}
+	every := opts.FindingsEvery
+	if every == 0 {
+		every = 1000
+	}
+	if every < 0 || every%1000 != 0 {
+		// The kinds sit at 101, 202, … 909 of every span, where the
+		// clean cases above (i % 20) leave them alone.
+		panic(fmt.Sprintf("bench: FindingsEvery %d is not a positive multiple of 1000", every))
 	}
 	w := World{
 		Now:         now,
@@ -89,7 +106,7 @@ func NewWorldWith(n int, now time.Time, opts WorldOptions) World {
 		default:
 			o.ProviderID = p.ID
 		}
-		switch i % 1000 {
+		switch i % every {
 		case 101: // duplicate: a second charge under a retry's metadata
 			w.Objects = append(w.Objects, reconcile.ProviderObject{ID: "ch_dup" + s, Kind: reconcile.Charge, Money: money,
 				Status: reconcile.Succeeded, RawStatus: "succeeded", Metadata: map[string]string{"obligation_id": o.ID}, Created: reconcile.StampOf(created)})
