@@ -348,17 +348,7 @@ func TestFenceHoldsOffTheNextAccountHolderDuringASend(t *testing.T) {
 func TestMigrateAddsAccountLocks(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewObligations(t)
-	p, db, err := newProvider(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := createSchema(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(t.Context(), 11); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	migratedTo(t, url, 11)
 	s, err := New(pool, testOptions(nil))
 	if err != nil {
 		t.Fatal(err)

@@ -345,17 +345,7 @@ func TestHeldAfterTheConnectionDied(t *testing.T) {
 func TestMigrateAddsRunLock(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewObligations(t)
-	p, db, err := newProvider(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := createSchema(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(t.Context(), 3); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	migratedTo(t, url, 3)
 	s, err := New(pool, testOptions(nil))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/rivermigrate"
 
 	"reconcile/internal/pgtest"
@@ -241,6 +242,26 @@ func TestSchemaDigest(t *testing.T) {
 	}
 }
 
+// migratedTo gives url's database the schema of the first v migrations,
+// as an existing database left at that version holds it, and returns the
+// migrations' provider to go on with; its connection closes when the
+// test ends.
+func migratedTo(t *testing.T, url string, v int64) *goose.Provider {
+	t.Helper()
+	p, db, err := newProvider(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := createSchema(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(t.Context(), v); err != nil {
+		t.Fatalf("UpTo %d: %v", v, err)
+	}
+	return p
+}
+
 // allMigrations are the migrations this build embeds, in order; they are
 // numbered from 1 without a gap, which TestMigrate relies on.
 func allMigrations(t *testing.T) []string {
@@ -265,17 +286,7 @@ func TestMigrateAccounts(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewPool(t)
 	ctx := t.Context()
-	p, db, err := newProvider(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := createSchema(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 8); err != nil {
-		t.Fatalf("UpTo 8: %v", err)
-	}
+	p := migratedTo(t, url, 8)
 	e := &env{tb: t, pool: pool}
 	e.exec(`INSERT INTO reconcile.provider_objects (id, kind, amount, currency, status, raw_status, created, seen_at)
 		VALUES ('ch_1', 'charge', 100, 'usd', 'succeeded', 'succeeded', now(), now())`)
@@ -325,17 +336,7 @@ func TestMigrateShards(t *testing.T) {
 	t.Parallel()
 	pool, url := pgtest.NewPool(t)
 	ctx := t.Context()
-	p, db, err := newProvider(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := createSchema(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 12); err != nil {
-		t.Fatalf("UpTo 12: %v", err)
-	}
+	p := migratedTo(t, url, 12)
 	e := &env{tb: t, pool: pool}
 	e.exec(`INSERT INTO reconcile.runs (id, trigger, window_from, window_to, started_at, status)
 		VALUES ('run_1', 'manual', now(), now(), now(), 'running')`)
