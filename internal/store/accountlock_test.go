@@ -201,27 +201,7 @@ func TestFenceRefusesStaleAccountHolder(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer stale.Release(context.Background())
-				next := loss.lose(e, stale)
-				if next != nil {
-					defer next.Release(context.Background())
-					if next.Epoch() != stale.Epoch()+1 {
-						t.Errorf("epochs: stale %d, next %d; want next one more", stale.Epoch(), next.Epoch())
-					}
-				}
-				before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
-				err = w.write(WithFence(t.Context(), stale), e)
-				if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "run lock of account "+account) {
-					t.Fatalf("%s under a lost lock = %v, want ErrLockLost naming %s", w.name, err, account)
-				}
-				after := storetest.Take(t, e.pool, reconcile.ObligationTable{})
-				if diff := cmp.Diff(before.Tables, after.Tables); diff != "" {
-					t.Errorf("%s under a lost lock wrote (-before +after):\n%s", w.name, diff)
-				}
-				if next != nil {
-					if err := w.write(WithFence(t.Context(), next), e); err != nil {
-						t.Errorf("%s under the new holder's lock: %v", w.name, err)
-					}
-				}
+				checkLoss(t, e, w, stale, loss.lose(e, stale), "run lock of account "+account)
 			})
 		}
 	}

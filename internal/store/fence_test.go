@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +140,34 @@ func fenceTestEnv(t *testing.T, now time.Time) *env {
 	return e
 }
 
+// checkLoss checks fenced write w after the lock stale was lost, next
+// being the lock taken since (nil when none was): under stale, w is
+// refused with ErrLockLost, its message holding naming, and writes
+// nothing; under next, one epoch on, the new holder writes as usual.
+func checkLoss(t *testing.T, e *env, w fencedWrite, stale, next *Lock, naming string) {
+	t.Helper()
+	if next != nil {
+		defer next.Release(context.Background())
+		if next.Epoch() != stale.Epoch()+1 {
+			t.Errorf("epochs: stale %d, next %d; want next one more", stale.Epoch(), next.Epoch())
+		}
+	}
+	before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
+	err := w.write(WithFence(t.Context(), stale), e)
+	if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), naming) {
+		t.Fatalf("%s under a lost lock = %v, want ErrLockLost (its message holding %q)", w.name, err, naming)
+	}
+	after := storetest.Take(t, e.pool, reconcile.ObligationTable{})
+	if diff := cmp.Diff(before.Tables, after.Tables); diff != "" {
+		t.Errorf("%s under a lost lock wrote (-before +after):\n%s", w.name, diff)
+	}
+	if next != nil {
+		if err := w.write(WithFence(t.Context(), next), e); err != nil {
+			t.Errorf("%s under the new holder's lock: %v", w.name, err)
+		}
+	}
+}
+
 // Every fenced write of a holder whose lock was lost is refused, whether
 // another run took the lock since, or no one has yet, or (as a reused
 // backend pid would let it look) the session seems alive but the epoch
@@ -181,28 +210,7 @@ func TestFenceRefusesStaleHolder(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer stale.Release(context.Background())
-				next := loss.lose(e, stale)
-				if next != nil {
-					defer next.Release(context.Background())
-					if next.Epoch() != stale.Epoch()+1 {
-						t.Errorf("epochs: stale %d, next %d; want next one more", stale.Epoch(), next.Epoch())
-					}
-				}
-				before := storetest.Take(t, e.pool, reconcile.ObligationTable{})
-				err = w.write(WithFence(t.Context(), stale), e)
-				if !errors.Is(err, ErrLockLost) {
-					t.Fatalf("%s under a lost lock = %v, want ErrLockLost", w.name, err)
-				}
-				after := storetest.Take(t, e.pool, reconcile.ObligationTable{})
-				if diff := cmp.Diff(before.Tables, after.Tables); diff != "" {
-					t.Errorf("%s under a lost lock wrote (-before +after):\n%s", w.name, diff)
-				}
-				if next != nil {
-					// The holder of the lock writes as usual.
-					if err := w.write(WithFence(t.Context(), next), e); err != nil {
-						t.Errorf("%s under the new holder's lock: %v", w.name, err)
-					}
-				}
+				checkLoss(t, e, w, stale, loss.lose(e, stale), "")
 			})
 		}
 	}
