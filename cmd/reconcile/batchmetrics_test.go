@@ -17,6 +17,7 @@ import (
 	"reconcile/internal/config"
 	"reconcile/internal/metrics"
 	"reconcile/internal/metrics/metricstest"
+	"reconcile/internal/pgtest"
 	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
 )
@@ -41,7 +42,7 @@ func startPushgateway(t *testing.T) string {
 		}
 		t.Skip("no pushgateway in PATH (apt-get install prometheus-pushgateway, as .ci/run does)")
 	}
-	addr := freeAddr(t)
+	addr := pgtest.ClosedPort(t)
 	cmd := exec.Command(bin, "--web.listen-address="+addr)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -225,7 +226,7 @@ func TestRunPushesMetrics(t *testing.T) {
 	// The database down: the run fails before the pass and adds what it
 	// knows; the last success and the store's figures stay as they were.
 	down := e.vars["DATABASE_URL"]
-	closed := freeAddr(t)
+	closed := pgtest.ClosedPort(t)
 	e.vars["DATABASE_URL"] = "postgres://reconcile:dbpw@" + closed + "/payments?sslmode=disable"
 	if code, _, stderr := e.run("run", "--config", cfg, "--since", "100h"); code != 1 {
 		t.Fatalf("run without a database exited %d, want 1: %s", code, stderr)
@@ -270,7 +271,7 @@ func TestRunPushesMetrics(t *testing.T) {
 
 	// A gateway that is down: one warning, the password nowhere, and the
 	// exit status the run's own.
-	gone := freeAddr(t)
+	gone := pgtest.ClosedPort(t)
 	bad := writeConfig("bad.yaml", "metrics:\n  pushgateway: http://pusher:gwCANARYpw@"+gone+"\n")
 	code, _, stderr = e.run("run", "--config", bad, "--since", "100h")
 	if code != 0 {

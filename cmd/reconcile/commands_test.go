@@ -345,7 +345,7 @@ type scheduled struct {
 
 func (e *env) schedule(t *testing.T) *scheduled {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := pgtest.ClosedPort(t)
 	cfgPath := t.TempDir() + "/c.yaml"
 	writeConfig(t, cfgPath, fmt.Sprintf("schedule: \"@every 1s\"\nlookback: 100h\nmetrics:\n  listen: %q\n", addr))
 	ctx, cancel := context.WithCancel(t.Context())

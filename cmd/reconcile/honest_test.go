@@ -2,39 +2,16 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
-	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"reconcile/internal/pgtest"
 	"reconcile/internal/slacktest"
 	"reconcile/internal/stripesim"
 )
-
-// freeAddr returns an address on loopback that nothing listens on, for a
-// command to listen on or to find nothing at. Its port lies below the
-// kernel's ephemeral range (32768 and up on Linux), from which every
-// listener on port 0 of the parallel tests takes its own: a port taken
-// there and closed was seen handed at once to another test's fake Slack,
-// which then answered TestDemoServe's GET / with invalid_auth.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 100 {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue // taken: another
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		return addr
-	}
-	t.Fatal("no free port on loopback between 20000 and 32000 in 100 tries")
-	return ""
-}
 
 // logLine returns the first JSON log line on stderr whose msg is msg.
 func logLine(t *testing.T, stderr, msg string) map[string]any {
@@ -55,7 +32,7 @@ func logLine(t *testing.T, stderr, msg string) map[string]any {
 func TestStripeUnreachableSaysWhereAndWhat(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
-	addr := freeAddr(t)
+	addr := pgtest.ClosedPort(t)
 	e.vars["STRIPE_API_BASE"] = "http://" + addr + "/v1proxy?token=CANARYquery"
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, "stripe:\n  max_retries: 2\n  concurrency: 1\n")
@@ -131,7 +108,7 @@ func TestPassLogCountsEveryAttempt(t *testing.T) {
 func TestSlackUnreachableSaysWhere(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
-	addr := freeAddr(t)
+	addr := pgtest.ClosedPort(t)
 	cfg := filepath.Join(t.TempDir(), "c.yaml")
 	writeConfig(t, cfg, "alerts:\n  max_retries: 0\n")
 	for _, tt := range []struct {
@@ -168,7 +145,7 @@ func TestConfigCheckConnect(t *testing.T) {
 	e := newEnv(t)
 	seedDoubleRefund(t, e)
 	admin := e.vars["DATABASE_URL"]
-	down := freeAddr(t)
+	down := pgtest.ClosedPort(t)
 	tests := []struct {
 		name     string
 		vars     map[string]string

@@ -51,7 +51,7 @@ func TestServeRefusesNonLoopbackWithAuthNone(t *testing.T) {
 // returns its error and what it printed.
 func serving(t *testing.T, getenv func(string) string, args ...string) (addr string, resp *http.Response, body string, stop func() (string, error)) {
 	t.Helper()
-	addr = freeAddr(t)
+	addr = pgtest.ClosedPort(t)
 	var err error
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"reconcile/internal/pgtest"
 )
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key
@@ -171,7 +173,7 @@ func TestServeBasicNonLoopbackWarns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := basicConfig(t, t.TempDir())
-	_, port, err := net.SplitHostPort(freeAddr(t))
+	_, port, err := net.SplitHostPort(pgtest.ClosedPort(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@
 package pgtest
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"os/user"
@@ -11,8 +10,6 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
-
-	"reconcile/internal/embeddedpg"
 )
 
 // RequireEmbeddedEnv, when set (CI sets it), makes a test that runs an
@@ -98,15 +95,4 @@ func (u *User) Copy(tb testing.TB, path string) string {
 		tb.Fatal(err)
 	}
 	return dst
-}
-
-// ClosedPort returns a loopback address nothing listens on (one just
-// closed), for pointing the probe of the local server away from it.
-func ClosedPort(tb testing.TB) string {
-	tb.Helper()
-	port, err := embeddedpg.FreePort()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
 }
