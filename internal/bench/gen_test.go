@@ -43,12 +43,12 @@ func TestWorldFindingsEvery(t *testing.T) {
 		return c
 	}
 	const n = 40_000
-	dense, sparse := count(NewWorld(n, now)), count(NewWorldWith(n, now, WorldOptions{FindingsEvery: 10_000}))
+	dense, spaced := count(NewWorld(n, now)), count(NewWorldWith(n, now, WorldOptions{FindingsEvery: 10_000}))
 	if want := (counts{40, 40, 40, 40, 40, 40, n}); dense != want {
 		t.Errorf("default World: %+v, want %+v", dense, want)
 	}
-	if want := (counts{4, 4, 4, 4, 4, 4, n}); sparse != want {
-		t.Errorf("findings every 10,000: %+v, want %+v", sparse, want)
+	if want := (counts{4, 4, 4, 4, 4, 4, n}); spaced != want {
+		t.Errorf("findings every 10,000: %+v, want %+v", spaced, want)
 	}
 	defer func() {
 		if recover() == nil {
