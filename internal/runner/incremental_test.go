@@ -21,7 +21,7 @@ import (
 
 var debugTwin = false
 
-var incrementalSeeds = flag.Int("incremental.seeds", 12, "histories TestIncrementalEqualsWhole runs")
+var incrementalSeeds = flag.Int("incremental.seeds", 16, "histories TestIncrementalEqualsWhole runs")
 
 // twin is two reconcilers given the same history: a matches as nightly
 // passes do (incrementally, where it may), b matches everything in scope
@@ -39,10 +39,8 @@ type twin struct {
 	// written into the table on the next day: the workflow wrote the row
 	// after the request went out.
 	later []reconcile.Obligation
-	// plain is, by obligation, the charge its provider_id was set to when
-	// that charge carries nothing else of it (no key, no metadata): only
-	// the provider_id links them, and what the last pass linked is all
-	// that tells a nightly pass of the charge once the id is corrected.
+	// plain is, by obligation, the charge that only its provider_id
+	// links to it, and that no twin reaches (plainPaid, payment).
 	plain map[string]string
 }
 
@@ -72,8 +70,9 @@ func (w *twin) newObjectID(prefix string) string {
 
 // payment adds what the provider did for obligation o (money moved once,
 // twice, failed, still pending, by some route), or, with o nil, money no
-// obligation asked for.
-func (w *twin) payment(o *reconcile.Obligation, created time.Time) {
+// obligation asked for. A first payment (first) may set o's provider_id,
+// which its row is written with; a retry's never does.
+func (w *twin) payment(o *reconcile.Obligation, first bool, created time.Time) {
 	kind := reconcile.Charge
 	if o != nil && o.Kind == reconcile.Refund {
 		kind = reconcile.Refund
@@ -130,7 +129,7 @@ func (w *twin) payment(o *reconcile.Obligation, created time.Time) {
 		x.ID = w.newObjectID("ch")
 	}
 	bare := x.Kind == reconcile.Charge && x.PaymentIntent == "" && key == "" && x.Metadata == nil
-	link := o != nil && o.ProviderID == "" && (bare || w.rng.IntN(2) == 0)
+	link := first && o.ProviderID == "" && (bare || w.rng.IntN(2) == 0)
 	if link && bare {
 		// Only o's provider_id links the charge to o, and no twin
 		// reaches it (its customer is its own).
@@ -174,7 +173,7 @@ func (w *twin) obligation(created time.Time) {
 		o.LeaseOwner, o.LeaseExpiresAt = "worker-1", reconcile.StampOf(created.Add(time.Duration(w.rng.IntN(6))*time.Hour))
 	}
 	for n := w.rng.IntN(3); n > 0; n-- {
-		w.payment(&o, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
+		w.payment(&o, true, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
 	}
 	if o.State == reconcile.Paid {
 		// Marked paid as it was created: the workflow writes updated_at
@@ -185,6 +184,25 @@ func (w *twin) obligation(created time.Time) {
 		w.later = append(w.later, o)
 		return
 	}
+	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+	w.obls = append(w.obls, o)
+}
+
+// plainPaid adds an obligation paid by a charge that carries nothing of
+// it (no key, no metadata) and whose customer is its own: only the
+// provider_id links them, and no twin reaches the charge. Once the
+// provider_id is corrected (day's r == 8), the charge is an orphan, and
+// only what the last pass linked tells a nightly pass of it.
+func (w *twin) plainPaid(created time.Time) {
+	w.nextObl++
+	o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: reconcile.Paid,
+		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
+	id := w.newObjectID("ch")
+	w.object(reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: o.Money, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Customer: "cus_" + id, Created: reconcile.StampOf(created)}, "")
+	o.ProviderID = id
+	w.plain[o.ID] = id
 	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
 	w.obls = append(w.obls, o)
 }
@@ -211,9 +229,9 @@ func (w *twin) day(at time.Time) {
 			// A retry or a payment nobody asked for, maybe a twin.
 			if len(w.obls) > 0 && w.rng.IntN(2) == 0 {
 				o := w.obls[w.rng.IntN(len(w.obls))]
-				w.payment(&o, created)
+				w.payment(&o, false, created)
 			} else {
-				w.payment(nil, created)
+				w.payment(nil, false, created)
 			}
 		case r == 3 && len(w.objs) > 0:
 			// A change the provider tells an event of.
@@ -267,11 +285,11 @@ func (w *twin) day(at time.Time) {
 			w.later = append(w.later, o)
 		case r == 8:
 			// The workflow corrects a provider_id: what it named before
-			// links to nothing now. Mostly a recent paid one whose charge
-			// only its provider_id linked (plain): the charge, found
-			// linked cleanly by the last pass and no twin of anything,
-			// is an orphan now, and only the last pass's link tells a
-			// nightly pass of it.
+			// links to nothing now. A recent paid one whose charge only
+			// its provider_id linked (plain) if there is one: the charge,
+			// found linked cleanly by the last pass and no twin of
+			// anything, is an orphan now, and only the last pass's link
+			// tells a nightly pass of it.
 			var named, plain []int
 			for i, o := range w.obls {
 				if o.ProviderID != "" {
@@ -281,7 +299,7 @@ func (w *twin) day(at time.Time) {
 					}
 				}
 			}
-			if len(plain) > 0 && w.rng.IntN(4) != 0 {
+			if len(plain) > 0 {
 				named = plain
 			}
 			if len(named) == 0 {
@@ -292,6 +310,10 @@ func (w *twin) day(at time.Time) {
 			w.both(func(e *env) {
 				e.exec(`UPDATE obligations SET provider_id = $2, updated_at = $3 WHERE id = $1`, o.ID, o.ProviderID, created)
 			})
+		case r == 9:
+			// What a correction of a provider_id (r == 8) leaves an
+			// orphan.
+			w.plainPaid(created)
 		case r == 6:
 			// An obligation appears that names an object already there.
 			if id := w.pick(reconcile.Charge); id != "" {
@@ -303,7 +325,7 @@ func (w *twin) day(at time.Time) {
 				w.obls = append(w.obls, o)
 			}
 		default:
-			w.payment(nil, created)
+			w.payment(nil, false, created)
 		}
 	}
 }
@@ -366,7 +388,7 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 		w.obligation(t0.Add(-time.Duration(w.rng.IntN(60*60)) * time.Minute))
 	}
 	for range w.rng.IntN(6) {
-		w.payment(nil, t0.Add(-time.Duration(w.rng.IntN(60*60))*time.Minute))
+		w.payment(nil, false, t0.Add(-time.Duration(w.rng.IntN(60*60))*time.Minute))
 	}
 	incremental := 0
 	for d := 0; d <= days; d++ {
