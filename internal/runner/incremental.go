@@ -422,11 +422,32 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		if len(got) == 0 {
 			break
 		}
-		namers, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: got}, r.Matcher))
-		if err != nil {
-			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+		// As a whole read: it lists a retrieved record the coverage holds,
+		// and reads every obligation naming it, to link it (as context
+		// where it decides nothing of them); one outside the coverage it
+		// retrieves too, and reads only those it decides on
+		// (docs/design.md, "Incremental matching").
+		var listed, outside []reconcile.ProviderObject
+		for _, o := range got {
+			if cover.Contains(o.Created.Time()) {
+				listed = append(listed, o)
+			} else {
+				outside = append(outside, o)
+			}
 		}
-		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !decides(&o, w, sources.Named{}) }))
+		for _, part := range []struct {
+			objs []reconcile.ProviderObject
+			all  bool
+		}{{listed, true}, {outside, false}} {
+			if len(part.objs) == 0 {
+				continue
+			}
+			namers, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: part.objs}, r.Matcher))
+			if err != nil {
+				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+			}
+			add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !part.all && !decides(&o, w, sources.Named{}) }))
+		}
 		kept = append(kept, got...)
 		if len(fresh) == 0 {
 			break

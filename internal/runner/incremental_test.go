@@ -595,3 +595,37 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 		}
 	}
 }
+
+// An object a nightly pass reaches only by retrieving what an obligation
+// it decides on names (here the charge an open refund targets, which the
+// last pass linked to another obligation) is linked as a whole read
+// links it: the coverage holds it, so a whole read lists it and reads
+// every obligation naming it, and the nightly pass reads them too.
+func TestIncrementalLinksWhatItRetrieves(t *testing.T) {
+	t.Parallel()
+	w := &twin{a: newEnv(t), b: newEnv(t), tb: t, plain: map[string]string{}}
+	money := reconcile.Money{Amount: 2500, Currency: "usd"}
+	paid := reconcile.Obligation{ID: "charge:a", Kind: reconcile.Charge, IdempotencyKey: "key-a", ProviderID: "ch_a",
+		Money: money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(t0.Add(-10 * time.Hour)),
+		UpdatedAt: reconcile.StampOf(t0.Add(-10 * time.Hour)), PaidAt: reconcile.StampOf(t0.Add(-10 * time.Hour))}
+	refund := reconcile.Obligation{ID: "refund:r", Kind: reconcile.Refund, IdempotencyKey: "key-r", TargetID: "ch_a",
+		Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour)),
+		UpdatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour))}
+	w.object(reconcile.ProviderObject{ID: "ch_a", Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Customer: "cus_a", Created: reconcile.StampOf(t0.Add(-10*time.Hour + 5*time.Minute))}, "")
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, paid, refund) })
+	for d, at := range []time.Time{t0, t0.Add(70 * time.Hour)} {
+		w.a.clock, w.b.clock = at, at
+		a := w.a.pass(true, runner.Request{})
+		b := w.b.pass(true, runner.Request{Full: true})
+		if d > 0 && a.Sync.Match != runner.MatchIncremental {
+			t.Fatalf("day %d matched %s (%s), want incrementally", d, a.Sync.Match, a.Sync.MatchReason)
+		}
+		if diff := diffOutcomes(b, a); diff != "" {
+			t.Errorf("day %d: the nightly pass concluded otherwise than --full:\n%s", d, diff)
+		}
+		if sa, sb := w.a.stored(), w.b.stored(); !slices.Equal(sa, sb) {
+			t.Errorf("day %d: stored state differs:\nnightly %v\n--full  %v", d, sa, sb)
+		}
+	}
+}
