@@ -387,14 +387,13 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		}
 		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
 		if r.beforeCoverage(byID, w, subject, now, cover) {
-			// Nothing retrieved yet: the whole read retrieves once.
+			// The whole read retrieves what it needs itself.
 			p.report.MatchReason = "an obligation to decide on began before the coverage"
 			return matcher.Input{}, false, nil
 		}
 		// The objects that obligations to decide on name and no record
-		// read holds are looked up by id, as a whole read looks them up;
-		// the obligations in scope naming what is found are connected to
-		// it too.
+		// read holds are looked up by id, as a whole read looks them up,
+		// and the obligations naming what is found join (below).
 		held := make(map[string]struct{}, len(kept))
 		for i := range kept {
 			held[kept[i].ID] = struct{}{}
@@ -426,7 +425,8 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// and reads every obligation naming it, to link it (as context
 		// where it decides nothing of them); one outside the coverage it
 		// retrieves too, and reads only those it decides on
-		// (docs/design.md, "Incremental matching").
+		// (docs/design.md, "Incremental matching"). Their names count as
+		// asked, so that a later round does not read them unfiltered.
 		var listed, outside []reconcile.ProviderObject
 		for _, o := range got {
 			if cover.Contains(o.Created.Time()) {
@@ -435,19 +435,15 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 				outside = append(outside, o)
 			}
 		}
-		for _, part := range []struct {
-			objs []reconcile.ProviderObject
-			all  bool
-		}{{listed, true}, {outside, false}} {
-			if len(part.objs) == 0 {
-				continue
-			}
-			namers, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: part.objs}, r.Matcher))
-			if err != nil {
-				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
-			}
-			add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !part.all && !decides(&o, w, sources.Named{}) }))
+		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: listed}, r.Matcher)))
+		if err != nil {
+			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
+		add(namers)
+		if namers, err = r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: outside}, r.Matcher))); err != nil {
+			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+		}
+		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !decides(&o, w, sources.Named{}) }))
 		kept = append(kept, got...)
 		if len(fresh) == 0 {
 			break

@@ -70,8 +70,8 @@ func (w *twin) newObjectID(prefix string) string {
 
 // payment adds what the provider did for obligation o (money moved once,
 // twice, failed, still pending, by some route), or, with o nil, money no
-// obligation asked for. A first payment (first) may set o's provider_id,
-// which its row is written with; a retry's never does.
+// obligation asked for. A payment made as o was created (first) may set
+// o's provider_id, which its row is written with; a retry's never does.
 func (w *twin) payment(o *reconcile.Obligation, first bool, created time.Time) {
 	kind := reconcile.Charge
 	if o != nil && o.Kind == reconcile.Refund {
@@ -341,10 +341,11 @@ func (e *env) exec(sql string, args ...any) {
 // finding's fingerprint, status and content, every obligation's row, and
 // the link the mirror keeps of every object created before the pass's
 // clock (what the next nightly pass reaches obligations by). An object
-// created at the clock or after lies past the window: a nightly pass
-// keeps it if an event told of it within the events' grace, a pass that
-// reads the provider in full (--full) lists only the window, and the
-// next pass lists it either way.
+// created at the clock or after (a payment lands up to 19 minutes after
+// its obligation) lies past the window: a nightly pass keeps it if an
+// event told of it within the events' grace, a pass that reads the
+// provider in full (--full) lists only the window, and the next pass
+// lists and compares it either way (all but the last day's).
 func (e *env) stored() []string {
 	e.tb.Helper()
 	var out []string
