@@ -427,20 +427,15 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// retrieves too, and reads only those it decides on
 		// (docs/design.md, "Incremental matching"). Their names count as
 		// asked, so that a later round does not read them unfiltered.
-		var listed, outside []reconcile.ProviderObject
-		for _, o := range got {
-			if cover.Contains(o.Created.Time()) {
-				listed = append(listed, o)
-			} else {
-				outside = append(outside, o)
-			}
-		}
-		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: listed}, r.Matcher)))
+		retrieved := &sources.Listing{Objects: got}
+		listed := func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) }
+		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, listed)))
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
 		add(namers)
-		if namers, err = r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: outside}, r.Matcher))); err != nil {
+		outside := func(o reconcile.ProviderObject) bool { return !listed(o) }
+		if namers, err = r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, outside))); err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
 		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !decides(&o, w, sources.Named{}) }))

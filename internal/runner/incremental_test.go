@@ -378,13 +378,47 @@ func (e *env) stored() []string {
 	return out
 }
 
+// newTwin is two fresh reconcilers whose history seed makes.
+func newTwin(tb testing.TB, seed uint64) *twin {
+	return &twin{a: newEnv(tb), b: newEnv(tb), rng: rand.New(rand.NewPCG(seed, 0x5eed)), tb: tb, plain: map[string]string{}}
+}
+
+// passes runs a's nightly pass and b's --full pass at the clock, and says
+// how they differ in what they concluded or stored ("" when they do not).
+func (w *twin) passes() (nightly *runner.Outcome, differ string) {
+	a := w.a.pass(true, runner.Request{})
+	b := w.b.pass(true, runner.Request{Full: true})
+	if diff := diffOutcomes(b, a); diff != "" {
+		if debugTwin {
+			for _, id := range b.Result.ObligationIDs {
+				w.tb.Logf("whole obl %s", id)
+			}
+			for _, o := range b.Input.Objects {
+				w.tb.Logf("whole obj %+v", o)
+			}
+			for _, id := range a.Result.ObligationIDs {
+				w.tb.Logf("nightly obl %s", id)
+			}
+			for _, o := range a.Input.Objects {
+				w.tb.Logf("nightly obj %s", o.ID)
+			}
+			w.tb.Logf("lookups whole %+v nightly %+v", b.Lookups, a.Lookups)
+		}
+		return a, "the nightly pass concluded otherwise than --full:\n" + diff
+	}
+	if sa, sb := w.a.stored(), w.b.stored(); !slices.Equal(sa, sb) {
+		return a, fmt.Sprintf("stored state differs:\nnightly %v\n--full  %v", sa, sb)
+	}
+	return a, ""
+}
+
 // runTwin runs one random history: a first pass, then days, each followed
 // by a nightly pass of a and a --full pass of b; after each, both must
 // have concluded and stored the same. It returns how many of a's passes
 // matched incrementally.
 func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args ...any)) int {
 	tb.Helper()
-	w := &twin{a: newEnv(tb), b: newEnv(tb), rng: rand.New(rand.NewPCG(seed, 0x5eed)), tb: tb, plain: map[string]string{}}
+	w := newTwin(tb, seed)
 	for range 10 + w.rng.IntN(15) {
 		w.obligation(t0.Add(-time.Duration(w.rng.IntN(60*60)) * time.Minute))
 	}
@@ -398,35 +432,14 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 			w.day(at)
 			w.a.clock, w.b.clock = at, at
 		}
-		a := w.a.pass(true, runner.Request{})
-		b := w.b.pass(true, runner.Request{Full: true})
+		a, differ := w.passes()
 		if a.Sync.Match == runner.MatchIncremental {
 			incremental++
 		} else if d > 0 {
 			tb.Logf("day %d matched whole: %s", d, a.Sync.MatchReason)
 		}
-		what := fmt.Sprintf("seed %d day %d (%s match: %s)", seed, d, a.Sync.Match, a.Sync.MatchReason)
-		if diff := diffOutcomes(b, a); diff != "" {
-			if debugTwin {
-				for _, id := range b.Result.ObligationIDs {
-					tb.Logf("whole obl %s", id)
-				}
-				for _, o := range b.Input.Objects {
-					tb.Logf("whole obj %+v", o)
-				}
-				for _, id := range a.Result.ObligationIDs {
-					tb.Logf("nightly obl %s", id)
-				}
-				for _, o := range a.Input.Objects {
-					tb.Logf("nightly obj %s", o.ID)
-				}
-				tb.Logf("lookups whole %+v nightly %+v", b.Lookups, a.Lookups)
-			}
-			fail("%s: the nightly pass concluded otherwise than --full:\n%s", what, diff)
-			return incremental
-		}
-		if sa, sb := w.a.stored(), w.b.stored(); !slices.Equal(sa, sb) {
-			fail("%s: stored state differs:\nnightly %v\n--full  %v", what, sa, sb)
+		if differ != "" {
+			fail("seed %d day %d (%s match: %s): %s", seed, d, a.Sync.Match, a.Sync.MatchReason, differ)
 			return incremental
 		}
 	}
@@ -604,7 +617,7 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 // every obligation naming it, and the nightly pass reads them too.
 func TestIncrementalLinksWhatItRetrieves(t *testing.T) {
 	t.Parallel()
-	w := &twin{a: newEnv(t), b: newEnv(t), tb: t, plain: map[string]string{}}
+	w := newTwin(t, 0)
 	money := reconcile.Money{Amount: 2500, Currency: "usd"}
 	paid := reconcile.Obligation{ID: "charge:a", Kind: reconcile.Charge, IdempotencyKey: "key-a", ProviderID: "ch_a",
 		Money: money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(t0.Add(-10 * time.Hour)),
@@ -617,8 +630,7 @@ func TestIncrementalLinksWhatItRetrieves(t *testing.T) {
 	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, paid, refund) })
 	for d, at := range []time.Time{t0, t0.Add(70 * time.Hour)} {
 		w.a.clock, w.b.clock = at, at
-		a := w.a.pass(true, runner.Request{})
-		b := w.b.pass(true, runner.Request{Full: true})
+		a, differ := w.passes()
 		if d > 0 && a.Sync.Match != runner.MatchIncremental {
 			t.Fatalf("day %d matched %s (%s), want incrementally", d, a.Sync.Match, a.Sync.MatchReason)
 		}
@@ -627,11 +639,8 @@ func TestIncrementalLinksWhatItRetrieves(t *testing.T) {
 		if d > 0 && !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_a" }) {
 			t.Fatalf("day %d: the nightly pass did not look ch_a up (lookups %+v): the test no longer tests a retrieval", d, a.Lookups)
 		}
-		if diff := diffOutcomes(b, a); diff != "" {
-			t.Errorf("day %d: the nightly pass concluded otherwise than --full:\n%s", d, diff)
-		}
-		if sa, sb := w.a.stored(), w.b.stored(); !slices.Equal(sa, sb) {
-			t.Errorf("day %d: stored state differs:\nnightly %v\n--full  %v", d, sa, sb)
+		if differ != "" {
+			t.Errorf("day %d: %s", d, differ)
 		}
 	}
 }
