@@ -440,7 +440,12 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		}
 		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !decides(&o, w, sources.Named{}) }))
 		kept = append(kept, got...)
-		if len(fresh) == 0 {
+		// One the coverage holds a whole read lists with its key evidence,
+		// movement and twins: the closure goes on over it even when no
+		// obligation joined.
+		if slices.ContainsFunc(got, listed) {
+			closed = false
+		} else if len(fresh) == 0 {
 			break
 		}
 	}

@@ -613,34 +613,55 @@ func TestIncrementalSeesRowsNoUpdateTellsOf(t *testing.T) {
 // An object a nightly pass reaches only by retrieving what an obligation
 // it decides on names (here the charge an open refund targets, which the
 // last pass linked to another obligation) is linked as a whole read
-// links it: the coverage holds it, so a whole read lists it and reads
-// every obligation naming it, and the nightly pass reads them too.
+// links it: the coverage holds it, so a whole read lists it with its key
+// evidence and reads every obligation naming it or its keys, and the
+// nightly pass reads them too, whether the other obligation names the
+// charge by its provider_id or only its idempotency key does.
 func TestIncrementalLinksWhatItRetrieves(t *testing.T) {
 	t.Parallel()
-	w := newTwin(t, 0)
-	money := reconcile.Money{Amount: 2500, Currency: "usd"}
-	paid := reconcile.Obligation{ID: "charge:a", Kind: reconcile.Charge, IdempotencyKey: "key-a", ProviderID: "ch_a",
-		Money: money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(t0.Add(-10 * time.Hour)),
-		UpdatedAt: reconcile.StampOf(t0.Add(-10 * time.Hour)), PaidAt: reconcile.StampOf(t0.Add(-10 * time.Hour))}
-	refund := reconcile.Obligation{ID: "refund:r", Kind: reconcile.Refund, IdempotencyKey: "key-r", TargetID: "ch_a",
-		Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour)),
-		UpdatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour))}
-	w.object(reconcile.ProviderObject{ID: "ch_a", Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
-		RawStatus: "succeeded", Customer: "cus_a", Created: reconcile.StampOf(t0.Add(-10*time.Hour + 5*time.Minute))}, "")
-	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, paid, refund) })
-	for d, at := range []time.Time{t0, t0.Add(70 * time.Hour)} {
-		w.a.clock, w.b.clock = at, at
-		a, differ := w.passes()
-		if d > 0 && a.Sync.Match != runner.MatchIncremental {
-			t.Fatalf("day %d matched %s (%s), want incrementally", d, a.Sync.Match, a.Sync.MatchReason)
-		}
-		// The case at hand: the nightly pass reaches the charge only by
-		// looking up what the refund names.
-		if d > 0 && !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_a" }) {
-			t.Fatalf("day %d: the nightly pass did not look ch_a up (lookups %+v): the test no longer tests a retrieval", d, a.Lookups)
-		}
-		if differ != "" {
-			t.Errorf("day %d: %s", d, differ)
-		}
+	for _, c := range []struct {
+		name    string
+		byKey   bool          // charge:a names nothing; only the key its request sent links it
+		created time.Duration // charge:a and ch_a, before t0
+	}{
+		{name: "provider_id", created: 10 * time.Hour},
+		{name: "key", byKey: true, created: 10 * time.Hour},
+		// Outside the coverage a whole read retrieves the charge and reads
+		// no obligation it does not decide on: nor does the nightly pass.
+		{name: "outside", created: 40 * 24 * time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newTwin(t, 0)
+			money := reconcile.Money{Amount: 2500, Currency: "usd"}
+			paid := reconcile.Obligation{ID: "charge:a", Kind: reconcile.Charge, IdempotencyKey: "key-a", ProviderID: "ch_a",
+				Money: money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(t0.Add(-c.created)),
+				UpdatedAt: reconcile.StampOf(t0.Add(-c.created)), PaidAt: reconcile.StampOf(t0.Add(-c.created))}
+			key := ""
+			if c.byKey {
+				paid.ProviderID, key = "", paid.IdempotencyKey
+			}
+			refund := reconcile.Obligation{ID: "refund:r", Kind: reconcile.Refund, IdempotencyKey: "key-r", TargetID: "ch_a",
+				Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour)),
+				UpdatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour))}
+			w.object(reconcile.ProviderObject{ID: "ch_a", Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
+				RawStatus: "succeeded", Customer: "cus_a", Created: reconcile.StampOf(t0.Add(-c.created + 5*time.Minute))}, key)
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, paid, refund) })
+			for d, at := range []time.Time{t0, t0.Add(70 * time.Hour)} {
+				w.a.clock, w.b.clock = at, at
+				a, differ := w.passes()
+				if d > 0 && a.Sync.Match != runner.MatchIncremental {
+					t.Fatalf("day %d matched %s (%s), want incrementally", d, a.Sync.Match, a.Sync.MatchReason)
+				}
+				// The case at hand: the nightly pass reaches the charge only
+				// by looking up what the refund names.
+				if d > 0 && !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_a" }) {
+					t.Fatalf("day %d: the nightly pass did not look ch_a up (lookups %+v): the test no longer tests a retrieval", d, a.Lookups)
+				}
+				if differ != "" {
+					t.Errorf("day %d: %s", d, differ)
+				}
+			}
+		})
 	}
 }
