@@ -424,9 +424,11 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// As a whole read: it lists a retrieved record the coverage holds,
 		// and reads every obligation naming it, to link it (as context
 		// where it decides nothing of them); one outside the coverage it
-		// retrieves too, and reads only those it decides on
-		// (docs/design.md, "Incremental matching"). Their names count as
-		// asked, so that a later round does not read them unfiltered.
+		// retrieves too, and of the obligations naming it reads those it
+		// decides on and those a record of the coverage names, as it
+		// reads whatever its listing names (docs/design.md, "Incremental
+		// matching"). Their names count as asked, so that a later round
+		// does not read them unfiltered.
 		retrieved := &sources.Listing{Objects: got}
 		listed := func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) }
 		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, listed)))
@@ -438,16 +440,20 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		if namers, err = r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, outside))); err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
-		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !decides(&o, w, sources.Named{}) }))
-		kept = append(kept, got...)
-		// One the coverage holds a whole read lists with its key evidence,
-		// movement and twins: the closure goes on over it even when no
-		// obligation joined.
-		if slices.ContainsFunc(got, listed) {
-			closed = false
-		} else if len(fresh) == 0 {
-			break
+		// Those a record this pass read names are in byID already (the
+		// closure read every name of what it holds); the mirror tells of
+		// the rest of the coverage.
+		inScope := func(o reconcile.Obligation) bool { return decides(&o, w, sources.Named{}) }
+		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, slices.DeleteFunc(slices.Clone(namers), inScope))
+		if err != nil {
+			return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
 		}
+		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !inScope(o) && !mirrored(&o) }))
+		// Whatever the coverage, the closure goes on over what was
+		// retrieved, as over what was read first: a whole read holds the
+		// coverage's key evidence, movements and twins of it, and reads
+		// the obligations those name.
+		kept, closed = append(kept, got...), false
 	}
 	slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
 	p.report.Mirrored, p.report.MirroredKeys = len(kept)-read-len(found), len(keys)

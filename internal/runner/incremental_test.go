@@ -17,6 +17,7 @@ import (
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
 	"reconcile/internal/store"
+	"reconcile/internal/stripesim"
 )
 
 var debugTwin = false
@@ -627,41 +628,145 @@ func TestIncrementalLinksWhatItRetrieves(t *testing.T) {
 		{name: "provider_id", created: 10 * time.Hour},
 		{name: "key", byKey: true, created: 10 * time.Hour},
 		// Outside the coverage a whole read retrieves the charge and reads
-		// no obligation it does not decide on: nor does the nightly pass.
+		// no obligation it does not decide on that nothing else names:
+		// nor does the nightly pass.
 		{name: "outside", created: 40 * 24 * time.Hour},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			w := newTwin(t, 0)
-			money := reconcile.Money{Amount: 2500, Currency: "usd"}
-			paid := reconcile.Obligation{ID: "charge:a", Kind: reconcile.Charge, IdempotencyKey: "key-a", ProviderID: "ch_a",
-				Money: money, State: reconcile.Paid, CreatedAt: reconcile.StampOf(t0.Add(-c.created)),
-				UpdatedAt: reconcile.StampOf(t0.Add(-c.created)), PaidAt: reconcile.StampOf(t0.Add(-c.created))}
+			paid := propPaid("charge:a", t0.Add(-c.created))
+			paid.ProviderID = "ch_a"
 			key := ""
 			if c.byKey {
 				paid.ProviderID, key = "", paid.IdempotencyKey
 			}
-			refund := reconcile.Obligation{ID: "refund:r", Kind: reconcile.Refund, IdempotencyKey: "key-r", TargetID: "ch_a",
-				Money: money, State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour)),
-				UpdatedAt: reconcile.StampOf(t0.Add(-5 * time.Hour))}
-			w.object(reconcile.ProviderObject{ID: "ch_a", Kind: reconcile.Charge, Money: money, Status: reconcile.Succeeded,
-				RawStatus: "succeeded", Customer: "cus_a", Created: reconcile.StampOf(t0.Add(-c.created + 5*time.Minute))}, key)
+			refund := propUnknown("refund:r", t0.Add(-5*time.Hour))
+			refund.Kind, refund.TargetID = reconcile.Refund, "ch_a"
+			w.object(propCharge("ch_a", t0.Add(-c.created+5*time.Minute)), key)
 			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, paid, refund) })
-			for d, at := range []time.Time{t0, t0.Add(70 * time.Hour)} {
-				w.a.clock, w.b.clock = at, at
-				a, differ := w.passes()
-				if d > 0 && a.Sync.Match != runner.MatchIncremental {
-					t.Fatalf("day %d matched %s (%s), want incrementally", d, a.Sync.Match, a.Sync.MatchReason)
-				}
-				// The case at hand: the nightly pass reaches the charge only
-				// by looking up what the refund names.
-				if d > 0 && !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_a" }) {
-					t.Fatalf("day %d: the nightly pass did not look ch_a up (lookups %+v): the test no longer tests a retrieval", d, a.Lookups)
-				}
-				if differ != "" {
-					t.Errorf("day %d: %s", d, differ)
-				}
-			}
+			w.retrievalDays(t, "ch_a", nil)
 		})
 	}
+}
+
+// A charge outside the coverage that an obligation a nightly pass decides
+// on names is closed over as what the pass read first: a whole read
+// holds what the coverage holds of it and reads what that names.
+func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
+	t.Parallel()
+	old := t0.Add(-40 * 24 * time.Hour)
+	for _, c := range []struct {
+		name string
+		// setup writes the history; lookup is the charge the nightly pass
+		// must retrieve, which day 1's new obligation charge:o names.
+		setup  func(t *testing.T, w *twin)
+		lookup string
+	}{{
+		// Key evidence told inside the coverage (a request's key, hours
+		// ago) links the old charge to charge:x.
+		name:   "key evidence",
+		lookup: "ch_a",
+		setup: func(t *testing.T, w *twin) {
+			w.object(propCharge("ch_a", old.Add(5*time.Minute)), "")
+			w.both(func(e *env) {
+				if _, err := e.srv.AddEvent(stripesim.Event{Type: "charge.succeeded", ObjectID: "ch_a", Created: t0.Add(-3 * time.Hour),
+					Request: &stripesim.Request{ID: "req_x", IdempotencyKey: "key-x"}}); err != nil {
+					t.Fatal(err)
+				}
+				pgtest.InsertObligations(t, e.pool, propPaid("charge:x", old))
+			})
+		},
+	}, {
+		// A second charge of the old charge's intent lies inside the
+		// coverage, paying charge:z: one movement reaching two
+		// obligations, a conflict.
+		name:   "movement",
+		lookup: "ch_old",
+		setup: func(t *testing.T, w *twin) {
+			failed := propCharge("ch_old", old)
+			failed.Status, failed.RawStatus, failed.PaymentIntent = reconcile.Failed, "failed", "pi_old"
+			w.object(failed, "")
+			again := propCharge("ch_new", t0.Add(-10*time.Hour))
+			again.PaymentIntent = "pi_old"
+			w.object(again, "")
+			z := propPaid("charge:z", t0.Add(-10*time.Hour))
+			z.ProviderID = "ch_new"
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, z) })
+		},
+	}, {
+		// charge:y, old and paid, names the old charge too; no rule
+		// decides on it, but a failed charge inside the coverage names it
+		// in its metadata, so a whole read reads it and finds the charge
+		// claimed by two obligations.
+		name:   "named by the coverage",
+		lookup: "ch_a",
+		setup: func(t *testing.T, w *twin) {
+			w.object(propCharge("ch_a", old.Add(5*time.Minute)), "")
+			named := propCharge("ch_l", t0.Add(-10*time.Hour))
+			named.Status, named.RawStatus, named.Customer = reconcile.Failed, "failed", "cus_b"
+			named.Metadata = map[string]string{"obligation_id": "charge:y"}
+			w.object(named, "")
+			y := propPaid("charge:y", old)
+			y.ProviderID = "ch_a"
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newTwin(t, 0)
+			c.setup(t, w)
+			w.retrievalDays(t, c.lookup, func(at time.Time) {
+				o := propUnknown("charge:o", at.Add(-10*time.Hour))
+				o.ProviderID = c.lookup
+				w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, o) })
+			})
+		})
+	}
+}
+
+// retrievalDays runs a first pass at t0 and, after nightly (when set),
+// a nightly pass 70 hours later. It fails where the nightly pass did not
+// match incrementally or did not look lookup up (the test would no longer
+// test a retrieval), or where either pass concluded or stored otherwise
+// than --full.
+func (w *twin) retrievalDays(t *testing.T, lookup string, nightly func(at time.Time)) {
+	t.Helper()
+	for d, at := range []time.Time{t0, t0.Add(70 * time.Hour)} {
+		if d > 0 && nightly != nil {
+			nightly(at)
+		}
+		w.a.clock, w.b.clock = at, at
+		a, differ := w.passes()
+		if d > 0 && a.Sync.Match != runner.MatchIncremental {
+			t.Fatalf("day %d matched %s (%s), want incrementally", d, a.Sync.Match, a.Sync.MatchReason)
+		}
+		if d > 0 && !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == lookup }) {
+			t.Fatalf("day %d: the nightly pass did not look %s up (lookups %+v): the test no longer tests a retrieval", d, lookup, a.Lookups)
+		}
+		if differ != "" {
+			t.Errorf("day %d: %s", d, differ)
+		}
+	}
+}
+
+// propCharge is a succeeded charge of USD 25.00 to cus_a.
+func propCharge(id string, created time.Time) reconcile.ProviderObject {
+	return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: 2500, Currency: "usd"},
+		Status: reconcile.Succeeded, RawStatus: "succeeded", Customer: "cus_a", Created: reconcile.StampOf(created)}
+}
+
+// propPaid is a charge obligation of USD 25.00, key key-<id's tail>,
+// created and paid at created, naming no provider object.
+func propPaid(id string, created time.Time) reconcile.Obligation {
+	o := propUnknown(id, created)
+	o.State, o.PaidAt = reconcile.Paid, reconcile.StampOf(created)
+	return o
+}
+
+// propUnknown is propPaid's obligation in CONFIRMATION_UNKNOWN.
+func propUnknown(id string, created time.Time) reconcile.Obligation {
+	return reconcile.Obligation{ID: id, Kind: reconcile.Charge, IdempotencyKey: "key-" + id[strings.IndexByte(id, ':')+1:],
+		Money: reconcile.Money{Amount: 2500, Currency: "usd"}, State: reconcile.ConfirmationUnknown,
+		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 }

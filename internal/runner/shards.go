@@ -273,9 +273,27 @@ func (p *prefetched) absentIntents(ctx context.Context, mid, kw reconcile.Window
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	n := store.Naming{MetaIDKey: p.opts.MetadataObligationID, MetaKeyKey: p.opts.MetadataIdempotencyKey}
-	for i := range cands {
-		o := &cands[i]
+	named, err := namedInMirror(ctx, p.mirror.(ShardMirror), mid, kw, p.since, p.opts, cands)
+	if err != nil {
+		return nil, fmt.Errorf("read the pass's fetches: %w", err)
+	}
+	return slices.DeleteFunc(cands, func(o reconcile.Obligation) bool {
+		return !decides(&o, p.subject, sources.Named{}) && !named(&o)
+	}), nil
+}
+
+// namedInMirror tells which of obs a record the mirror holds names, as a
+// whole read's listing names what it reads: an object created in w and
+// seen at or after since, by its id, or by its metadata; key evidence
+// told in kw, by its key (store.Mirror.Named).
+func namedInMirror(ctx context.Context, mirror ShardMirror, w, kw reconcile.Window, since time.Time, opts matcher.Options,
+	obs []reconcile.Obligation) (func(*reconcile.Obligation) bool, error) {
+	if len(obs) == 0 {
+		return func(*reconcile.Obligation) bool { return false }, nil
+	}
+	n := store.Naming{MetaIDKey: opts.MetadataObligationID, MetaKeyKey: opts.MetadataIdempotencyKey}
+	for i := range obs {
+		o := &obs[i]
 		for _, id := range []string{o.ProviderID, o.TargetID} {
 			if id != "" {
 				n.IDs = append(n.IDs, id)
@@ -286,14 +304,14 @@ func (p *prefetched) absentIntents(ctx context.Context, mid, kw reconcile.Window
 			n.Keys, n.MetaKeys = append(n.Keys, o.IdempotencyKey), append(n.MetaKeys, o.IdempotencyKey)
 		}
 	}
-	named, err := p.mirror.(ShardMirror).Named(ctx, mid, kw, p.since, n)
+	named, err := mirror.Named(ctx, w, kw, since, n)
 	if err != nil {
-		return nil, fmt.Errorf("read the pass's fetches: %w", err)
+		return nil, err
 	}
-	return slices.DeleteFunc(cands, func(o reconcile.Obligation) bool {
-		return !decides(&o, p.subject, sources.Named{}) && !named["id:"+o.ProviderID] && !named["id:"+o.TargetID] &&
-			!named["meta_id:"+o.ID] && (o.IdempotencyKey == "" || !named["key:"+o.IdempotencyKey] && !named["meta_key:"+o.IdempotencyKey])
-	}), nil
+	return func(o *reconcile.Obligation) bool {
+		return o.ProviderID != "" && named["id:"+o.ProviderID] || o.TargetID != "" && named["id:"+o.TargetID] ||
+			named["meta_id:"+o.ID] || o.IdempotencyKey != "" && (named["key:"+o.IdempotencyKey] || named["meta_key:"+o.IdempotencyKey])
+	}, nil
 }
 
 // keysOf is the key evidence told in kw of objs and of the intents their
