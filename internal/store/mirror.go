@@ -363,29 +363,32 @@ type Naming struct {
 // objects created in w (whole seconds) and seen at or after since, key
 // evidence told in kw. Ids, keys and metadata values come back in one
 // set, each prefixed by its kind ("id:", "key:", "meta_id:", "meta_key:").
-// The metadata is looked for in every record of w: a shard asks it only
-// of the few obligations only an unlisted intent's charges reach.
+// Each name is looked up by index, the metadata by containment in the
+// GIN index (migration 00014), so that a nightly pass asking of a few
+// obligations reads a few rows, not the coverage.
 func (m *Mirror) Named(ctx context.Context, w, kw reconcile.Window, since time.Time, n Naming) (map[string]bool, error) {
 	out := map[string]bool{}
 	if !w.Valid() {
 		return out, nil
 	}
-	rows, err := m.pool.Query(ctx, `
-		SELECT 'id:' || id FROM reconcile.provider_objects
-			WHERE account = $1 AND id = ANY($4::text[]) AND created >= $2 AND created < $3 AND seen_at >= $5
-		UNION
-		SELECT 'key:' || key FROM reconcile.provider_keys
-			WHERE account = $1 AND key = ANY($6::text[]) AND created >= $7 AND created < $8
-		UNION
-		SELECT 'meta_id:' || (metadata->>$9) FROM reconcile.provider_objects
-			WHERE cardinality($10::text[]) > 0 AND account = $1 AND created >= $2 AND created < $3 AND seen_at >= $5
-				AND metadata->>$9 = ANY($10::text[])
-		UNION
-		SELECT 'meta_key:' || (metadata->>$11) FROM reconcile.provider_objects
-			WHERE cardinality($12::text[]) > 0 AND account = $1 AND created >= $2 AND created < $3 AND seen_at >= $5
-				AND metadata->>$11 = ANY($12::text[])`,
-		m.account, ceilSecond(w.From), ceilSecond(w.To), orEmpty(n.IDs), since, orEmpty(n.Keys), ceilSecond(kw.From), ceilSecond(kw.To),
-		n.MetaIDKey, orEmpty(n.MetaIDs), n.MetaKeyKey, orEmpty(n.MetaKeys))
+	var kinds, values, docs []string
+	for _, meta := range []struct {
+		kind, key string
+		values    []string
+	}{{"meta_id:", n.MetaIDKey, n.MetaIDs}, {"meta_key:", n.MetaKeyKey, n.MetaKeys}} {
+		if meta.key == "" {
+			continue
+		}
+		for _, v := range meta.values {
+			doc, err := json.Marshal(map[string]string{meta.key: v})
+			if err != nil {
+				return nil, err
+			}
+			kinds, values, docs = append(kinds, meta.kind), append(values, v), append(docs, string(doc))
+		}
+	}
+	rows, err := m.pool.Query(ctx, namedSQL, m.account, ceilSecond(w.From), ceilSecond(w.To), orEmpty(n.IDs), since,
+		orEmpty(n.Keys), ceilSecond(kw.From), ceilSecond(kw.To), orEmpty(kinds), orEmpty(values), orEmpty(docs))
 	if err != nil {
 		return nil, fmt.Errorf("read what the mirror names: %w", err)
 	}
@@ -398,6 +401,18 @@ func (m *Mirror) Named(ctx context.Context, w, kw reconcile.Window, since time.T
 	}
 	return out, nil
 }
+
+// namedSQL is Named's statement.
+const namedSQL = `
+	SELECT 'id:' || id FROM reconcile.provider_objects
+		WHERE account = $1 AND id = ANY($4::text[]) AND created >= $2 AND created < $3 AND seen_at >= $5
+	UNION
+	SELECT 'key:' || key FROM reconcile.provider_keys
+		WHERE account = $1 AND key = ANY($6::text[]) AND created >= $7 AND created < $8
+	UNION
+	SELECT m.kind || m.value FROM unnest($9::text[], $10::text[], $11::jsonb[]) AS m(kind, value, doc)
+		WHERE EXISTS (SELECT 1 FROM reconcile.provider_objects o WHERE o.metadata @> m.doc AND o.metadata IS NOT NULL
+			AND o.account = $1 AND o.created >= $2 AND o.created < $3 AND o.seen_at >= $5)`
 
 const mirrorKeyColumns = `object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')`
 

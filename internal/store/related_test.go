@@ -244,6 +244,11 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 			[]time.Time{}, []time.Time{}, []string{}, []string{"charge:5"}, []string{`{"obligation_id": "charge:6"}`}, true, true},
 			[]string{"provider_objects_pkey", "provider_objects_linked_idx", "provider_objects_metadata_idx",
 				"provider_objects_pending_idx", "provider_objects_unlinked_intents_idx"}, true, true},
+		// What an incremental pass asks of the obligations naming an
+		// object it retrieved outside the coverage.
+		"Named": {namedSQL, []any{"acct_1", w.From, w.To, []string{"ch_7"}, at, []string{"k-16"}, w.From, w.To,
+			[]string{"meta_id:"}, []string{"charge:6"}, []string{`{"obligation_id": "charge:6"}`}},
+			[]string{"provider_objects_pkey", "provider_keys_key_idx", "provider_objects_metadata_idx"}, false, true},
 		"KeysOf": {`SELECT ` + mirrorKeyColumns + ` FROM reconcile.provider_keys WHERE account = $3 AND object_id = ANY($4::text[])
 			AND created >= $1 AND created < $2`, []any{w.From, w.To, "acct_1", []string{"ch_1", "ch_2"}},
 			[]string{"provider_keys_pkey"}, false, false},
@@ -316,4 +321,70 @@ func explainPlan(tb testing.TB, e *env, mode, sql string, args []any, noSeqScan 
 		tb.Fatalf("explain (%s): %v", mode, err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Named tells which names the view's account's records hold: objects by
+// id and by either metadata key, created in the window and seen since,
+// and keys told in the keys' window; nothing of another account's, of an
+// object seen before since or created outside the window, nor a metadata
+// value under another key.
+func TestMirrorNamed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	since := at.Add(-10 * time.Minute)
+	ch := func(id string, created time.Time, meta map[string]string) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: reconcile.Money{Amount: 100, Currency: "usd"},
+			Status: reconcile.Succeeded, RawStatus: "succeeded", Metadata: meta, Created: reconcile.StampOf(created)}
+	}
+	key := func(id, k string, created time.Time) reconcile.KeyEvidence {
+		return reconcile.KeyEvidence{ObjectID: id, ObjectKind: reconcile.Charge, Key: k, EventID: "evt_" + k,
+			EventType: "charge.succeeded", Created: reconcile.StampOf(created)}
+	}
+	hour := at.Add(-time.Hour)
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen: []SeenObjects{
+			{At: since, Objects: []reconcile.ProviderObject{
+				ch("ch_1", hour, map[string]string{"obligation_id": "charge:1", "idempotency_key": "key-9"}),
+				ch("ch_2", hour, map[string]string{"note": "charge:note", "obligation_id": "charge:2 "}),
+				ch("ch_old", at.Add(-100*time.Hour), map[string]string{"obligation_id": "charge:old"}),
+			}},
+			{At: since.Add(-time.Hour), Objects: []reconcile.ProviderObject{ch("ch_stale", hour, map[string]string{"obligation_id": "charge:stale"})}},
+		},
+		Keys: []reconcile.KeyEvidence{key("ch_1", "k-1", hour), key("ch_old", "k-old", at.Add(-100*time.Hour))},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewMirror(e.pool).ForAccount("acct_2").Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen: []SeenObjects{{At: since, Objects: []reconcile.ProviderObject{ch("ch_9", hour, map[string]string{"obligation_id": "charge:9"})}}},
+		Keys: []reconcile.KeyEvidence{key("ch_9", "k-9", hour)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w, kw := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}, reconcile.Window{From: at.Add(-2 * time.Hour), To: at}
+	n := Naming{
+		IDs:       []string{"ch_1", "ch_old", "ch_stale", "ch_9", "ch_none"},
+		Keys:      []string{"k-1", "k-old", "k-9", "k-none"},
+		MetaIDs:   []string{"charge:1", "charge:old", "charge:stale", "charge:9", "charge:note", "charge:2", "key-9"},
+		MetaKeys:  []string{"key-9", "charge:1"},
+		MetaIDKey: "obligation_id", MetaKeyKey: "idempotency_key",
+	}
+	got, err := m.Named(ctx, w, kw, since, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"id:ch_1": true, "key:k-1": true, "meta_id:charge:1": true, "meta_key:key-9": true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Named (-want +got):\n%s", diff)
+	}
+	// No metadata key configured: no metadata asked.
+	n.MetaIDKey, n.MetaKeyKey = "", ""
+	if got, err = m.Named(ctx, w, kw, since, n); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]bool{"id:ch_1": true, "key:k-1": true}, got); diff != "" {
+		t.Errorf("Named without metadata keys (-want +got):\n%s", diff)
+	}
 }
