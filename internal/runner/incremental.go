@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"reconcile"
+	"reconcile/internal/byid"
 	"reconcile/internal/matcher"
 	"reconcile/internal/sources"
 	"reconcile/internal/store"
@@ -364,6 +365,11 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// every round, the open findings' eleven thousand names and objects
 	// cost 0.3 to 0.6 s a round at a million.
 	keysAsked, namesAsked, terms := map[string]bool{}, newAskedNames(), newClosure()
+	// heldBack are obligations naming an object retrieved outside the
+	// coverage that nothing in scope or in the coverage named when they
+	// were read: their names count as asked, so each joins only once a
+	// record of the coverage names it.
+	var heldBack []reconcile.Obligation
 	for closed := false; ; {
 		// What the provider showed is closed over even when no obligation
 		// changed.
@@ -384,6 +390,18 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 			}
 			add(named)
+			if len(heldBack) > 0 {
+				// One a record this pass holds of the coverage now names
+				// joins, as a whole read's listing would read it.
+				covered := coverNames(kept, keys, cover, r.Matcher)
+				heldBack = slices.DeleteFunc(heldBack, func(o reconcile.Obligation) bool {
+					if decides(&o, w, covered) {
+						add([]reconcile.Obligation{o})
+						return true
+					}
+					return false
+				})
+			}
 		}
 		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
 		if r.beforeCoverage(byID, w, subject, now, cover) {
@@ -440,15 +458,22 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		if namers, err = r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, outside))); err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
-		// Those a record this pass read names are in byID already (the
-		// closure read every name of what it holds); the mirror tells of
-		// the rest of the coverage.
+		// The mirror tells which the coverage's records name as the last
+		// pass saved them; what this pass holds of it, including what its
+		// events told and what the closure reads next, lets the rest join
+		// later (heldBack, above).
 		inScope := func(o reconcile.Obligation) bool { return decides(&o, w, sources.Named{}) }
 		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, slices.DeleteFunc(slices.Clone(namers), inScope))
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
 		}
-		add(slices.DeleteFunc(namers, func(o reconcile.Obligation) bool { return !inScope(o) && !mirrored(&o) }))
+		for _, o := range namers {
+			if inScope(o) || mirrored(&o) {
+				add([]reconcile.Obligation{o})
+			} else {
+				heldBack = append(heldBack, o)
+			}
+		}
 		// Whatever the coverage, the closure goes on over what was
 		// retrieved, as over what was read first: a whole read holds the
 		// coverage's key evidence, movements and twins of it, and reads
@@ -599,6 +624,21 @@ func (r *Runner) keysOfChanged(ctx context.Context, mm MatchMirror, objs []recon
 		}
 	}
 	return keys, nil
+}
+
+// coverNames is what the records of objs and keys that cover holds name:
+// the objects created in it, and key evidence told in it, about whatever
+// object.
+func coverNames(objs []reconcile.ProviderObject, keys []reconcile.KeyEvidence, cover reconcile.Window, opts matcher.Options) sources.Named {
+	n := namedIf(&sources.Listing{Objects: objs}, opts, func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) })
+	for _, k := range keys {
+		if cover.Contains(k.Created.Time()) {
+			n.Keys = append(n.Keys, k.Key)
+		}
+	}
+	byid.Sort(n.Keys)
+	n.Keys = slices.Compact(n.Keys)
+	return n
 }
 
 // askedNames are the names an incremental pass asked the obligations

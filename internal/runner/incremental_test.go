@@ -690,10 +690,12 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 	old := t0.Add(-40 * 24 * time.Hour)
 	for _, c := range []struct {
 		name string
-		// setup writes the history; lookup is the charge the nightly pass
-		// must retrieve, which day 1's new obligation charge:o names.
-		setup  func(t *testing.T, w *twin)
-		lookup string
+		// setup writes the history, and nightly (when set) what happens
+		// before day 1; lookup is the charge the nightly pass must
+		// retrieve, which day 1's new obligation charge:o names.
+		setup   func(t *testing.T, w *twin)
+		nightly func(t *testing.T, w *twin, at time.Time)
+		lookup  string
 	}{{
 		// Key evidence told inside the coverage (a request's key, hours
 		// ago) links the old charge to charge:x.
@@ -707,6 +709,26 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 					t.Fatal(err)
 				}
 				pgtest.InsertObligations(t, e.pool, propPaid("charge:x", old))
+			})
+		},
+	}, {
+		// The same evidence told by the nightly pass's own events, of a
+		// charge whose metadata carries charge:x's key too: the mirror
+		// holds none of it yet.
+		name:   "key evidence told tonight",
+		lookup: "ch_a",
+		setup: func(t *testing.T, w *twin) {
+			paid := propCharge("ch_a", old.Add(5*time.Minute))
+			paid.Metadata = map[string]string{"idempotency_key": "key-x"}
+			w.object(paid, "")
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, propPaid("charge:x", old)) })
+		},
+		nightly: func(t *testing.T, w *twin, at time.Time) {
+			w.both(func(e *env) {
+				if _, err := e.srv.AddEvent(stripesim.Event{Type: "charge.succeeded", ObjectID: "ch_a", Created: at.Add(-3 * time.Hour),
+					Request: &stripesim.Request{ID: "req_x", IdempotencyKey: "key-x"}}); err != nil {
+					t.Fatal(err)
+				}
 			})
 		},
 	}, {
@@ -749,6 +771,9 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 			w := newTwin(t, 0)
 			c.setup(t, w)
 			w.retrievalDays(t, c.lookup, func(at time.Time) {
+				if c.nightly != nil {
+					c.nightly(t, w, at)
+				}
 				o := propUnknown("charge:o", at.Add(-10*time.Hour))
 				o.ProviderID = c.lookup
 				w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, o) })
