@@ -462,13 +462,13 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// pass saved them; what this pass holds of it, including what its
 		// events told and what the closure reads next, lets the rest join
 		// later (heldBack, above).
-		inScope := func(o reconcile.Obligation) bool { return decides(&o, w, sources.Named{}) }
-		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, slices.DeleteFunc(slices.Clone(namers), inScope))
+		unscoped := slices.DeleteFunc(slices.Clone(namers), func(o reconcile.Obligation) bool { return decides(&o, w, sources.Named{}) })
+		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, unscoped)
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
 		}
 		for _, o := range namers {
-			if inScope(o) || mirrored(&o) {
+			if decides(&o, w, mirrored) {
 				add([]reconcile.Obligation{o})
 			} else {
 				heldBack = append(heldBack, o)

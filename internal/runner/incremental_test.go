@@ -195,10 +195,7 @@ func (w *twin) obligation(created time.Time) {
 // provider_id is corrected (day's r == 8), the charge is an orphan, and
 // only what the last pass linked tells a nightly pass of it.
 func (w *twin) plainPaid(created time.Time) {
-	w.nextObl++
-	o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
-		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: reconcile.Paid,
-		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
+	o := w.paidObligation(created)
 	id := w.newObjectID("ch")
 	w.object(reconcile.ProviderObject{ID: id, Kind: reconcile.Charge, Money: o.Money, Status: reconcile.Succeeded,
 		RawStatus: "succeeded", Customer: "cus_" + id, Created: reconcile.StampOf(created)}, "")
@@ -206,6 +203,15 @@ func (w *twin) plainPaid(created time.Time) {
 	w.plain[o.ID] = id
 	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
 	w.obls = append(w.obls, o)
+}
+
+// paidObligation is a new charge obligation of the history, created and
+// paid at created, naming nothing yet.
+func (w *twin) paidObligation(created time.Time) reconcile.Obligation {
+	w.nextObl++
+	return reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: reconcile.Paid,
+		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
 }
 
 // oldPaid adds a charge obligation paid weeks before the first pass,
@@ -216,10 +222,7 @@ func (w *twin) plainPaid(created time.Time) {
 // scope is the difference from a whole pass docs/design.md ("Incremental
 // matching") leaves open.
 func (w *twin) oldPaid(created time.Time) {
-	w.nextObl++
-	o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
-		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: w.money(), State: reconcile.Paid,
-		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
+	o := w.paidObligation(created)
 	w.payment(&o, true, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
 	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
 }

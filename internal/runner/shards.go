@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"reconcile"
@@ -277,19 +278,18 @@ func (p *prefetched) absentIntents(ctx context.Context, mid, kw reconcile.Window
 	if err != nil {
 		return nil, fmt.Errorf("read the pass's fetches: %w", err)
 	}
-	return slices.DeleteFunc(cands, func(o reconcile.Obligation) bool {
-		return !decides(&o, p.subject, sources.Named{}) && !named(&o)
-	}), nil
+	return slices.DeleteFunc(cands, func(o reconcile.Obligation) bool { return !decides(&o, p.subject, named) }), nil
 }
 
-// namedInMirror tells which of obs a record the mirror holds names, as a
-// whole read's listing names what it reads: an object created in w and
-// seen at or after since, by its id, or by its metadata; key evidence
-// told in kw, by its key (store.Mirror.Named).
+// namedInMirror is what of obs's names the records the mirror holds name,
+// as a whole read's listing names what it reads: an object created in w
+// and seen at or after since, by its id or its metadata; key evidence
+// told in kw, by its key (store.Mirror.Named). decides reads it as it
+// reads a listing's names.
 func namedInMirror(ctx context.Context, mirror ShardMirror, w, kw reconcile.Window, since time.Time, opts matcher.Options,
-	obs []reconcile.Obligation) (func(*reconcile.Obligation) bool, error) {
+	obs []reconcile.Obligation) (sources.Named, error) {
 	if len(obs) == 0 {
-		return func(*reconcile.Obligation) bool { return false }, nil
+		return sources.Named{}, nil
 	}
 	n := store.Naming{MetaIDKey: opts.MetadataObligationID, MetaKeyKey: opts.MetadataIdempotencyKey}
 	for i := range obs {
@@ -306,12 +306,24 @@ func namedInMirror(ctx context.Context, mirror ShardMirror, w, kw reconcile.Wind
 	}
 	named, err := mirror.Named(ctx, w, kw, since, n)
 	if err != nil {
-		return nil, err
+		return sources.Named{}, err
 	}
-	return func(o *reconcile.Obligation) bool {
-		return o.ProviderID != "" && named["id:"+o.ProviderID] || o.TargetID != "" && named["id:"+o.TargetID] ||
-			named["meta_id:"+o.ID] || o.IdempotencyKey != "" && (named["key:"+o.IdempotencyKey] || named["meta_key:"+o.IdempotencyKey])
-	}, nil
+	var out sources.Named
+	for v := range named {
+		kind, value, _ := strings.Cut(v, ":")
+		switch kind {
+		case "id":
+			out.ProviderIDs = append(out.ProviderIDs, value)
+		case "meta_id":
+			out.IDs = append(out.IDs, value)
+		case "key", "meta_key":
+			out.Keys = append(out.Keys, value)
+		}
+	}
+	for _, list := range []*[]string{&out.ProviderIDs, &out.IDs, &out.Keys} {
+		*list = sortedSet(*list)
+	}
+	return out, nil
 }
 
 // keysOf is the key evidence told in kw of objs and of the intents their
