@@ -148,6 +148,12 @@ type Obligation struct {
 	PaidAt         Stamp // zero when NULL
 }
 
+// Unsettled reports whether o is EXECUTING or CONFIRMATION_UNKNOWN: a
+// pass about any window decides on it (docs/design.md, "Coverage").
+func (o *Obligation) Unsettled() bool {
+	return o.State == Executing || o.State == ConfirmationUnknown
+}
+
 // LeaseLive reports whether a worker still owns the obligation at now.
 func (o Obligation) LeaseLive(now time.Time) bool {
 	return !o.LeaseExpiresAt.IsZero() && o.LeaseExpiresAt.Time().After(now)

@@ -68,11 +68,15 @@ type mlink struct {
 func (m *matcher) linkAll() {
 	for i := range m.nObls() {
 		o := m.obl(i)
-		if o.ProviderID == "" {
-			continue
+		if o.ProviderID != "" {
+			k, mv := m.objectOf(o.ProviderID)
+			m.names(k, i)
+			if mv >= 0 {
+				m.addLink(mv, i, routeProviderID)
+			}
 		}
-		if mv := m.movementOf(o.ProviderID); mv >= 0 {
-			m.addLink(mv, i, routeProviderID)
+		if o.TargetID != "" && m.mayReach(o) {
+			m.names(m.objByID(o.TargetID), i) // names only: a refund's target links by its refunds
 		}
 	}
 	objs := m.in.Objects
@@ -86,25 +90,27 @@ func (m *matcher) linkAll() {
 		// and id), so the object a key names is most often the one the
 		// last key named or the next: two comparisons there save a lookup
 		// by hash, which misses the cache.
-		mv := int32(-1)
+		obj, mv := int32(-1), int32(-1)
 		switch {
 		case at < len(objs) && objs[at].ID == ke.ObjectID:
-			mv = m.objMov[m.objOf(at)]
+			obj = m.objOf(at)
 		case at+1 < len(objs) && objs[at+1].ID == ke.ObjectID:
 			at++
-			mv = m.objMov[m.objOf(at)]
+			obj = m.objOf(at)
 		default:
-			if o := m.objByID(ke.ObjectID); o >= 0 {
-				mv = m.objMov[o]
-				at = m.inputOf(o)
+			if obj = m.objByID(ke.ObjectID); obj >= 0 {
+				at = m.inputOf(obj)
 			} else if v, ok := m.absentPI[ke.ObjectID]; ok {
 				mv = v
 			}
 		}
+		if obj >= 0 {
+			mv = m.objMov[obj]
+		}
 		if mv < 0 {
 			continue
 		}
-		m.linkKey(mv, ke.Key, routeKey)
+		m.linkKey(mv, obj, ke.Key, routeKey)
 	}
 	idKey, keyKey := m.opts.MetadataObligationID, m.opts.MetadataIdempotencyKey
 	for k := range m.nObjs() {
@@ -116,25 +122,30 @@ func (m *matcher) linkAll() {
 		if idKey != "" {
 			if v := p.Metadata[idKey]; v != "" {
 				if o := m.oblByID(v); o >= 0 {
+					m.names(k, o)
 					m.addLink(mv, o, routeMetaID)
 				}
 			}
 		}
 		if keyKey != "" {
 			if v := p.Metadata[keyKey]; v != "" {
-				m.linkKey(mv, v, routeMetaKey)
+				m.linkKey(mv, k, v, routeMetaKey)
 			}
 		}
 	}
 }
 
-func (m *matcher) linkKey(mv int32, key string, route uint8) {
+// linkKey links movement mv to the obligations holding key, which object
+// obj (-1: none, an intent only its charges named) names.
+func (m *matcher) linkKey(mv, obj int32, key string, route uint8) {
 	o := m.keyIdx.find(key, func(i int32) string { return m.obl(i).IdempotencyKey })
 	if o < 0 {
 		return
 	}
+	m.names(obj, o)
 	m.addLink(mv, o, route)
 	for _, o := range m.dupKeys[key] {
+		m.names(obj, o)
 		m.addLink(mv, o, route)
 	}
 }

@@ -267,7 +267,7 @@ func propertyCases(t *testing.T) int {
 func TestProperties(t *testing.T) {
 	n := propertyCases(t)
 	kinds := map[reconcile.FindingKind]int{}
-	transitions := 0
+	transitions, namesFrom := 0, 0
 	for seed := range uint64(n) {
 		in, opts := genInput(randChooser{rand.New(rand.NewPCG(seed, 1))})
 		res := checkOne(t, in, opts, rand.New(rand.NewPCG(seed, 2)))
@@ -278,6 +278,11 @@ func TestProperties(t *testing.T) {
 			kinds[f.Kind]++
 		}
 		transitions += len(res.Transitions)
+		for _, at := range res.NamesFrom {
+			if !at.IsZero() {
+				namesFrom++
+			}
+		}
 	}
 	// The generator must reach every kind and transitions, or the
 	// properties above say little.
@@ -289,7 +294,10 @@ func TestProperties(t *testing.T) {
 	if transitions == 0 {
 		t.Error("no generated case produced a transition")
 	}
-	t.Logf("%d cases: transitions %d, findings by kind %v", n, transitions, kinds)
+	if namesFrom == 0 {
+		t.Error("no generated object names an obligation settled before it")
+	}
+	t.Logf("%d cases: transitions %d, objects naming from before them %d, findings by kind %v", n, transitions, namesFrom, kinds)
 }
 
 // checkOne runs Match on in and on a reordered copy and checks every
@@ -334,6 +342,27 @@ type oracle struct {
 	// Memos of the linear scans below, so the race detector's run stays
 	// fast; they change nothing the scans decide.
 	memb map[string][]*reconcile.ProviderObject
+}
+
+// namesFrom is the creation of the oldest obligation p names (by its id
+// as the obligation's provider or target id, its metadata, its key
+// evidence) that was settled, created and last written before p was
+// created; zero if none.
+func (o *oracle) namesFrom(p *reconcile.ProviderObject) reconcile.Stamp {
+	var oldest reconcile.Stamp
+	for _, ob := range o.obls {
+		named := ob.ProviderID == p.ID || ob.TargetID == p.ID ||
+			o.opts.MetadataObligationID != "" && p.Metadata[o.opts.MetadataObligationID] == ob.ID
+		if k := ob.IdempotencyKey; k != "" && !named {
+			named = o.opts.MetadataIdempotencyKey != "" && p.Metadata[o.opts.MetadataIdempotencyKey] == k ||
+				slices.ContainsFunc(o.keys, func(ke reconcile.KeyEvidence) bool { return ke.ObjectID == p.ID && ke.Key == k })
+		}
+		if named && !ob.Unsettled() && !ob.CreatedAt.IsZero() && ob.CreatedAt < p.Created && ob.UpdatedAt < p.Created &&
+			(oldest.IsZero() || ob.CreatedAt < oldest) {
+			oldest = ob.CreatedAt
+		}
+	}
+	return oldest
 }
 
 func newOracle(in Input, now time.Time, opts Options) *oracle {
@@ -527,6 +556,15 @@ func checkInvariants(tb testing.TB, in Input, now time.Time, opts Options, res R
 	}
 	if len(res.Buckets) != len(objIDs) {
 		tb.Errorf("%d buckets for %d objects", len(res.Buckets), len(objIDs))
+	}
+	for _, p := range or.objs {
+		var got reconcile.Stamp
+		if i, ok := slices.BinarySearch(res.ObjectIDs, p.ID); ok && res.NamesFrom != nil {
+			got = res.NamesFrom[i]
+		}
+		if want := or.namesFrom(p); got != want {
+			tb.Errorf("object %s names from %v, want %v", p.ID, got, want)
+		}
 	}
 	want := reconcile.Counts{Obligations: len(oblIDs), ProviderObjects: len(objIDs)}
 	for _, id := range objIDs {

@@ -132,6 +132,12 @@ func (o Options) RecordsFrom(created time.Time) time.Time {
 	return created.Add(-o.ClockSkew - 2*o.DuplicateWindow)
 }
 
+// NamedBefore is the inverse of RecordsFrom: an obligation created before
+// it has records from before from.
+func (o Options) NamedBefore(from time.Time) time.Time {
+	return from.Add(o.ClockSkew + 2*o.DuplicateWindow)
+}
+
 // CoverFrom is where a run about subject must begin to read the
 // provider's records: a duplicate window before the subject, so that the
 // subject's objects find their twins, and back to RecordsFrom of the
@@ -195,6 +201,11 @@ type Result struct {
 	// of ObjectIDs[i] (a slice rather than a map by id: at a million
 	// objects the map cost a fifth of the run). Bucket looks one up by id.
 	Buckets []Bucket
+	// NamesFrom[i], when NamesFrom is not nil, is the creation time of
+	// the oldest obligation read that ObjectIDs[i] names and that was
+	// settled, created and last written before the object was created;
+	// zero when none (docs/design.md, "Incremental matching").
+	NamesFrom []reconcile.Stamp
 }
 
 // Bucket returns the bucket of the object with id, and false if the run

@@ -81,6 +81,9 @@ type matcher struct {
 	// twins indexes the linked movements the suspects could repeat
 	// (indexTwins).
 	twins map[twinKey][]int32
+	// namesFrom is, per object, Result.NamesFrom's; nil while none is
+	// set.
+	namesFrom []reconcile.Stamp
 }
 
 // mstatus is a money movement's outcome as far as the run can tell.
@@ -488,13 +491,21 @@ func repRank(p *reconcile.ProviderObject) int {
 // movementOf finds the movement of an object id, or of an intent id that
 // only its charges named; -1 if none.
 func (w *world) movementOf(id string) int32 {
+	_, mv := w.objectOf(id)
+	return mv
+}
+
+// objectOf finds the object with id (k; -1 if none) and its movement, or
+// the movement of an intent id that only its charges named (mv; -1 if
+// none).
+func (w *world) objectOf(id string) (k, mv int32) {
 	if k := w.objByID(id); k >= 0 {
-		return w.objMov[k]
+		return k, w.objMov[k]
 	}
 	if mv, ok := w.absentPI[id]; ok {
-		return mv
+		return -1, mv
 	}
-	return -1
+	return -1, -1
 }
 
 // indexLookups merges the retrievals by id. Several results for one id

@@ -47,6 +47,7 @@ type MatchMirror interface {
 	Mark(ctx context.Context) (store.MatchMark, bool, error)
 	Open(ctx context.Context) (obligations, objects []string, err error)
 	OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error)
+	NamesBefore(ctx context.Context, w reconcile.Window, before, since time.Time) ([]store.ObjectLink, error)
 }
 
 // Match modes of SyncReport.Match.
@@ -56,21 +57,32 @@ const (
 )
 
 // matchedSet is what a pass matched, kept for the mirror: the id of
-// every object it matched, sorted (the matcher's result's), the least
-// obligation each links to ("" for none) side by side, and its match
+// every object it matched, sorted (the matcher's result's), side by side
+// with the least obligation each links to ("" for none) and how far back
+// each names (the result's NamesFrom: nil when none does), and its match
 // mark.
 type matchedSet struct {
 	ids, links []string
+	namesFrom  []reconcile.Stamp
 	mark       store.MatchMark
 }
 
+// link is what the mirror keeps of the set's i-th object.
+func (m *matchedSet) link(i int) store.ObjectLink {
+	l := store.ObjectLink{ObjectID: m.ids[i], ObligationID: m.links[i]}
+	if m.namesFrom != nil {
+		l.NamesFrom = m.namesFrom[i].Time()
+	}
+	return l
+}
+
 // linkOf is store.MatchSave.LinkOf over the set.
-func (m *matchedSet) linkOf(id string) (string, bool) {
+func (m *matchedSet) linkOf(id string) (store.ObjectLink, bool) {
 	i, ok := slices.BinarySearch(m.ids, id)
 	if !ok {
-		return "", false
+		return store.ObjectLink{}, false
 	}
-	return m.links[i], true
+	return m.link(i), true
 }
 
 // setMatched records, for the mirror, the links of every object the
@@ -85,7 +97,7 @@ func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time
 	if st.created == nil {
 		return // no count of the table to mark with
 	}
-	m := &matchedSet{ids: res.ObjectIDs, links: make([]string, len(res.ObjectIDs)),
+	m := &matchedSet{ids: res.ObjectIDs, links: make([]string, len(res.ObjectIDs)), namesFrom: res.NamesFrom,
 		mark: store.MatchMark{RunID: run.ID, MatchedAt: now, Window: run.Window, Digest: digest, Obligations: *st.created}}
 	links := res.Links
 	for i, id := range m.ids {
@@ -113,10 +125,11 @@ func (st *readState) matchSave() *store.MatchSave {
 			if st.fresh[id] {
 				continue // saved whole, its link with it
 			}
-			if was, ok := st.stored[id]; ok && was == m.links[i] {
+			l := m.link(i)
+			if was, ok := st.stored[id]; ok && was.ObligationID == l.ObligationID && was.NamesFrom.Equal(l.NamesFrom) {
 				continue // the mirror holds this link already
 			}
-			ms.Relinked = append(ms.Relinked, store.ObjectLink{ObjectID: id, ObligationID: m.links[i]})
+			ms.Relinked = append(ms.Relinked, l)
 		}
 	}
 	return ms
@@ -404,7 +417,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 			}
 		}
 		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
-		if r.beforeCoverage(byID, w, subject, now, cover) {
+		if r.beforeCoverage(byID, w, subject, time.Time{}, now, cover) {
 			// The whole read retrieves what it needs itself.
 			p.report.MatchReason = "an obligation to decide on began before the coverage"
 			return matcher.Input{}, false, nil
@@ -490,8 +503,13 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	}
 	slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
-	if r.beforeCoverage(byID, w, subject, now, cover) {
-		// One that only a retrieved object connects.
+	unread, err := namedFromUnread(ctx, mm, kept, w, cover, p.since, r.Matcher)
+	if err != nil {
+		return matcher.Input{}, false, err
+	}
+	if r.beforeCoverage(byID, w, subject, unread, now, cover) {
+		// One that only a retrieved object connects, or a record of the
+		// window this pass did not read.
 		p.report.MatchReason = "an obligation to decide on began before the coverage"
 		return matcher.Input{}, false, nil
 	}
@@ -550,17 +568,42 @@ func touchedSince(o *reconcile.Obligation, since time.Time) bool {
 }
 
 // beforeCoverage reports whether an obligation of obs that a pass about
-// w decides on began before what cover reads back to: the whole read
-// reads further back for it (docs/design.md, "Coverage").
-func (r *Runner) beforeCoverage(obs map[string]reconcile.Obligation, w reconcile.Window, subject sources.Named, now time.Time,
+// w decides on, or one created at oldest (zero: none), began before what
+// cover reads back to: the whole read reads further back for it
+// (docs/design.md, "Coverage").
+func (r *Runner) beforeCoverage(obs map[string]reconcile.Obligation, w reconcile.Window, subject sources.Named, oldest, now time.Time,
 	cover reconcile.Window) bool {
-	oldest := time.Time{}
 	for _, o := range obs {
 		if decides(&o, w, subject) && (oldest.IsZero() || o.CreatedAt.Time().Before(oldest)) {
 			oldest = o.CreatedAt.Time()
 		}
 	}
 	return r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback).Before(cover.From)
+}
+
+// namedFromUnread is the creation of the oldest obligation that a record
+// of w the mirror holds and kept lacks names from before cover's records
+// of it begin, as the pass that last matched the record kept it (zero:
+// none). A whole read reads the record, decides on the obligation and
+// reads back to it; a pass that read the record itself knows this from
+// the obligations it read (docs/design.md, "Incremental matching").
+func namedFromUnread(ctx context.Context, mm MatchMirror, kept []reconcile.ProviderObject, w, cover reconcile.Window,
+	since time.Time, opts matcher.Options) (time.Time, error) {
+	named, err := mm.NamesBefore(ctx, w, opts.NamedBefore(cover.From), since)
+	if err != nil || len(named) == 0 {
+		return time.Time{}, err
+	}
+	held := make(map[string]bool, len(kept))
+	for i := range kept {
+		held[kept[i].ID] = true
+	}
+	oldest := time.Time{}
+	for _, l := range named {
+		if !held[l.ObjectID] && (oldest.IsZero() || l.NamesFrom.Before(oldest)) {
+			oldest = l.NamesFrom
+		}
+	}
+	return oldest, nil
 }
 
 // dirtyFault, set by tests alone, breaks the dirty set on purpose: the

@@ -785,6 +785,50 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 	}
 }
 
+// A record of the window that no change brings back to a nightly pass may
+// name an old obligation, settled weeks before the record was created: a
+// whole read decides on it and reads the provider back to it, and so
+// does the nightly pass, from how far back the mirror says the record
+// names. A new payment without evidence on day 1 quotes that coverage.
+func TestIncrementalReadsBackForWhatUnreadRecordsName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		names func(q *reconcile.Obligation, s *reconcile.ProviderObject) (key string)
+	}{
+		{"provider_id", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { q.ProviderID = s.ID; return "" }},
+		{"metadata", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string {
+			s.Metadata = map[string]string{"obligation_id": q.ID}
+			return ""
+		}},
+		{"key", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { return q.IdempotencyKey }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newTwin(t, 0)
+			q := propPaid("charge:q", t0.Add(-40*24*time.Hour))
+			s := propCharge("ch_s", t0.Add(-time.Hour))
+			w.object(s, c.names(&q, &s))
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, q) })
+			for d, at := range []time.Time{t0, t0.Add(60 * time.Hour)} {
+				if d == 1 {
+					p := propPaid("charge:p", at.Add(-10*time.Hour))
+					p.Money.Amount = 1000
+					w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, p) })
+				}
+				w.a.clock, w.b.clock = at, at
+				a, differ := w.passes()
+				if differ != "" {
+					t.Errorf("day %d: %s", d, differ)
+				}
+				if d == 1 && a.Sync.MatchReason != "an obligation to decide on began before the coverage" {
+					t.Errorf("day 1 matched %s (%q): the nightly pass should read back to charge:q", a.Sync.Match, a.Sync.MatchReason)
+				}
+			}
+		})
+	}
+}
+
 // retrievalDays runs a first pass at t0 and, after nightly (when set),
 // a nightly pass 70 hours later. It fails where the nightly pass did not
 // match incrementally or did not look lookup up (the test would no longer

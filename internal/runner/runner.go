@@ -717,9 +717,7 @@ func inScope(o *reconcile.Obligation, w reconcile.Window) bool {
 
 // unsettled reports whether o is EXECUTING or CONFIRMATION_UNKNOWN: in
 // scope whatever its age.
-func unsettled(o *reconcile.Obligation) bool {
-	return o.State == reconcile.Executing || o.State == reconcile.ConfirmationUnknown
-}
+func unsettled(o *reconcile.Obligation) bool { return o.Unsettled() }
 
 // lazySubject tells, as decides does, whether a pass about w decides on an
 // obligation, with the subject (what l's objects created in w name)

@@ -58,6 +58,7 @@ func TestSplitScanned(t *testing.T) {
 // links to ("" for none), and knows no object the match did not hold.
 func TestSetMatchedKeepsTheLeastLink(t *testing.T) {
 	created := int64(3)
+	t0 := time.Date(2026, 10, 20, 9, 0, 0, 0, time.UTC)
 	st := &readState{created: &created}
 	res := matcher.Result{
 		Conclusions: reconcile.Conclusions{ObjectIDs: []string{"ch_a", "ch_b", "ch_c", "ch_d"}},
@@ -66,25 +67,30 @@ func TestSetMatchedKeepsTheLeastLink(t *testing.T) {
 			{ObjectID: "ch_c", ObligationID: "o2"}, {ObjectID: "ch_c", ObligationID: "o3"},
 			{ObjectID: "ch_d", ObligationID: "o4"},
 		},
+		NamesFrom: []reconcile.Stamp{0, 0, reconcile.StampOf(t0), 0},
 	}
 	st.setMatched(&res, reconcile.Run{ID: "run_1"}, time.Now(), "digest")
 	for _, c := range []struct {
 		id, want string
 		ok       bool
 	}{{"ch_a", "o1", true}, {"ch_b", "", true}, {"ch_c", "o2", true}, {"ch_d", "o4", true}, {"ch_0", "", false}, {"ch_e", "", false}} {
-		if got, ok := st.matched.linkOf(c.id); got != c.want || ok != c.ok {
-			t.Errorf("linkOf(%q) = %q, %v; want %q, %v", c.id, got, ok, c.want, c.ok)
+		if got, ok := st.matched.linkOf(c.id); got.ObligationID != c.want || ok != c.ok {
+			t.Errorf("linkOf(%q) = %q, %v; want %q, %v", c.id, got.ObligationID, ok, c.want, c.ok)
 		}
+	}
+	if got, _ := st.matched.linkOf("ch_c"); !got.NamesFrom.Equal(t0) {
+		t.Errorf("linkOf(ch_c) names from %v, want %v", got.NamesFrom, t0)
 	}
 	if m := st.matched.mark; m.RunID != "run_1" || m.Obligations != created || m.Digest != "digest" {
 		t.Errorf("mark %+v", m)
 	}
 	// An incremental pass saves again the links it did not read whole
-	// nor find stored as they are now.
+	// nor find stored as they are now: ch_c names from further back now.
 	st.plan.report.Mode = SyncIncremental
 	st.fresh = map[string]bool{"ch_a": true}
-	st.stored = map[string]string{"ch_c": "o2", "ch_d": "o9"}
-	want := []store.ObjectLink{{ObjectID: "ch_b"}, {ObjectID: "ch_d", ObligationID: "o4"}}
+	st.stored = map[string]store.ObjectLink{"ch_b": {ObjectID: "ch_b"}, "ch_c": {ObjectID: "ch_c", ObligationID: "o2"},
+		"ch_d": {ObjectID: "ch_d", ObligationID: "o9"}}
+	want := []store.ObjectLink{{ObjectID: "ch_c", ObligationID: "o2", NamesFrom: t0}, {ObjectID: "ch_d", ObligationID: "o4"}}
 	if got := st.matchSave().Relinked; !slices.Equal(got, want) {
 		t.Errorf("relinked %+v, want %+v", got, want)
 	}

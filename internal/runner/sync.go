@@ -111,23 +111,21 @@ type readState struct {
 	// the pass's other reads (incrementalMatch).
 	census *censusCall
 	// stored are the links the mirror held of the objects an incremental
-	// pass read from it by relation (store.Related.Linked): the object's
-	// obligation, "" for none. A link found the same is not written again.
-	stored map[string]string
+	// pass read from it by relation (store.Related.Linked), by id. A link
+	// found the same is not written again.
+	stored map[string]store.ObjectLink
 	// unmapped counts, by raw state, the window's obligations in unmapped
 	// states, as the table's census counted them (Censor).
 	unmapped map[string]int
 }
 
-// storeLink records what the mirror linked object id to (store.Related.Linked).
-func (st *readState) storeLink(id, obligation string, linked bool) {
+// storeLink records what the mirror kept of an object's link
+// (store.Related.Linked).
+func (st *readState) storeLink(l store.ObjectLink) {
 	if st.stored == nil {
-		st.stored = map[string]string{}
+		st.stored = map[string]store.ObjectLink{}
 	}
-	if !linked {
-		obligation = ""
-	}
-	st.stored[id] = obligation
+	st.stored[l.ObjectID] = l
 }
 
 // Phase is one step of a pass and how long it took.

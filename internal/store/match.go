@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"reconcile"
 )
@@ -32,18 +33,21 @@ type MatchMark struct {
 // mark, and the links of the objects it matched.
 type MatchSave struct {
 	Mark MatchMark
-	// LinkOf gives the least obligation a matched object linked to ("":
-	// none); ok is false for an object the pass did not match, whose
-	// stored link stays.
-	LinkOf func(id string) (obligation string, ok bool)
+	// LinkOf gives a matched object's link; ok is false for an object the
+	// pass did not match, whose stored link stays.
+	LinkOf func(id string) (link ObjectLink, ok bool)
 	// Relinked are the links of the matched objects the save does not
 	// hold in Seen (those read from the mirror).
 	Relinked []ObjectLink
 }
 
-// ObjectLink is an object and the least obligation it links to ("": none).
+// ObjectLink is what a pass that matched an object keeps of it: the
+// least obligation it links to ("": none), and the creation of the
+// oldest obligation it names from before it (zero: none; matcher.Result's
+// NamesFrom).
 type ObjectLink struct {
 	ObjectID, ObligationID string
+	NamesFrom              time.Time
 }
 
 // saveMatch writes a matching pass's links of the objects it read from
@@ -58,12 +62,16 @@ func saveMatch(ctx context.Context, tx pgx.Tx, account string, ms *MatchSave) er
 	}
 	if len(ms.Relinked) > 0 {
 		ids, obls := make([]string, len(ms.Relinked)), make([]string, len(ms.Relinked))
+		froms := make([]pgtype.Timestamptz, len(ms.Relinked))
 		for i, l := range ms.Relinked {
 			ids[i], obls[i] = l.ObjectID, l.ObligationID
+			froms[i] = pgtype.Timestamptz{Time: l.NamesFrom, Valid: !l.NamesFrom.IsZero()}
 		}
-		_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET linked_to = nullif(l.obligation, '')
-			FROM unnest($2::text[], $3::text[]) AS l(id, obligation)
-			WHERE p.account = $1 AND p.id = l.id AND p.linked_to IS DISTINCT FROM nullif(l.obligation, '')`, account, ids, obls)
+		_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET linked_to = nullif(l.obligation, ''), names_from = l.names_from
+			FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS l(id, obligation, names_from)
+			WHERE p.account = $1 AND p.id = l.id
+				AND (p.linked_to IS DISTINCT FROM nullif(l.obligation, '') OR p.names_from IS DISTINCT FROM l.names_from)`,
+			account, ids, obls, froms)
 		if err != nil {
 			return fmt.Errorf("links: %w", err)
 		}

@@ -402,6 +402,35 @@ func (m *Mirror) Named(ctx context.Context, w, kw reconcile.Window, since time.T
 	return out, nil
 }
 
+// NamesBefore returns the view's account's objects created in w (whole
+// seconds) and seen at or after since that name an obligation created
+// before before, as the pass that last matched each kept it (ObjectLink's
+// NamesFrom; its ObligationID is not read), in no order. The few objects
+// that name one at all are indexed apart (migration 00018).
+func (m *Mirror) NamesBefore(ctx context.Context, w reconcile.Window, before, since time.Time) ([]ObjectLink, error) {
+	if !w.Valid() {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, namesBeforeSQL, m.account, before, ceilSecond(w.From), ceilSecond(w.To), since)
+	if err != nil {
+		return nil, fmt.Errorf("read what the mirror names from before %s: %w", before.Format(time.RFC3339), err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ObjectLink, error) {
+		var l ObjectLink
+		err := row.Scan(&l.ObjectID, &l.NamesFrom)
+		l.NamesFrom = l.NamesFrom.UTC()
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read what the mirror names from before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return out, nil
+}
+
+// namesBeforeSQL is NamesBefore's statement.
+const namesBeforeSQL = `SELECT id, names_from FROM reconcile.provider_objects
+	WHERE account = $1 AND names_from IS NOT NULL AND names_from < $2 AND created >= $3 AND created < $4 AND seen_at >= $5`
+
 // namedSQL is Named's statement.
 const namedSQL = `
 	SELECT 'id:' || id FROM reconcile.provider_objects
@@ -473,10 +502,10 @@ type Related struct {
 	// ids are matched, but they are not read again.
 	Held func(id string) bool
 	// Linked, when set, is told of every object read what the last
-	// matching pass linked it to (linked false: nothing, or no pass
-	// matched it), so that a pass that finds the same link need not
-	// write it again (MatchSave.Relinked).
-	Linked func(id, obligation string, linked bool)
+	// matching pass kept of it (nothing when no pass matched it), so that
+	// a pass that finds the same need not write it again
+	// (MatchSave.Relinked).
+	Linked func(stored ObjectLink)
 }
 
 // MetadataPair is one metadata key and value.
@@ -507,7 +536,7 @@ func (q Related) empty() bool {
 // $13 linked-to obligations, $14 metadata documents, $15 pending, $16
 // unlinked intents (migration 00014's indexes). A false boolean is a
 // constant under the custom plan Related forces: its term reads nothing.
-const relatedSQL = `SELECT ` + mirrorObjectColumns + `, linked_to` + relatedFrom
+const relatedSQL = `SELECT ` + mirrorObjectColumns + `, linked_to, names_from` + relatedFrom
 
 // relatedIDsSQL is the ids relatedSQL's terms name, before its window
 // and seen_at are looked at: the terms are index lookups whose sizes the
@@ -569,10 +598,15 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 	}
 	var out []reconcile.ProviderObject
 	var linked pgtype.Text
+	var from pgtype.Timestamptz
 	each := func(o reconcile.ProviderObject, _ time.Time) {
 		out = append(out, o)
 		if q.Linked != nil {
-			q.Linked(o.ID, linked.String, linked.Valid)
+			l := ObjectLink{ObjectID: o.ID, ObligationID: linked.String}
+			if from.Valid {
+				l.NamesFrom = from.Time.UTC()
+			}
+			q.Linked(l)
 		}
 	}
 	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -635,19 +669,19 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 			if len(ids) == 0 {
 				return nil
 			}
-			rows, err = tx.Query(ctx, `SELECT `+mirrorObjectColumns+`, linked_to FROM reconcile.provider_objects
+			rows, err = tx.Query(ctx, `SELECT `+mirrorObjectColumns+`, linked_to, names_from FROM reconcile.provider_objects
 				WHERE account = $1 AND id = ANY($2::text[]) AND created >= $3 AND created < $4 AND seen_at >= $5`,
 				m.account, ids, args[1], args[2], since)
 			if err != nil {
 				return err
 			}
-			return scanMirrorObjects(rows, m.account, each, &linked)
+			return scanMirrorObjects(rows, m.account, each, &linked, &from)
 		}
 		rows, err := tx.Query(ctx, relatedSQL, args...)
 		if err != nil {
 			return err
 		}
-		return scanMirrorObjects(rows, m.account, each, &linked)
+		return scanMirrorObjects(rows, m.account, each, &linked, &from)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read related mirrored objects: %w", err)
@@ -684,7 +718,7 @@ func (m *Mirror) Save(ctx context.Context, u MirrorUpdate) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, mirrorSaveLockClass, m.account); err != nil {
 			return err
 		}
-		var linkOf func(string) (string, bool)
+		var linkOf func(string) (ObjectLink, bool)
 		if u.Match != nil {
 			linkOf = u.Match.LinkOf
 		}
@@ -760,7 +794,7 @@ func (m *Mirror) ownsAll(u MirrorUpdate) error {
 }
 
 func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObjects, linkKeys []string,
-	linkOf func(string) (string, bool)) error {
+	linkOf func(string) (ObjectLink, bool)) error {
 	src := newSeenSource(seen)
 	src.linkKeys, src.account, src.linkOf = linkKeys, account, linkOf
 	if src.n == 0 {
@@ -770,7 +804,7 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 		return fmt.Errorf("objects: %w", err)
 	}
 	cols := []string{"account", "id", "kind", "amount", "currency", "status", "raw_status", "amount_refunded", "target",
-		"payment_intent", "charge", "customer", "metadata", "created", "seen_at", "linked_to"}
+		"payment_intent", "charge", "customer", "metadata", "created", "seen_at", "linked_to", "names_from"}
 	if err := copyBinary(ctx, tx, pgx.Identifier{"mirror_objects_in"}, cols, src.appendRow); err != nil {
 		return fmt.Errorf("objects: copy: %w", err)
 	}
@@ -783,18 +817,20 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 	// times slower for a first pass's million rows). An account older
 	// than the mirror's (an event before a listing) does not undo it.
 	// linked_to is '' in the batch for an object the pass matched to
-	// nothing and NULL for one it did not match (the mirror's stays).
+	// nothing and NULL for one it did not match (the mirror's stays, and
+	// its names_from with it).
 	_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET kind = i.kind, amount = i.amount, currency = i.currency,
 			status = i.status, raw_status = i.raw_status, amount_refunded = i.amount_refunded, target = i.target,
 			payment_intent = i.payment_intent, charge = i.charge, customer = i.customer, metadata = i.metadata,
 			created = i.created, seen_at = i.seen_at,
-			linked_to = CASE WHEN i.linked_to IS NULL THEN p.linked_to ELSE nullif(i.linked_to, '') END
+			linked_to = CASE WHEN i.linked_to IS NULL THEN p.linked_to ELSE nullif(i.linked_to, '') END,
+			names_from = CASE WHEN i.linked_to IS NULL THEN p.names_from ELSE i.names_from END
 		FROM mirror_objects_in i WHERE p.account = i.account AND p.id = i.id AND i.seen_at >= p.seen_at`)
 	if err != nil {
 		return fmt.Errorf("objects: update: %w", err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (account, `+mirrorObjectColumns+`, linked_to)
-		SELECT account, `+mirrorObjectColumns+`, nullif(linked_to, '') FROM mirror_objects_in i
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.provider_objects (account, `+mirrorObjectColumns+`, linked_to, names_from)
+		SELECT account, `+mirrorObjectColumns+`, nullif(linked_to, ''), names_from FROM mirror_objects_in i
 		WHERE NOT EXISTS (SELECT 1 FROM reconcile.provider_objects p WHERE p.account = i.account AND p.id = i.id)`)
 	if err != nil {
 		return fmt.Errorf("objects: insert: %w", err)
@@ -953,7 +989,7 @@ type seenSource struct {
 	// account is the account every row is saved under (the Mirror's).
 	account string
 	// linkOf, when set, gives a matched object's link (MatchSave.LinkOf).
-	linkOf func(string) (string, bool)
+	linkOf func(string) (ObjectLink, bool)
 }
 
 func newSeenSource(seen []SeenObjects) *seenSource {
@@ -1016,7 +1052,7 @@ func (s *seenSource) appendRow(b []byte) ([]byte, bool, error) {
 	}
 	g := &s.seen[s.g]
 	o := &g.Objects[s.i]
-	b = appendFields(b, 16)
+	b = appendFields(b, 17)
 	b = appendText(b, s.account)
 	b = appendText(b, o.ID)
 	b = appendText(b, string(o.Kind))
@@ -1046,11 +1082,15 @@ func (s *seenSource) appendRow(b []byte) ([]byte, bool, error) {
 	// '' for an object the pass matched to nothing, NULL for one it did
 	// not match (saveObjects).
 	if s.linkOf != nil {
-		if obl, ok := s.linkOf(o.ID); ok {
-			return appendText(b, obl), true, nil
+		if l, ok := s.linkOf(o.ID); ok {
+			b = appendText(b, l.ObligationID)
+			if l.NamesFrom.IsZero() {
+				return appendNull(b), true, nil
+			}
+			return appendTimestamptz(b, l.NamesFrom), true, nil
 		}
 	}
-	return appendNull(b), true, nil
+	return appendNull(appendNull(b)), true, nil
 }
 
 // mirrorText scans a text column straight from pgx's buffer, NULL as "";

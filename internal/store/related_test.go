@@ -182,9 +182,10 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 	// 20,000 objects of acct_1 and 2,000 of the platform: intents, their
 	// charges (every fifth with no customer) and refunds of the charges.
 	// Every tenth charge names its obligation in its metadata, every
-	// 101st intent links to none, every 997th object is pending.
+	// 101st intent links to none, every 997th object is pending, every
+	// seventh charge names an obligation settled two minutes before it.
 	e.exec(`INSERT INTO reconcile.provider_objects (account, id, kind, amount, currency, status, raw_status, target,
-			payment_intent, charge, customer, created, seen_at, metadata, linked_to)
+			payment_intent, charge, customer, created, seen_at, metadata, linked_to, names_from)
 		SELECT a, k || '_' || n, CASE k WHEN 'pi' THEN 'payment_intent' WHEN 'ch' THEN 'charge' ELSE 'refund' END,
 			1000 + n, 'usd', CASE WHEN n % 997 = 0 THEN 'pending' ELSE 'succeeded' END, 'succeeded',
 			CASE k WHEN 'pi' THEN 'ch_' || n WHEN 're' THEN 'ch_' || n END,
@@ -193,7 +194,8 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 			CASE WHEN k = 'ch' AND n % 5 = 0 THEN NULL WHEN k = 're' THEN NULL ELSE 'cus_' || n % 2000 END,
 			$1::timestamptz - (n % 3000) * interval '1 minute', $1::timestamptz,
 			CASE WHEN k = 'ch' AND n % 10 = 0 THEN jsonb_build_object('obligation_id', 'charge:' || n) END,
-			CASE WHEN k <> 'pi' OR n % 101 <> 0 THEN 'charge:' || n END
+			CASE WHEN k <> 'pi' OR n % 101 <> 0 THEN 'charge:' || n END,
+			CASE WHEN k = 'ch' AND n % 7 = 0 THEN $1::timestamptz - (n % 3000 + 2) * interval '1 minute' END
 		FROM (VALUES ('acct_1', 6667), ('', 667)) AS acc(a, total), generate_series(1, total) AS n,
 			(VALUES ('pi'), ('ch'), ('re')) AS kinds(k)`, at)
 	e.exec(`INSERT INTO reconcile.provider_keys (account, object_id, key, object_kind, event_id, event_type, created)
@@ -249,6 +251,9 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 		"Named": {namedSQL, []any{"acct_1", w.From, w.To, []string{"ch_7"}, at, []string{"k-16"}, w.From, w.To,
 			[]string{"meta_id:"}, []string{"charge:6"}, []string{`{"obligation_id": "charge:6"}`}},
 			[]string{"provider_objects_pkey", "provider_keys_key_idx", "provider_objects_metadata_idx"}, false, true},
+		// How far back the window's records a nightly pass did not read
+		// name (migration 00018).
+		"NamesBefore": {namesBeforeSQL, []any{"acct_1", at, w.From, w.To, at}, []string{"provider_objects_names_from_idx"}, false, false},
 		"KeysOf": {`SELECT ` + mirrorKeyColumns + ` FROM reconcile.provider_keys WHERE account = $3 AND object_id = ANY($4::text[])
 			AND created >= $1 AND created < $2`, []any{w.From, w.To, "acct_1", []string{"ch_1", "ch_2"}},
 			[]string{"provider_keys_pkey"}, false, false},
@@ -386,5 +391,84 @@ func TestMirrorNamed(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]bool{"id:ch_1": true, "key:k-1": true}, got); diff != "" {
 		t.Errorf("Named without metadata keys (-want +got):\n%s", diff)
+	}
+}
+
+// What a matching pass kept of how far back each object names comes back
+// by NamesBefore, of the objects created in the window and seen since,
+// of the view's account alone; a later save rewrites it for the objects
+// its pass matched, whether it saves them whole or only relinks them, and
+// leaves it for those it did not match. Related tells it with the link.
+func TestMirrorNamesBefore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	since, hour := at.Add(-10*time.Minute), at.Add(-time.Hour)
+	old1, old2 := at.Add(-40*24*time.Hour), at.Add(-30*24*time.Hour)
+	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}
+	mark := MatchMark{RunID: "run_1", MatchedAt: at, Window: w, Digest: "d"}
+	saved := func(links ...ObjectLink) func(string) (ObjectLink, bool) {
+		return func(id string) (ObjectLink, bool) {
+			i := slices.IndexFunc(links, func(l ObjectLink) bool { return l.ObjectID == id })
+			if i < 0 {
+				return ObjectLink{}, false
+			}
+			return links[i], true
+		}
+	}
+	m, other := NewMirror(e.pool).ForAccount("acct_1"), NewMirror(e.pool).ForAccount("acct_2")
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen: []SeenObjects{
+			{At: since, Objects: []reconcile.ProviderObject{mirrorCharge("ch_a", hour, nil), mirrorCharge("ch_b", hour, nil),
+				mirrorCharge("ch_c", hour, nil), mirrorCharge("ch_out", at.Add(-100*time.Hour), nil)}},
+			{At: since.Add(-time.Hour), Objects: []reconcile.ProviderObject{mirrorCharge("ch_stale", hour, nil)}},
+		},
+		Match: &MatchSave{Mark: mark, LinkOf: saved(ObjectLink{ObjectID: "ch_a", ObligationID: "charge:a", NamesFrom: old1},
+			ObjectLink{ObjectID: "ch_b", NamesFrom: old2}, ObjectLink{ObjectID: "ch_c", ObligationID: "charge:c"},
+			ObjectLink{ObjectID: "ch_out", NamesFrom: old1}, ObjectLink{ObjectID: "ch_stale", NamesFrom: old1})},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen:  []SeenObjects{{At: since, Objects: []reconcile.ProviderObject{mirrorCharge("ch_9", hour, nil)}}},
+		Match: &MatchSave{Mark: mark, LinkOf: saved(ObjectLink{ObjectID: "ch_9", NamesFrom: old1})},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	namesBefore := func(before time.Time) []ObjectLink {
+		t.Helper()
+		got, err := m.NamesBefore(ctx, w, before, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, func(a, b ObjectLink) int { return strings.Compare(a.ObjectID, b.ObjectID) })
+		return got
+	}
+	if diff := cmp.Diff([]ObjectLink{{ObjectID: "ch_a", NamesFrom: old1}, {ObjectID: "ch_b", NamesFrom: old2}}, namesBefore(at)); diff != "" {
+		t.Errorf("NamesBefore (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]ObjectLink{{ObjectID: "ch_a", NamesFrom: old1}}, namesBefore(old2)); diff != "" {
+		t.Errorf("NamesBefore the second's (-want +got):\n%s", diff)
+	}
+	// The next pass matched ch_a and ch_c again from the mirror and saved
+	// ch_b whole without matching it.
+	mark.RunID = "run_2"
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_2", Now: at,
+		Seen:  []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{mirrorCharge("ch_b", hour, nil)}}},
+		Match: &MatchSave{Mark: mark, LinkOf: saved(), Relinked: []ObjectLink{{ObjectID: "ch_a", ObligationID: "charge:a"}, {ObjectID: "ch_c", NamesFrom: old2}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ObjectLink{{ObjectID: "ch_b", NamesFrom: old2}, {ObjectID: "ch_c", NamesFrom: old2}}, namesBefore(at)); diff != "" {
+		t.Errorf("NamesBefore after the second save (-want +got):\n%s", diff)
+	}
+	var told []ObjectLink
+	if _, err := m.Related(ctx, w, Related{IDs: []string{"ch_a", "ch_c"}, Linked: func(l ObjectLink) { told = append(told, l) }}, since); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(told, func(a, b ObjectLink) int { return strings.Compare(a.ObjectID, b.ObjectID) })
+	if diff := cmp.Diff([]ObjectLink{{ObjectID: "ch_a", ObligationID: "charge:a"}, {ObjectID: "ch_c", NamesFrom: old2}}, told); diff != "" {
+		t.Errorf("Related told (-want +got):\n%s", diff)
 	}
 }
