@@ -217,14 +217,14 @@ func (w *twin) paidObligation(created time.Time) reconcile.Obligation {
 // oldPaid adds a charge obligation paid weeks before the first pass,
 // outside every pass's coverage, and its payment. Refunds the history
 // asks for later may target its charge, which a pass then retrieves by
-// id. It is not among the obligations the history retries, moves or
-// corrects: a new record naming an old obligation that no rule keeps in
-// scope is the difference from a whole pass docs/design.md ("Incremental
-// matching") leaves open.
+// id; it is among the obligations the history retries, moves and
+// corrects, so that a new record may name it, and a pass read back to
+// it (docs/design.md, "Incremental matching").
 func (w *twin) oldPaid(created time.Time) {
 	o := w.paidObligation(created)
 	w.payment(&o, true, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
 	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+	w.obls = append(w.obls, o)
 }
 
 // day is what happens at the provider and in the table between two
