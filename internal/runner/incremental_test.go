@@ -43,6 +43,11 @@ type twin struct {
 	// plain is, by obligation, the charge that only its provider_id
 	// links to it, and that no twin reaches (plainPaid, payment).
 	plain map[string]string
+	// old are the obligations paid weeks before the first pass (oldPaid),
+	// and oldRng the generator that draws them and their retries
+	// (oldRetry), apart from the rest of the history.
+	old    []reconcile.Obligation
+	oldRng *rand.Rand
 }
 
 func (w *twin) both(f func(e *env)) { f(w.a); f(w.b) }
@@ -224,7 +229,34 @@ func (w *twin) oldPaid(created time.Time) {
 	o := w.paidObligation(created)
 	w.payment(&o, true, created.Add(time.Duration(w.rng.IntN(20))*time.Minute))
 	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
-	w.obls = append(w.obls, o)
+	w.obls, w.old = append(w.obls, o), append(w.old, o)
+}
+
+// oldRetry, in one history in two, retries an old obligation with a
+// charge that fails, under its key or its metadata: a record of the
+// coverage that names an obligation no rule keeps in scope, which no
+// change brings back to a nightly pass after the day it appears, and
+// which sends every pass that holds it in its window back to the
+// obligation (docs/design.md, "Incremental matching"). It draws from
+// oldRng alone.
+func (w *twin) oldRetry(at time.Time) {
+	if len(w.old) == 0 || w.oldRng.IntN(2) == 0 {
+		return
+	}
+	o := w.old[w.oldRng.IntN(len(w.old))]
+	x := reconcile.ProviderObject{ID: w.newObjectID("ch"), Kind: reconcile.Charge, Money: o.Money, Status: reconcile.Failed,
+		RawStatus: "failed", Customer: propCustomers[w.oldRng.IntN(len(propCustomers))],
+		Created: reconcile.StampOf(at.Add(-time.Duration(1+w.oldRng.IntN(50)) * time.Minute))}
+	key := ""
+	switch w.oldRng.IntN(3) {
+	case 0:
+		key = o.IdempotencyKey
+	case 1:
+		x.Metadata = map[string]string{"obligation_id": o.ID}
+	default:
+		x.Metadata = map[string]string{"idempotency_key": o.IdempotencyKey}
+	}
+	w.object(x, key)
 }
 
 // day is what happens at the provider and in the table between two
@@ -460,12 +492,17 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 	for range w.rng.IntN(4) {
 		w.oldPaid(t0.Add(-time.Duration(30*24*60+w.rng.IntN(10*24*60)) * time.Minute))
 	}
-	w.rng = rest
+	w.rng, w.oldRng = rest, w.rng
 	incremental := 0
 	for d := 0; d <= days; d++ {
 		if d > 0 {
 			at := w.a.clock.Add(time.Duration(1+w.rng.IntN(20)) * time.Hour)
 			w.day(at)
+			if d == days-1 {
+				// The nightly pass of the day it appears reads it; only
+				// the last day's does not.
+				w.oldRetry(at)
+			}
 			w.a.clock, w.b.clock = at, at
 		}
 		a, differ := w.passes()
