@@ -476,11 +476,12 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
 		// The mirror tells which the coverage's records name as the last
-		// pass saved them; what this pass holds of it, including what its
-		// events told and what the closure reads next, lets the rest join
+		// pass saved them, of the records this pass does not hold; what
+		// it holds, including what its events told (a metadata changed
+		// since) and what the closure reads next, lets the rest join
 		// later (heldBack, above).
 		unscoped := slices.DeleteFunc(slices.Clone(namers), func(o reconcile.Obligation) bool { return decides(&o, w, sources.Named{}) })
-		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, unscoped)
+		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, unscoped, kept)
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
 		}

@@ -805,6 +805,28 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 			y.ProviderID = "ch_a"
 			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
 		},
+	}, {
+		// The same, but tonight the failed charge's metadata is changed
+		// and names charge:y no more: the mirror's copy, saved by the last
+		// pass, still does. A whole read does not read charge:y, and
+		// charge:o alone claims the old charge.
+		name:   "named by the coverage until tonight",
+		lookup: "ch_a",
+		setup: func(t *testing.T, w *twin) {
+			w.object(propCharge("ch_a", old.Add(5*time.Minute)), "")
+			named := propCharge("ch_l", t0.Add(-10*time.Hour))
+			named.Status, named.RawStatus, named.Customer = reconcile.Failed, "failed", "cus_b"
+			named.Metadata = map[string]string{"obligation_id": "charge:y"}
+			w.object(named, "")
+			y := propPaid("charge:y", old)
+			y.ProviderID = "ch_a"
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
+		},
+		nightly: func(t *testing.T, w *twin, at time.Time) {
+			w.both(func(e *env) {
+				e.update("ch_l", at.Add(-time.Hour), func(o *reconcile.ProviderObject) { o.Metadata = map[string]string{"note": "retry"} })
+			})
+		},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -274,7 +274,7 @@ func (p *prefetched) absentIntents(ctx context.Context, mid, kw reconcile.Window
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	named, err := namedInMirror(ctx, p.mirror.(ShardMirror), mid, kw, p.since, p.opts, cands)
+	named, err := namedInMirror(ctx, p.mirror.(ShardMirror), mid, kw, p.since, p.opts, cands, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read the pass's fetches: %w", err)
 	}
@@ -284,14 +284,18 @@ func (p *prefetched) absentIntents(ctx context.Context, mid, kw reconcile.Window
 // namedInMirror is what of obs's names the records the mirror holds name,
 // as a whole read's listing names what it reads: an object created in w
 // and seen at or after since, by its id or its metadata; key evidence
-// told in kw, by its key (store.Mirror.Named). decides reads it as it
-// reads a listing's names.
+// told in kw, by its key (store.Mirror.Named); none of held, the objects
+// the asker holds as they are now. decides reads it as it reads a
+// listing's names.
 func namedInMirror(ctx context.Context, mirror ShardMirror, w, kw reconcile.Window, since time.Time, opts matcher.Options,
-	obs []reconcile.Obligation) (sources.Named, error) {
+	obs []reconcile.Obligation, held []reconcile.ProviderObject) (sources.Named, error) {
 	if len(obs) == 0 {
 		return sources.Named{}, nil
 	}
 	n := store.Naming{MetaIDKey: opts.MetadataObligationID, MetaKeyKey: opts.MetadataIdempotencyKey}
+	for i := range held {
+		n.Held = append(n.Held, held[i].ID)
+	}
 	for i := range obs {
 		o := &obs[i]
 		for _, id := range []string{o.ProviderID, o.TargetID} {

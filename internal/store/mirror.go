@@ -357,6 +357,10 @@ type Naming struct {
 	// MetaIDKey and MetaKeyKey.
 	IDs, Keys, MetaIDs, MetaKeys []string
 	MetaIDKey, MetaKeyKey        string
+	// Held are objects whose mirrored copy is not asked: the asker holds
+	// them as they are now, and their metadata may have changed since
+	// the mirror saved it.
+	Held []string
 }
 
 // Named returns which of n's names the view's account's records name:
@@ -388,7 +392,7 @@ func (m *Mirror) Named(ctx context.Context, w, kw reconcile.Window, since time.T
 		}
 	}
 	rows, err := m.pool.Query(ctx, namedSQL, m.account, ceilSecond(w.From), ceilSecond(w.To), orEmpty(n.IDs), since,
-		orEmpty(n.Keys), ceilSecond(kw.From), ceilSecond(kw.To), orEmpty(kinds), orEmpty(values), orEmpty(docs))
+		orEmpty(n.Keys), ceilSecond(kw.From), ceilSecond(kw.To), orEmpty(kinds), orEmpty(values), orEmpty(docs), orEmpty(n.Held))
 	if err != nil {
 		return nil, fmt.Errorf("read what the mirror names: %w", err)
 	}
@@ -435,13 +439,14 @@ const namesBeforeSQL = `SELECT id, names_from FROM reconcile.provider_objects
 const namedSQL = `
 	SELECT 'id:' || id FROM reconcile.provider_objects
 		WHERE account = $1 AND id = ANY($4::text[]) AND created >= $2 AND created < $3 AND seen_at >= $5
+			AND id <> ALL($12::text[])
 	UNION
 	SELECT 'key:' || key FROM reconcile.provider_keys
 		WHERE account = $1 AND key = ANY($6::text[]) AND created >= $7 AND created < $8
 	UNION
 	SELECT m.kind || m.value FROM unnest($9::text[], $10::text[], $11::jsonb[]) AS m(kind, value, doc)
 		WHERE EXISTS (SELECT 1 FROM reconcile.provider_objects o WHERE o.metadata @> m.doc AND o.metadata IS NOT NULL
-			AND o.account = $1 AND o.created >= $2 AND o.created < $3 AND o.seen_at >= $5)`
+			AND o.account = $1 AND o.created >= $2 AND o.created < $3 AND o.seen_at >= $5 AND o.id <> ALL($12::text[]))`
 
 const mirrorKeyColumns = `object_id, key, object_kind, event_id, event_type, created, coalesce(request_id, '')`
 

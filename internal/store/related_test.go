@@ -249,7 +249,7 @@ func TestMirrorRelatedUsesIndexes(t *testing.T) {
 		// What an incremental pass asks of the obligations naming an
 		// object it retrieved outside the coverage.
 		"Named": {namedSQL, []any{"acct_1", w.From, w.To, []string{"ch_7"}, at, []string{"k-16"}, w.From, w.To,
-			[]string{"meta_id:"}, []string{"charge:6"}, []string{`{"obligation_id": "charge:6"}`}},
+			[]string{"meta_id:"}, []string{"charge:6"}, []string{`{"obligation_id": "charge:6"}`}, []string{"ch_8"}},
 			[]string{"provider_objects_pkey", "provider_keys_key_idx", "provider_objects_metadata_idx"}, false, true},
 		// How far back the window's records a nightly pass did not read
 		// name (migration 00018).
@@ -332,7 +332,7 @@ func explainPlan(tb testing.TB, e *env, mode, sql string, args []any, noSeqScan 
 // id and by either metadata key, created in the window and seen since,
 // and keys told in the keys' window; nothing of another account's, of an
 // object seen before since or created outside the window, nor a metadata
-// value under another key.
+// value under another key, nor an object the asker holds.
 func TestMirrorNamed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -384,6 +384,16 @@ func TestMirrorNamed(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Named (-want +got):\n%s", diff)
 	}
+	// An object the asker holds is not asked of the mirror, by id or
+	// metadata: its copy there may be older. Its key evidence stands.
+	n.Held = []string{"ch_1", "ch_none"}
+	if got, err = m.Named(ctx, w, kw, since, n); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]bool{"key:k-1": true}, got); diff != "" {
+		t.Errorf("Named of what ch_1's holder does not hold (-want +got):\n%s", diff)
+	}
+	n.Held = nil
 	// No metadata key configured: no metadata asked.
 	n.MetaIDKey, n.MetaKeyKey = "", ""
 	if got, err = m.Named(ctx, w, kw, since, n); err != nil {
