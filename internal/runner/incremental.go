@@ -498,6 +498,9 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// the obligations those name.
 		kept, closed = append(kept, got...), false
 	}
+	if err := dropUnlisted(ctx, mm, byID, opened, kept, keys, w, cover, kw, p.since, r.Matcher); err != nil {
+		return matcher.Input{}, false, err
+	}
 	slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
 	p.report.Mirrored, p.report.MirroredKeys = len(kept)-read-len(found), len(keys)
 	st.phases.mark("related")
@@ -543,6 +546,34 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		Subject:     w,
 		Context:     linkOnly,
 	}, true, nil
+}
+
+// dropUnlisted takes out of byID the obligations of opened (read because
+// a finding about them is open) that a pass about w does not decide on
+// and that no record of the coverage names, of those kept and keys hold
+// or of the mirror's others: a whole read does not read them, and would
+// not link to them what it retrieves outside the coverage
+// (docs/design.md, "Incremental matching").
+func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile.Obligation, opened []reconcile.Obligation,
+	kept []reconcile.ProviderObject, keys []reconcile.KeyEvidence, w, cover, kw reconcile.Window, since time.Time,
+	opts matcher.Options) error {
+	covered := coverNames(kept, keys, cover, opts)
+	var unnamed []reconcile.Obligation
+	for _, o := range opened {
+		if !decides(&o, w, covered) {
+			unnamed = append(unnamed, o)
+		}
+	}
+	mirrored, err := namedInMirror(ctx, mm, cover, kw, since, opts, unnamed, kept)
+	if err != nil {
+		return fmt.Errorf("read the mirror: %w", err)
+	}
+	for _, o := range unnamed {
+		if !decides(&o, w, mirrored) {
+			delete(byID, o.ID)
+		}
+	}
+	return nil
 }
 
 // splitScanned tells apart the rows of readChanged's scan: those changed

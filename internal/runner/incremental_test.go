@@ -827,6 +827,21 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 				e.update("ch_l", at.Add(-time.Hour), func(o *reconcile.ProviderObject) { o.Metadata = map[string]string{"note": "retry"} })
 			})
 		},
+	}, {
+		// charge:y, paid without evidence on day 0, has left the window
+		// with its finding open, which a nightly pass reads it for; only
+		// the old charge's metadata names it. A whole read does not read
+		// it, and charge:o alone claims the old charge.
+		name:   "open finding named only outside",
+		lookup: "ch_a",
+		setup: func(t *testing.T, w *twin) {
+			a := propCharge("ch_a", old.Add(5*time.Minute))
+			a.Metadata = map[string]string{"obligation_id": "charge:y"}
+			w.object(a, "")
+			y := propPaid("charge:y", t0.Add(-10*time.Hour))
+			y.ProviderID = "ch_gone"
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
+		},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
