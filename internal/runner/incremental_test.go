@@ -795,16 +795,7 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 		// claimed by two obligations.
 		name:   "named by the coverage",
 		lookup: "ch_a",
-		setup: func(t *testing.T, w *twin) {
-			w.object(propCharge("ch_a", old.Add(5*time.Minute)), "")
-			named := propCharge("ch_l", t0.Add(-10*time.Hour))
-			named.Status, named.RawStatus, named.Customer = reconcile.Failed, "failed", "cus_b"
-			named.Metadata = map[string]string{"obligation_id": "charge:y"}
-			w.object(named, "")
-			y := propPaid("charge:y", old)
-			y.ProviderID = "ch_a"
-			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
-		},
+		setup:  namedByCoverage,
 	}, {
 		// The same, but tonight the failed charge's metadata is changed
 		// and names charge:y no more: the mirror's copy, saved by the last
@@ -812,16 +803,7 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 		// charge:o alone claims the old charge.
 		name:   "named by the coverage until tonight",
 		lookup: "ch_a",
-		setup: func(t *testing.T, w *twin) {
-			w.object(propCharge("ch_a", old.Add(5*time.Minute)), "")
-			named := propCharge("ch_l", t0.Add(-10*time.Hour))
-			named.Status, named.RawStatus, named.Customer = reconcile.Failed, "failed", "cus_b"
-			named.Metadata = map[string]string{"obligation_id": "charge:y"}
-			w.object(named, "")
-			y := propPaid("charge:y", old)
-			y.ProviderID = "ch_a"
-			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
-		},
+		setup:  namedByCoverage,
 		nightly: func(t *testing.T, w *twin, at time.Time) {
 			w.both(func(e *env) {
 				e.update("ch_l", at.Add(-time.Hour), func(o *reconcile.ProviderObject) { o.Metadata = map[string]string{"note": "retry"} })
@@ -901,6 +883,22 @@ func TestIncrementalReadsBackForWhatUnreadRecordsName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// namedByCoverage is the history of the "named by the coverage" cases of
+// TestIncrementalClosesOverWhatItRetrievesOutside: the old paid
+// charge:y names the old charge ch_a, and the failed charge ch_l, inside
+// the coverage, names charge:y in its metadata.
+func namedByCoverage(t *testing.T, w *twin) {
+	old := t0.Add(-40 * 24 * time.Hour)
+	w.object(propCharge("ch_a", old.Add(5*time.Minute)), "")
+	named := propCharge("ch_l", t0.Add(-10*time.Hour))
+	named.Status, named.RawStatus, named.Customer = reconcile.Failed, "failed", "cus_b"
+	named.Metadata = map[string]string{"obligation_id": "charge:y"}
+	w.object(named, "")
+	y := propPaid("charge:y", old)
+	y.ProviderID = "ch_a"
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, y) })
 }
 
 // retrievalDays runs a first pass at t0 and, after nightly (when set),
