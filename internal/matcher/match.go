@@ -86,19 +86,14 @@ func (m *matcher) emit() {
 	m.res.ObjectIDs = ids
 	m.res.Buckets = make([]Bucket, len(ids))
 	m.res.Links = make([]reconcile.Link, 0, nLinks)
-	if m.namesFrom != nil && m.objSorted != nil {
-		m.res.NamesFrom = make([]reconcile.Stamp, len(ids))
-	} else {
-		m.res.NamesFrom = m.namesFrom // by number: id order
+	if m.namesFrom != nil {
+		m.res.NamesFrom = m.inIDOrder(m.namesFrom)
 	}
 	var more []reconcile.Link
 	for p, id := range ids {
 		k := int32(p)
 		if m.objSorted != nil {
 			k = m.objSorted[p]
-			if m.namesFrom != nil {
-				m.res.NamesFrom[p] = m.namesFrom[k]
-			}
 		}
 		mv := m.objMov[k]
 		v := &m.movs[mv]

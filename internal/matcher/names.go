@@ -37,3 +37,32 @@ func (m *matcher) names(obj, i int32) {
 		m.namesFrom[obj] = o.CreatedAt
 	}
 }
+
+// inIDOrder reorders s, one value per object by number, into id order,
+// in place: at a million objects a copy would cost 8 MB more where a
+// first pass's heap stands highest.
+func (w *world) inIDOrder(s []reconcile.Stamp) []reconcile.Stamp {
+	if w.objSorted == nil {
+		return s // numbers are id order
+	}
+	// The p-th in id order is s[objSorted[p]]: follow each cycle of the
+	// permutation once.
+	done := make([]bool, len(s))
+	for p := range s {
+		if done[p] {
+			continue
+		}
+		first := s[p]
+		q := p
+		for {
+			done[q] = true
+			next := int(w.objSorted[q])
+			if next == p {
+				s[q] = first
+				break
+			}
+			s[q], q = s[next], next
+		}
+	}
+	return s
+}
