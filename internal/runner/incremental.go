@@ -180,7 +180,7 @@ func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Tim
 		before = earlier(mark.MatchedAt.Add(-r.Matcher.ClockSkew), at)
 	}
 	st.census = startCensus(ctx, cc, before, at, req.Window)
-	why := r.wholeBecause(req, st, now, mark, marked)
+	why := r.wholeBecause(req, st, mark, marked)
 	if why == "" {
 		return mark, "", nil
 	}
@@ -194,7 +194,7 @@ func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Tim
 
 // wholeBecause is why this share of a pass matches whole, the census
 // aside ("" when nothing else stops it matching incrementally).
-func (r *Runner) wholeBecause(req Request, st *readState, now time.Time, mark store.MatchMark, marked bool) string {
+func (r *Runner) wholeBecause(req Request, st *readState, mark store.MatchMark, marked bool) string {
 	switch {
 	case st.shard != nil:
 		return "a shard matches its part whole"
@@ -212,10 +212,12 @@ func (r *Runner) wholeBecause(req Request, st *readState, now time.Time, mark st
 		return "the matcher's options changed since the last pass"
 	case req.Window.From.Before(mark.Window.From):
 		return "the window begins before the last pass's"
-	case req.Window.To.Before(now.Add(-r.Matcher.ClockSkew)):
-		// An obligation written after it may be out of scope and still
-		// named by a record of it: no mark tells of that (NamesFrom).
-		return "the window ends before the pass's clock"
+	case req.Window.To.Before(mark.MatchedAt.Add(-r.Matcher.ClockSkew)):
+		// An obligation written after it and before the last pass may be
+		// out of scope and still named by a record of it: no mark tells
+		// of that (NamesFrom), nor does its row (changed before the last
+		// pass).
+		return "the window ends before the last pass's clock"
 	case mark.Window.To.Before(mark.MatchedAt.Add(-r.Matcher.ClockSkew)):
 		return "the last pass's window ended before its run"
 	}

@@ -946,3 +946,23 @@ func propUnknown(id string, created time.Time) reconcile.Obligation {
 		Money: reconcile.Money{Amount: 2500, Currency: "usd"}, State: reconcile.ConfirmationUnknown,
 		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 }
+
+// A window that ends before the last pass's clock may leave out of scope
+// an obligation written between the two that a record of it names, which
+// no mark tells of: the pass matches whole. One that ends at its own
+// clock matches incrementally.
+func TestIncrementalWholeForAWindowEndingEarly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pgtest.InsertObligations(t, e.pool, propPaid("charge:a", t0.Add(-2*time.Hour)))
+	e.pass(true, runner.Request{})
+	e.clock = e.clock.Add(time.Hour)
+	if now := e.pass(true, runner.Request{}); now.Sync.Match != runner.MatchIncremental {
+		t.Errorf("a window ending at the clock: matched %s (%q), want incrementally", now.Sync.Match, now.Sync.MatchReason)
+	}
+	e.clock = e.clock.Add(time.Hour)
+	early := e.pass(true, runner.Request{Window: reconcile.Window{From: t0.Add(-71 * time.Hour), To: t0.Add(30 * time.Minute)}})
+	if early.Sync.Match != runner.MatchFull || early.Sync.MatchReason != "the window ends before the last pass's clock" {
+		t.Errorf("a window ending before the last pass: matched %s (%q)", early.Sync.Match, early.Sync.MatchReason)
+	}
+}
