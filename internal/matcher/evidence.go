@@ -354,7 +354,7 @@ func (m *matcher) unread(o *reconcile.Obligation) reconcile.Gap {
 func (m *matcher) markable() int {
 	n := 0
 	for i := range m.nObls() {
-		if s := m.obl(i).State; m.decides(i) && (s == reconcile.ConfirmationUnknown || s == reconcile.Executing) {
+		if m.decides(i) && m.obl(i).Unsettled() {
 			n++
 		}
 	}

@@ -559,13 +559,17 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile.Obligation, opened []reconcile.Obligation,
 	kept []reconcile.ProviderObject, keys []reconcile.KeyEvidence, w, cover, kw reconcile.Window, since time.Time,
 	opts matcher.Options) error {
-	covered := coverNames(kept, keys, cover, opts)
 	var unnamed []reconcile.Obligation
 	for _, o := range opened {
-		if !decides(&o, w, covered) {
+		if !inScope(&o, w) {
 			unnamed = append(unnamed, o)
 		}
 	}
+	if len(unnamed) == 0 {
+		return nil
+	}
+	covered := coverNames(kept, keys, cover, opts)
+	unnamed = slices.DeleteFunc(unnamed, func(o reconcile.Obligation) bool { return decides(&o, w, covered) })
 	mirrored, err := namedInMirror(ctx, mm, cover, kw, since, opts, unnamed, kept)
 	if err != nil {
 		return fmt.Errorf("read the mirror: %w", err)
@@ -586,9 +590,9 @@ func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile
 func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[string]time.Time,
 	open map[string]bool) (changed, opened []reconcile.Obligation) {
 	for _, o := range scanned {
-		inScope := unsettled(&o) || touchedSince(&o, since)
+		inScope := o.Unsettled() || touchedSince(&o, since)
 		at, ownWrite := own[o.ID]
-		ownWrite = ownWrite && o.UpdatedAt.Time().Equal(at) && o.CreatedAt.Time().Before(since) && !unsettled(&o)
+		ownWrite = ownWrite && o.UpdatedAt.Time().Equal(at) && o.CreatedAt.Time().Before(since) && !o.Unsettled()
 		switch {
 		case inScope && !ownWrite:
 			changed = append(changed, o)

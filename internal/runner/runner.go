@@ -712,12 +712,8 @@ func decides(o *reconcile.Obligation, w reconcile.Window, subject sources.Named)
 // inScope reports whether a pass about w decides on o whatever the
 // records name: it is unsettled, or was created or updated in w.
 func inScope(o *reconcile.Obligation, w reconcile.Window) bool {
-	return unsettled(o) || w.Contains(o.CreatedAt.Time()) || w.Contains(o.UpdatedAt.Time())
+	return o.Unsettled() || w.Contains(o.CreatedAt.Time()) || w.Contains(o.UpdatedAt.Time())
 }
-
-// unsettled reports whether o is EXECUTING or CONFIRMATION_UNKNOWN: in
-// scope whatever its age.
-func unsettled(o *reconcile.Obligation) bool { return o.Unsettled() }
 
 // lazySubject tells, as decides does, whether a pass about w decides on an
 // obligation, with the subject (what l's objects created in w name)
