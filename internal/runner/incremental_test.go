@@ -44,8 +44,9 @@ type twin struct {
 	// links to it, and that no twin reaches (plainPaid, payment).
 	plain map[string]string
 	// old are the obligations paid weeks before the first pass (oldPaid),
-	// and oldRng the generator that draws them and their retries
-	// (oldRetry), apart from the rest of the history.
+	// and oldRng the generator that draws them, their retries (oldRetry)
+	// and what a new obligation naming an old charge finds around it
+	// (oldShape), apart from the rest of the history.
 	old    []reconcile.Obligation
 	oldRng *rand.Rand
 }
@@ -257,6 +258,64 @@ func (w *twin) oldRetry(at time.Time) {
 		x.Metadata = map[string]string{"idempotency_key": o.IdempotencyKey}
 	}
 	w.object(x, key)
+}
+
+// oldShape, in one history in two, draws one of the shapes in which a
+// nightly pass retrieves an old charge outside its coverage and must read
+// around it as a whole pass does (TestIncrementalClosesOverWhatItRetrievesOutside):
+// a new obligation names the old charge by its provider_id, and inside the
+// coverage key evidence told of the charge under an old obligation's key,
+// a new charge of its intent paying another obligation, or a failed
+// charge naming the old obligation whose charge it is. It draws from
+// oldRng alone.
+func (w *twin) oldShape(at time.Time) {
+	if len(w.old) == 0 || w.oldRng.IntN(2) == 0 {
+		return
+	}
+	y := w.old[w.oldRng.IntN(len(w.old))]
+	recent := func() time.Time { return at.Add(-time.Duration(1+w.oldRng.IntN(50)) * time.Minute) }
+	x := reconcile.ProviderObject{ID: w.newObjectID("ch"), Kind: reconcile.Charge, Money: y.Money, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Customer: propCustomers[w.oldRng.IntN(len(propCustomers))],
+		Created: reconcile.StampOf(y.CreatedAt.Time().Add(5 * time.Minute))}
+	switch w.oldRng.IntN(3) {
+	case 0:
+		// Key evidence told hours ago links the old charge to y.
+		told := recent()
+		w.object(x, "")
+		w.both(func(e *env) {
+			if _, err := e.srv.AddEvent(stripesim.Event{Type: "charge.succeeded", ObjectID: x.ID, Created: told,
+				Request: &stripesim.Request{ID: "req_" + x.ID, IdempotencyKey: y.IdempotencyKey}}); err != nil {
+				w.tb.Fatal(err)
+			}
+		})
+	case 1:
+		// The old charge failed; a new one of its intent pays z.
+		x.Status, x.RawStatus, x.PaymentIntent = reconcile.Failed, "failed", "pi_"+x.ID
+		w.object(x, "")
+		again := x
+		again.ID, again.Status, again.RawStatus, again.Created = w.newObjectID("ch"), reconcile.Succeeded, "succeeded", reconcile.StampOf(recent())
+		w.object(again, "")
+		z := w.paidObligation(again.Created.Time())
+		z.Money, z.ProviderID = again.Money, again.ID
+		w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, z) })
+		w.obls = append(w.obls, z)
+	default:
+		// y's own charge; a failed charge names y in its metadata.
+		if !strings.HasPrefix(y.ProviderID, "ch_") {
+			return
+		}
+		x.ID = y.ProviderID
+		w.object(reconcile.ProviderObject{ID: w.newObjectID("ch"), Kind: reconcile.Charge, Money: y.Money, Status: reconcile.Failed,
+			RawStatus: "failed", Customer: x.Customer, Metadata: map[string]string{"obligation_id": y.ID},
+			Created: reconcile.StampOf(recent())}, "")
+	}
+	w.nextObl++
+	n := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), ProviderID: x.ID, Money: x.Money,
+		State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(recent())}
+	n.UpdatedAt = n.CreatedAt
+	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, n) })
+	w.obls = append(w.obls, n)
 }
 
 // day is what happens at the provider and in the table between two
@@ -502,6 +561,11 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 				// The nightly pass of the day it appears reads it; only
 				// the last day's does not.
 				w.oldRetry(at)
+			}
+			if d == days {
+				// After the day's draws, so that they draw what they
+				// drew before.
+				w.oldShape(at)
 			}
 			w.a.clock, w.b.clock = at, at
 		}
