@@ -309,13 +309,18 @@ func (w *twin) oldShape(at time.Time) {
 			RawStatus: "failed", Customer: x.Customer, Metadata: map[string]string{"obligation_id": y.ID},
 			Created: reconcile.StampOf(recent())}, "")
 	}
+	w.naming(x.ID, x.Money, recent())
+}
+
+// naming adds a CONFIRMATION_UNKNOWN charge obligation for money,
+// created at created, whose provider_id names the object id.
+func (w *twin) naming(id string, money reconcile.Money, created time.Time) {
 	w.nextObl++
-	n := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
-		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), ProviderID: x.ID, Money: x.Money,
-		State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(recent())}
-	n.UpdatedAt = n.CreatedAt
-	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, n) })
-	w.obls = append(w.obls, n)
+	o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
+		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), ProviderID: id, Money: money,
+		State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
+	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+	w.obls = append(w.obls, o)
 }
 
 // day is what happens at the provider and in the table between two
@@ -428,12 +433,7 @@ func (w *twin) day(at time.Time) {
 		case r == 6:
 			// An obligation appears that names an object already there.
 			if id := w.pick(reconcile.Charge); id != "" {
-				w.nextObl++
-				o := reconcile.Obligation{ID: "charge:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Charge,
-					IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), ProviderID: id, Money: w.money(),
-					State: reconcile.ConfirmationUnknown, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
-				w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
-				w.obls = append(w.obls, o)
+				w.naming(id, w.money(), created)
 			}
 		default:
 			w.payment(nil, false, created)
