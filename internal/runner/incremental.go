@@ -159,7 +159,7 @@ type Censor interface {
 // incrementalMatch says whether this share of a pass may match only what
 // can have changed, and if not why not ("" when it may). It starts the
 // census of the obligations table (st.census), whose count of the
-// obligations created before the pass's clock less the clock skew is the
+// obligations created before the clock the pass reaches (reached) is the
 // mark the pass leaves (st.created). When the pass may match
 // incrementally, the census is still being read: readChanged takes it
 // after its own scan of the table (takeCensus), and matches whole if it
@@ -174,10 +174,10 @@ func (r *Runner) incrementalMatch(ctx context.Context, req Request, now time.Tim
 	if err != nil {
 		return store.MatchMark{}, "", err
 	}
-	at := now.Add(-r.Matcher.ClockSkew)
+	at := r.reached(now, req.Window)
 	before := at
 	if marked {
-		before = earlier(mark.MatchedAt.Add(-r.Matcher.ClockSkew), at)
+		before = earlier(r.reached(mark.MatchedAt, mark.Window), at)
 	}
 	st.census = startCensus(ctx, cc, before, at, req.Window)
 	why := r.wholeBecause(req, st, mark, marked)
@@ -212,16 +212,28 @@ func (r *Runner) wholeBecause(req Request, st *readState, mark store.MatchMark, 
 		return "the matcher's options changed since the last pass"
 	case req.Window.From.Before(mark.Window.From):
 		return "the window begins before the last pass's"
-	case req.Window.To.Before(mark.MatchedAt.Add(-r.Matcher.ClockSkew)):
+	case req.Window.To.Before(r.reached(mark.MatchedAt, mark.Window)):
 		// An obligation written after it and before the last pass may be
 		// out of scope and still named by a record of it: no mark tells
 		// of that (NamesFrom), nor does its row (changed before the last
 		// pass).
 		return "the window ends before the last pass's clock"
-	case mark.Window.To.Before(mark.MatchedAt.Add(-r.Matcher.ClockSkew)):
-		return "the last pass's window ended before its run"
+	case st.plan.report.Fresh.From.After(mark.Window.To):
+		// The last pass matched the records of its coverage after its
+		// window only as context (its findings are about its window):
+		// this pass matches again only those it lists afresh.
+		return "the last pass's window ended before what this pass lists afresh"
 	}
 	return ""
+}
+
+// reached is how far a matching pass's reading of the obligations table
+// vouches for every change: to its clock, or to its window's end if that
+// is earlier (a row written between the two was in no scope of it), less
+// the clock skew. The nightly command's window ends at the whole second
+// its clock is in.
+func (r *Runner) reached(clock time.Time, w reconcile.Window) time.Time {
+	return earlier(clock, w.To).Add(-r.Matcher.ClockSkew)
 }
 
 // censusCall is the census of the obligations table, read beside the
@@ -317,7 +329,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// The obligations changed since the last matching pass, and those of
 	// the open findings, in one scan of the table: read by id after it,
 	// ten thousand open findings' rows cost 0.4 s at a million rows.
-	since := mark.MatchedAt.Add(-r.Matcher.ClockSkew)
+	since := r.reached(mark.MatchedAt, mark.Window)
 	openObl, openObj, err := mm.Open(ctx)
 	if err != nil {
 		return matcher.Input{}, false, err

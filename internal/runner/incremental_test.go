@@ -537,6 +537,16 @@ func (w *twin) passes() (nightly *runner.Outcome, differ string) {
 func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args ...any)) int {
 	tb.Helper()
 	w := newTwin(tb, seed)
+	// A third of the histories allow no clock skew, and end each pass's
+	// window up to three minutes before its clock, where the day's
+	// writes fall: from a generator of their own, so that the rest draw
+	// what they drew before.
+	if r := rand.New(rand.NewPCG(seed, 0x5ce)); r.IntN(3) == 0 {
+		early := time.Duration(r.IntN(4)) * time.Minute
+		for _, e := range []*env{w.a, w.b} {
+			e.noSkew, e.early = true, early
+		}
+	}
 	for range 10 + w.rng.IntN(15) {
 		w.obligation(t0.Add(-time.Duration(w.rng.IntN(60*60)) * time.Minute))
 	}
@@ -1028,5 +1038,35 @@ func TestIncrementalWholeForAWindowEndingEarly(t *testing.T) {
 	early := e.pass(true, runner.Request{Window: reconcile.Window{From: t0.Add(-71 * time.Hour), To: t0.Add(30 * time.Minute)}})
 	if early.Sync.Match != runner.MatchFull || early.Sync.MatchReason != "the window ends before the last pass's clock" {
 		t.Errorf("a window ending before the last pass: matched %s (%q)", early.Sync.Match, early.Sync.MatchReason)
+	}
+	// The early pass matched the records after its window only as
+	// context, and the next pass lists afresh only the last ten minutes.
+	e.clock = e.clock.Add(time.Hour)
+	if next := e.pass(true, runner.Request{}); next.Sync.Match != runner.MatchFull ||
+		next.Sync.MatchReason != "the last pass's window ended before what this pass lists afresh" {
+		t.Errorf("after a pass whose window ended early: matched %s (%q)", next.Sync.Match, next.Sync.MatchReason)
+	}
+}
+
+// With no clock skew allowed, a nightly pass still matches incrementally
+// after one whose window ended at the whole second its clock was in, and
+// reads what was written between the two, which no scope of that pass
+// held: here a row created PAID without evidence.
+func TestIncrementalUnderNoClockSkew(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.noSkew, e.clock = true, t0.Add(400*time.Millisecond)
+	pgtest.InsertObligations(t, e.pool, propPaid("charge:a", t0.Add(-2*time.Hour)),
+		propPaid("charge:gap", t0.Add(200*time.Millisecond)))
+	if first := e.pass(true, runner.Request{}); slices.Contains(first.Result.ObligationIDs, "charge:gap") {
+		t.Fatalf("the first pass read charge:gap, created after its window")
+	}
+	e.clock = e.clock.Add(24 * time.Hour)
+	next := e.pass(true, runner.Request{})
+	if next.Sync.Match != runner.MatchIncremental {
+		t.Errorf("matched %s (%q), want incrementally", next.Sync.Match, next.Sync.MatchReason)
+	}
+	if !slices.ContainsFunc(next.Result.Findings, func(f reconcile.Finding) bool { return f.ObligationID == "charge:gap" }) {
+		t.Errorf("no finding on charge:gap, written after the last pass's window and before its clock: %+v", next.Result.Findings)
 	}
 }

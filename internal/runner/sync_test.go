@@ -45,6 +45,10 @@ type env struct {
 	// provider wraps the reader where a test needs Stripe's event
 	// retention; nil uses the reader as it is.
 	provider func(*sources.Stripe) runner.Provider
+	// noSkew runs the matcher with no clock skew allowed; early ends a
+	// pass's window that long before its clock, at the whole second.
+	noSkew bool
+	early  time.Duration
 }
 
 func newEnv(tb testing.TB) *env {
@@ -84,17 +88,21 @@ func (e *env) runner(mirrored bool) *runner.Runner {
 	}
 	r := &runner.Runner{Provider: p, Obligations: e.obl, Store: e.store, Matcher: matcher.OptionsFrom(config.Default().Matcher),
 		Now: func() time.Time { return e.clock }, Logger: slog.New(slog.DiscardHandler)}
+	if e.noSkew {
+		r.Matcher.ClockSkew = 0
+	}
 	if mirrored {
 		r.Mirror = e.mirror
 	}
 	return r
 }
 
-// pass runs one pass over the 72 hours before the clock.
+// pass runs one pass over the 72 hours before the clock (less e.early).
 func (e *env) pass(mirrored bool, req runner.Request) *runner.Outcome {
 	e.tb.Helper()
 	if req.Window == (reconcile.Window{}) {
-		req.Window = reconcile.Window{From: e.clock.Add(-72 * time.Hour), To: e.clock}
+		to := e.clock.Add(-e.early).Truncate(time.Second)
+		req.Window = reconcile.Window{From: to.Add(-72 * time.Hour), To: to}
 	}
 	if req.Trigger == "" {
 		req.Trigger = reconcile.TriggerManual
