@@ -11,3 +11,10 @@ func SetDirtyFault(f func(q *store.Related, obs *[]reconcile.Obligation)) (resto
 	dirtyFault = f
 	return func() { dirtyFault = nil }
 }
+
+// SetRetrievedFault leaves what incremental matching retrieves by id out
+// of its closure until the returned func restores it.
+func SetRetrievedFault() (restore func()) {
+	retrievedFault = true
+	return func() { retrievedFault = false }
+}

@@ -510,7 +510,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// retrieved, as over what was read first: a whole read holds the
 		// coverage's key evidence, movements and twins of it, and reads
 		// the obligations those name.
-		kept, closed = append(kept, got...), false
+		kept, closed = append(kept, got...), retrievedFault
 	}
 	if err := dropUnlisted(ctx, mm, byID, opened, kept, keys, w, cover, kw, p.since, r.Matcher); err != nil {
 		return matcher.Input{}, false, err
@@ -665,6 +665,11 @@ func namedFromUnread(ctx context.Context, mm MatchMirror, kept []reconcile.Provi
 // It is called with the obligations to seed from (q nil), then with the
 // seeds (obs nil).
 var dirtyFault func(q *store.Related, obs *[]reconcile.Obligation)
+
+// retrievedFault, set by tests alone, leaves out of the closure what a
+// round retrieved by id and the obligations naming it
+// (TestIncrementalCatchesABrokenDirtySet).
+var retrievedFault bool
 
 // seedOf adds to q and ids what reaches obligations obs in the mirror:
 // what the last matching pass linked to them and, for those whose row
