@@ -294,14 +294,23 @@ func (st *readState) takeCensus(mark store.MatchMark, marked bool) (string, erro
 // last matching pass, what is open, and all that is connected to them
 // (docs/design.md, "Incremental matching"). ok is false, with nothing
 // read but the provider's news (which the whole read then reuses), when
-// an obligation it would decide on began before the coverage: the whole
-// read reads further back for it.
+// an obligation it would decide on began before the coverage and the
+// mirror does not hold the stretch back to it (readBack): the whole read
+// reads further back for it.
 func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request, now time.Time, mark store.MatchMark,
 	out *Outcome, st *readState) (matcher.Input, bool, error) {
 	w, cover, p := req.Window, st.cover, &st.plan
 	mm := r.Mirror.(MatchMirror)
 	sd, err := r.syncRead(ctx, log, now, st)
 	if err != nil {
+		return matcher.Input{}, false, err
+	}
+	// As far back as a whole read reads for the obligations the window's
+	// records name, where the mirror holds that stretch (st.cover takes
+	// it only if the pass goes on incrementally: a whole read plans its
+	// own).
+	planned := cover
+	if cover.From, err = r.readBack(ctx, mm, w, cover, now, p); err != nil {
 		return matcher.Input{}, false, err
 	}
 	// What this pass read from the provider, as it now stands (an object
@@ -525,16 +534,25 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	}
 	slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
-	unread, err := namedFromUnread(ctx, mm, kept, w, cover, p.since, r.Matcher)
+	unread, err := namedFromUnread(ctx, mm, kept, w, planned, p.since, r.Matcher)
 	if err != nil {
 		return matcher.Input{}, false, err
 	}
-	if r.beforeCoverage(byID, w, subject, unread, now, cover) {
+	// The coverage is the one a whole read would read: the planned one,
+	// or as far back as an obligation it decides on needs.
+	switch want := earlier(planned.From, r.coverFor(byID, w, subject, unread, now)); {
+	case want.Before(cover.From):
 		// One that only a retrieved object connects, or a record of the
 		// window this pass did not read.
 		p.report.MatchReason = "an obligation to decide on began before the coverage"
 		return matcher.Input{}, false, nil
+	case want.After(cover.From):
+		// The mirror's names were the last pass's: a record read since
+		// may no longer name what it named.
+		p.report.MatchReason = "the mirror's records named an obligation from before the coverage that the pass does not decide on"
+		return matcher.Input{}, false, nil
 	}
+	st.cover = cover
 	var linkOnly []string
 	for i := range obs {
 		if !decides(&obs[i], w, subject) {
@@ -627,12 +645,42 @@ func touchedSince(o *reconcile.Obligation, since time.Time) bool {
 // (docs/design.md, "Coverage").
 func (r *Runner) beforeCoverage(obs map[string]reconcile.Obligation, w reconcile.Window, subject sources.Named, oldest, now time.Time,
 	cover reconcile.Window) bool {
+	return r.coverFor(obs, w, subject, oldest, now).Before(cover.From)
+}
+
+// coverFor is where the records a pass about w reads begin for the
+// obligations of obs it decides on and one created at oldest (zero:
+// none).
+func (r *Runner) coverFor(obs map[string]reconcile.Obligation, w reconcile.Window, subject sources.Named, oldest, now time.Time) time.Time {
 	for _, o := range obs {
 		if decides(&o, w, subject) && (oldest.IsZero() || o.CreatedAt.Time().Before(oldest)) {
 			oldest = o.CreatedAt.Time()
 		}
 	}
-	return r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback).Before(cover.From)
+	return r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback)
+}
+
+// readBack is how far back a nightly pass reads for the obligations that
+// records of w the mirror holds name from before cover (NamesBefore):
+// as far as a whole read reads back for them (docs/design.md,
+// "Incremental matching"), when the mirror holds every record and key
+// event of that stretch, as the whole pass that first read back for them
+// left it; cover.From otherwise.
+func (r *Runner) readBack(ctx context.Context, mm MatchMirror, w, cover reconcile.Window, now time.Time, p *syncPlan) (time.Time, error) {
+	named, err := mm.NamesBefore(ctx, w, r.Matcher.NamedBefore(cover.From), p.since)
+	if err != nil || len(named) == 0 {
+		return cover.From, err
+	}
+	oldest := named[0].NamesFrom
+	for _, l := range named[1:] {
+		oldest = earlier(oldest, l.NamesFrom)
+	}
+	from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback)
+	held, ok := objectCoverage(p.cur)
+	if !from.Before(cover.From) || !ok || held.From.After(from) || p.keysFrom.IsZero() || p.keysFrom.After(from) {
+		return cover.From, nil
+	}
+	return from, nil
 }
 
 // namedFromUnread is the creation of the oldest obligation that a record

@@ -16,6 +16,7 @@ import (
 	"reconcile"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
+	"reconcile/internal/sources"
 	"reconcile/internal/store"
 	"reconcile/internal/stripesim"
 )
@@ -927,23 +928,34 @@ func TestIncrementalClosesOverWhatItRetrievesOutside(t *testing.T) {
 // whole read decides on it and reads the provider back to it, and so
 // does the nightly pass, from how far back the mirror says the record
 // names. A new payment without evidence on day 1 quotes that coverage.
+// Where the mirror holds the records and key events of that stretch (the
+// first pass read them back, within Stripe's 30 days of events), the
+// nightly pass reads them from it and matches incrementally; older, it
+// matches whole, as a whole read joins the mirror's keys to the events.
 func TestIncrementalReadsBackForWhatUnreadRecordsName(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		names func(q *reconcile.Obligation, s *reconcile.ProviderObject) (key string)
+		age   time.Duration
 	}{
-		{"provider_id", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { q.ProviderID = s.ID; return "" }},
+		{"provider_id", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { q.ProviderID = s.ID; return "" }, 40 * 24 * time.Hour},
 		{"metadata", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string {
 			s.Metadata = map[string]string{"obligation_id": q.ID}
 			return ""
-		}},
-		{"key", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { return q.IdempotencyKey }},
+		}, 40 * 24 * time.Hour},
+		{"key", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { return q.IdempotencyKey }, 40 * 24 * time.Hour},
+		{"metadata within the events", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string {
+			s.Metadata = map[string]string{"obligation_id": q.ID}
+			return ""
+		}, 10 * 24 * time.Hour},
+		{"key within the events", func(q *reconcile.Obligation, s *reconcile.ProviderObject) string { return q.IdempotencyKey },
+			10 * 24 * time.Hour},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			w := newTwin(t, 0)
-			q := propPaid("charge:q", t0.Add(-40*24*time.Hour))
+			q := propPaid("charge:q", t0.Add(-c.age))
 			s := propCharge("ch_s", t0.Add(-time.Hour))
 			w.object(s, c.names(&q, &s))
 			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, q) })
@@ -958,8 +970,15 @@ func TestIncrementalReadsBackForWhatUnreadRecordsName(t *testing.T) {
 				if differ != "" {
 					t.Errorf("day %d: %s", d, differ)
 				}
-				if d == 1 && a.Sync.MatchReason != "an obligation to decide on began before the coverage" {
+				if d == 0 && !a.Covered.From.Before(t0.Add(-c.age)) {
+					t.Errorf("day 0 covered from %s: the first pass should read back to charge:q", a.Covered.From)
+				}
+				switch fromMirror := c.age < sources.EventRetention; {
+				case d == 1 && !fromMirror && a.Sync.MatchReason != "an obligation to decide on began before the coverage":
 					t.Errorf("day 1 matched %s (%q): the nightly pass should read back to charge:q", a.Sync.Match, a.Sync.MatchReason)
+				case d == 1 && fromMirror && (a.Sync.Match != runner.MatchIncremental || !a.Covered.From.Before(t0.Add(-c.age))):
+					t.Errorf("day 1 matched %s (%q), covered %+v: the nightly pass should read back to charge:q from the mirror, incrementally",
+						a.Sync.Match, a.Sync.MatchReason, a.Covered)
 				}
 			}
 		})
