@@ -28,9 +28,10 @@ import (
 // matches again only the parts holding something that can have changed,
 // and keeps the stored conclusions of the rest:
 //
-//   - the obligations changed or added since the last matching pass (by
-//     updated_at and created_at, less the clock skew; a row whose last
-//     change is the reconciler's own transition is not changed), every EXECUTING and
+//   - the obligations changed or added since the last matching pass
+//     reached (by updated_at and created_at: its clock, or its window's
+//     end if earlier, less the clock skew; a row whose last change is the
+//     reconciler's own transition is not changed), every EXECUTING and
 //     CONFIRMATION_UNKNOWN one, and every one with an open finding;
 //   - the objects this pass read from the provider (listed fresh, told
 //     of by an event, read again), every one still pending, every one
@@ -230,8 +231,9 @@ func (r *Runner) wholeBecause(req Request, st *readState, mark store.MatchMark, 
 // reached is how far a matching pass's reading of the obligations table
 // vouches for every change: to its clock, or to its window's end if that
 // is earlier (a row written between the two was in no scope of it), less
-// the clock skew. The nightly command's window ends at the whole second
-// its clock is in.
+// the clock skew. The nightly command's window ends at or before the
+// whole second the pass's clock is in: it is taken first, then the
+// database is opened and the runner built.
 func (r *Runner) reached(clock time.Time, w reconcile.Window) time.Time {
 	return earlier(clock, w.To).Add(-r.Matcher.ClockSkew)
 }
@@ -272,8 +274,8 @@ func (c *censusCall) stop() {
 
 // takeCensus waits for the census, keeps its counts for the pass
 // (st.created, st.unmapped), and says why the pass must match whole if
-// the obligations created before the marked clock are not those the mark
-// counted ("" when they are).
+// the obligations created before where the marked pass reached (reached)
+// are not those the mark counted ("" when they are).
 func (st *readState) takeCensus(mark store.MatchMark, marked bool) (string, error) {
 	c := st.census
 	<-c.done
@@ -292,11 +294,14 @@ func (st *readState) takeCensus(mark store.MatchMark, marked bool) (string, erro
 // readChanged gathers an incremental match's input: what the provider
 // showed since the mirror, what the obligations table changed since the
 // last matching pass, what is open, and all that is connected to them
-// (docs/design.md, "Incremental matching"). ok is false, with nothing
-// read but the provider's news (which the whole read then reuses), when
-// an obligation it would decide on began before the coverage and the
-// mirror does not hold the stretch back to it (readBack): the whole read
-// reads further back for it.
+// (docs/design.md, "Incremental matching"). ok is false, with the
+// reason in the report, when the pass must match whole after all: the
+// census tells of rows deleted or written with old times, or its
+// coverage is not the one a whole read would have (an obligation it
+// decides on began before it and the mirror does not hold the stretch
+// back to it, readBack; or the mirror's names it read back for are no
+// longer what it decides on). The whole read then reuses the provider's
+// news, and looks up by id again what it needs.
 func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request, now time.Time, mark store.MatchMark,
 	out *Outcome, st *readState) (matcher.Input, bool, error) {
 	w, cover, p := req.Window, st.cover, &st.plan

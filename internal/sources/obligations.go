@@ -523,7 +523,8 @@ func (r *Obligations) Oldest(ctx context.Context, w reconcile.Window) (time.Time
 type Census struct {
 	// CreatedA and CreatedB count the rows created before a and before b
 	// (a ≤ b): a pass compares the first with what the last pass counted
-	// before the same time, and keeps the second for the next.
+	// before the same time (where that pass reached), and keeps the
+	// second for the next.
 	CreatedA, CreatedB int64
 	// Unmapped counts, by raw value, the rows created or updated in w
 	// whose state the configuration does not map (docs/design.md, "States

@@ -17,7 +17,8 @@ import (
 // matching").
 type MatchMark struct {
 	RunID string
-	// MatchedAt is the pass's clock: a row changed after it is the next
+	// MatchedAt is the pass's clock: a row changed after it, or after
+	// Window's end if that is earlier, less the clock skew, is the next
 	// pass's to match again.
 	MatchedAt time.Time
 	// Window is the pass's subject.
@@ -25,7 +26,9 @@ type MatchMark struct {
 	// Digest names the options the conclusions rest on.
 	Digest string
 	// Obligations counts the account's obligations created before
-	// MatchedAt less the clock skew, as the pass read the table.
+	// MatchedAt, or Window's end if earlier, less the clock skew, as the
+	// pass read the table (a mark of migration 00020's or later: the
+	// ones before counted to MatchedAt).
 	Obligations int64
 }
 

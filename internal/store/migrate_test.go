@@ -380,3 +380,20 @@ func TestMigrateShards(t *testing.T) {
 		t.Fatalf("Up after the Down: %v", err)
 	}
 }
+
+// Migration 00020 forgets the marks that counted the obligations to their
+// pass's clock, so that each account's next pass matches whole.
+func TestMigrateForgetsMarksCountedToTheClock(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewPool(t)
+	p := migratedTo(t, url, 19)
+	e := &env{tb: t, pool: pool}
+	e.exec(`INSERT INTO reconcile.match_marks (account, run_id, matched_at, window_from, window_to, digest, obligations)
+		VALUES ('', 'run_1', now(), now() - interval '30 days', now(), 'd', 7)`)
+	if _, err := p.UpTo(t.Context(), 20); err != nil {
+		t.Fatalf("UpTo 20: %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM reconcile.match_marks`); n != 0 {
+		t.Errorf("%d marks after migration 00020, want none", n)
+	}
+}
