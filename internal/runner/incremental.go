@@ -315,7 +315,8 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// it only if the pass goes on incrementally: a whole read plans its
 	// own).
 	planned := cover
-	if cover.From, err = r.readBack(ctx, mm, w, cover, now, p); err != nil {
+	var namesBefore []store.ObjectLink
+	if cover.From, namesBefore, err = r.readBack(ctx, mm, w, cover, now, p); err != nil {
 		return matcher.Input{}, false, err
 	}
 	// What this pass read from the provider, as it now stands (an object
@@ -539,10 +540,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	}
 	slices.SortFunc(obs, func(a, b reconcile.Obligation) int { return strings.Compare(a.ID, b.ID) })
 	subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
-	unread, err := namedFromUnread(ctx, mm, kept, w, planned, p.since, r.Matcher)
-	if err != nil {
-		return matcher.Input{}, false, err
-	}
+	unread := namedFromUnread(namesBefore, kept)
 	// The coverage is the one a whole read would read: the planned one,
 	// or as far back as an obligation it decides on needs.
 	switch want := earlier(planned.From, r.coverFor(byID, w, subject, unread, now)); {
@@ -666,39 +664,39 @@ func (r *Runner) coverFor(obs map[string]reconcile.Obligation, w reconcile.Windo
 }
 
 // readBack is how far back a nightly pass reads for the obligations that
-// records of w the mirror holds name from before cover (NamesBefore):
-// as far as a whole read reads back for them (docs/design.md,
-// "Incremental matching"), when the mirror holds every record and key
-// event of that stretch, as the whole pass that first read back for them
-// left it; cover.From otherwise.
-func (r *Runner) readBack(ctx context.Context, mm MatchMirror, w, cover reconcile.Window, now time.Time, p *syncPlan) (time.Time, error) {
-	named, err := mm.NamesBefore(ctx, w, r.Matcher.NamedBefore(cover.From), p.since)
+// records of w the mirror holds name from before cover (named, read once
+// a pass: Mirror.NamesBefore): as far as a whole read reads back for them
+// (docs/design.md, "Incremental matching"), when the mirror holds every
+// record and key event of that stretch, as the whole pass that first
+// read back for them left it; cover.From otherwise.
+func (r *Runner) readBack(ctx context.Context, mm MatchMirror, w, cover reconcile.Window, now time.Time,
+	p *syncPlan) (from time.Time, named []store.ObjectLink, err error) {
+	named, err = mm.NamesBefore(ctx, w, r.Matcher.NamedBefore(cover.From), p.since)
 	if err != nil || len(named) == 0 {
-		return cover.From, err
+		return cover.From, nil, err
 	}
 	oldest := named[0].NamesFrom
 	for _, l := range named[1:] {
 		oldest = earlier(oldest, l.NamesFrom)
 	}
-	from := r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback)
+	from = r.Matcher.CoverFrom(w, oldest, now, r.MaxLookback)
 	held, ok := objectCoverage(p.cur)
 	if !from.Before(cover.From) || !ok || held.From.After(from) || p.keysFrom.IsZero() || p.keysFrom.After(from) {
-		return cover.From, nil
+		return cover.From, named, nil
 	}
-	return from, nil
+	return from, named, nil
 }
 
 // namedFromUnread is the creation of the oldest obligation that a record
-// of w the mirror holds and kept lacks names from before cover's records
-// of it begin, as the pass that last matched the record kept it (zero:
-// none). A whole read reads the record, decides on the obligation and
-// reads back to it; a pass that read the record itself knows this from
-// the obligations it read (docs/design.md, "Incremental matching").
-func namedFromUnread(ctx context.Context, mm MatchMirror, kept []reconcile.ProviderObject, w, cover reconcile.Window,
-	since time.Time, opts matcher.Options) (time.Time, error) {
-	named, err := mm.NamesBefore(ctx, w, opts.NamedBefore(cover.From), since)
-	if err != nil || len(named) == 0 {
-		return time.Time{}, err
+// of named (the window's records naming from before the planned
+// coverage, readBack) that kept lacks names, as the pass that last
+// matched the record kept it (zero: none). A whole read reads the
+// record, decides on the obligation and reads back to it; a pass that
+// read the record itself knows this from the obligations it read
+// (docs/design.md, "Incremental matching").
+func namedFromUnread(named []store.ObjectLink, kept []reconcile.ProviderObject) time.Time {
+	if len(named) == 0 {
+		return time.Time{}
 	}
 	held := make(map[string]bool, len(kept))
 	for i := range kept {
@@ -710,7 +708,7 @@ func namedFromUnread(ctx context.Context, mm MatchMirror, kept []reconcile.Provi
 			oldest = l.NamesFrom
 		}
 	}
-	return oldest, nil
+	return oldest
 }
 
 // dirtyFault, set by tests alone, breaks the dirty set on purpose: the
