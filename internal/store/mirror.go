@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -823,14 +824,14 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 	// than the mirror's (an event before a listing) does not undo it.
 	// linked_to is '' in the batch for an object the pass matched to
 	// nothing and NULL for one it did not match (the mirror's stays, and
-	// its names_from with it).
-	_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET kind = i.kind, amount = i.amount, currency = i.currency,
-			status = i.status, raw_status = i.raw_status, amount_refunded = i.amount_refunded, target = i.target,
-			payment_intent = i.payment_intent, charge = i.charge, customer = i.customer, metadata = i.metadata,
-			created = i.created, seen_at = i.seen_at,
+	// its names_from with it). The link is the pass's conclusion, kept
+	// even where the mirror saw the object later than the pass did (a
+	// pass minutes before retrieved it): the next pass reaches
+	// obligations by it. The object's state is the later seen.
+	_, err := tx.Exec(ctx, `UPDATE reconcile.provider_objects p SET `+laterSeen+`,
 			linked_to = CASE WHEN i.linked_to IS NULL THEN p.linked_to ELSE nullif(i.linked_to, '') END,
 			names_from = CASE WHEN i.linked_to IS NULL THEN p.names_from ELSE i.names_from END
-		FROM mirror_objects_in i WHERE p.account = i.account AND p.id = i.id AND i.seen_at >= p.seen_at`)
+		FROM mirror_objects_in i WHERE p.account = i.account AND p.id = i.id AND (i.seen_at >= p.seen_at OR i.linked_to IS NOT NULL)`)
 	if err != nil {
 		return fmt.Errorf("objects: update: %w", err)
 	}
@@ -842,6 +843,19 @@ func saveObjects(ctx context.Context, tx pgx.Tx, account string, seen []SeenObje
 	}
 	return nil
 }
+
+// laterSeen sets each of a mirrored object's columns (but its id) to the
+// batch's (i) where the batch saw it at or after the mirror (p), and
+// keeps the mirror's where it saw it later.
+var laterSeen = func() string {
+	var sets []string
+	for _, c := range strings.Split(mirrorObjectColumns, ",") {
+		if c = strings.TrimSpace(c); c != "id" {
+			sets = append(sets, fmt.Sprintf("%s = CASE WHEN i.seen_at >= p.seen_at THEN i.%[1]s ELSE p.%[1]s END", c))
+		}
+	}
+	return strings.Join(sets, ", ")
+}()
 
 // saveAbsent records that the provider had no object of each of ids at
 // now.

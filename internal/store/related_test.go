@@ -482,3 +482,50 @@ func TestMirrorNamesBefore(t *testing.T) {
 		t.Errorf("Related told (-want +got):\n%s", diff)
 	}
 }
+
+// A pass that saw an object before the mirror did (it listed it minutes
+// back, and a pass minutes before it retrieved it since) keeps the
+// mirror's later state of it and still leaves its link: the next pass
+// reaches obligations by it.
+func TestMirrorKeepsTheLinkOfAnObjectItSawLater(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	failed := mirrorCharge("ch_a", at.Add(-time.Hour), nil)
+	failed.Status, failed.RawStatus = reconcile.Failed, "failed"
+	// The ad hoc pass retrieved ch_a at its clock, failed, and matched it
+	// to nothing.
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at,
+		Seen:  []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{failed}}},
+		Match: &MatchSave{Mark: MatchMark{RunID: "run_1", MatchedAt: at, Window: w, Digest: "d"}, LinkOf: func(id string) (ObjectLink, bool) { return ObjectLink{ObjectID: id}, true }},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The nightly pass five minutes later listed it as seen ten minutes
+	// before its clock, succeeded, and linked it to charge:a.
+	later := at.Add(5 * time.Minute)
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_2", Now: later,
+		Seen: []SeenObjects{{At: later.Add(-10 * time.Minute), Objects: []reconcile.ProviderObject{mirrorCharge("ch_a", at.Add(-time.Hour), nil)}}},
+		Match: &MatchSave{Mark: MatchMark{RunID: "run_2", MatchedAt: later, Window: w, Digest: "d"},
+			LinkOf: func(id string) (ObjectLink, bool) { return ObjectLink{ObjectID: id, ObligationID: "charge:a"}, true }},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Get(ctx, []string{"ch_a"}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Object.Status != reconcile.Failed || !got[0].SeenAt.Equal(at) {
+		t.Errorf("the mirror holds %+v, want ch_a failed, seen at %s", got, at)
+	}
+	var told []ObjectLink
+	if _, err := m.Related(ctx, w, Related{IDs: []string{"ch_a"}, Linked: func(l ObjectLink) { told = append(told, l) }}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]ObjectLink{{ObjectID: "ch_a", ObligationID: "charge:a"}}, told); diff != "" {
+		t.Errorf("Related told (-want +got):\n%s", diff)
+	}
+}
