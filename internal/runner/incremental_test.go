@@ -463,9 +463,11 @@ func (e *env) exec(sql string, args ...any) {
 // event told of one (Sync keeps events about objects outside the listed
 // window), a --full pass lists only the coverage, and either way no pass
 // matches it unless it retrieves it, which the mirror's copy answers as
-// the provider would. Without old, not even one linked to an obligation
-// is counted (an ad hoc pass's, adHoc).
-func (e *env) stored(from time.Time, old bool) []string {
+// the provider would. With oldLinks, one linked to an obligation is
+// counted (not after an ad hoc pass, adHoc); coveredLinks counts none of
+// those; noLinks, no link at all (after a pass whose mirror was not
+// saved, unsaved).
+func (e *env) stored(from time.Time, links linkRows) []string {
 	e.tb.Helper()
 	var out []string
 	for _, q := range []struct {
@@ -479,8 +481,8 @@ func (e *env) stored(from time.Time, old bool) []string {
 		{sql: `SELECT 'obligation ' || id || ' ' || state || ' ' || coalesce(provider_id, '') || ' ' || coalesce(paid_at::text, '')
 			FROM obligations ORDER BY id`},
 		{sql: `SELECT 'link ' || account || '/' || id || ' ' || coalesce(linked_to, '-')
-			FROM reconcile.provider_objects WHERE created < $1 AND (created >= $2 OR (linked_to IS NOT NULL AND $3))
-			ORDER BY account, id`, args: []any{e.clock, from, old}},
+			FROM reconcile.provider_objects WHERE created < $1 AND (created >= $2 OR (linked_to IS NOT NULL AND $3)) AND $4
+			ORDER BY account, id`, args: []any{e.clock, from, links == oldLinks, links != noLinks}},
 	} {
 		rows, err := e.pool.Query(context.Background(), q.sql, q.args...)
 		if err != nil {
@@ -498,6 +500,15 @@ func (e *env) stored(from time.Time, old bool) []string {
 	return out
 }
 
+// linkRows says which of the mirror's links stored counts.
+type linkRows int
+
+const (
+	oldLinks linkRows = iota
+	coveredLinks
+	noLinks
+)
+
 // newTwin is two fresh reconcilers whose history seed makes.
 func newTwin(tb testing.TB, seed uint64) *twin {
 	return &twin{a: newEnv(tb), b: newEnv(tb), rng: rand.New(rand.NewPCG(seed, 0x5eed)), tb: tb, plain: map[string]string{}}
@@ -506,8 +517,38 @@ func newTwin(tb testing.TB, seed uint64) *twin {
 // passes runs a's nightly pass and b's --full pass at the clock, and says
 // how they differ in what they concluded or stored ("" when they do not).
 func (w *twin) passes() (nightly *runner.Outcome, differ string) {
-	a := w.a.pass(true, runner.Request{})
-	b := w.b.pass(true, runner.Request{Full: true})
+	return w.passesSaving(true)
+}
+
+// passesSaving is passes, where neither side's save of its mirror
+// succeeds unless saved: a trigger refuses the match mark, and the whole
+// save rolls back. The pass stands (Runner.saveMirror), and the next
+// pass reads from the mirror and its mark as the pass before left them.
+// Both sides lose the save: what it would have kept that the provider no
+// longer tells (events past Stripe's 30 days) is lost to --full too, and
+// the findings say so alike. Their links are not compared; the next
+// day's are.
+func (w *twin) passesSaving(saved bool) (nightly *runner.Outcome, differ string) {
+	links := oldLinks
+	pass := func(e *env, req runner.Request) *runner.Outcome {
+		if saved {
+			return e.pass(true, req)
+		}
+		e.exec(`CREATE FUNCTION reconcile.refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
+		e.exec(`CREATE TRIGGER refuse_mark BEFORE INSERT OR UPDATE ON reconcile.match_marks FOR EACH ROW EXECUTE FUNCTION reconcile.refuse_mark()`)
+		out := e.pass(true, req)
+		e.exec(`DROP TRIGGER refuse_mark ON reconcile.match_marks`)
+		e.exec(`DROP FUNCTION reconcile.refuse_mark()`)
+		if out.Sync.Saved || out.Sync.SaveErr == nil {
+			e.tb.Fatalf("the mirror was saved through the trigger refusing its mark")
+		}
+		return out
+	}
+	if !saved {
+		links = noLinks
+	}
+	a := pass(w.a, runner.Request{})
+	b := pass(w.b, runner.Request{Full: true})
 	if diff := diffOutcomes(b, a); diff != "" {
 		if debugTwin {
 			for _, id := range b.Result.ObligationIDs {
@@ -526,7 +567,7 @@ func (w *twin) passes() (nightly *runner.Outcome, differ string) {
 		}
 		return a, "the nightly pass concluded otherwise than --full:\n" + diff
 	}
-	if sa, sb := w.a.stored(b.Covered.From, true), w.b.stored(b.Covered.From, true); !slices.Equal(sa, sb) {
+	if sa, sb := w.a.stored(b.Covered.From, links), w.b.stored(b.Covered.From, links); !slices.Equal(sa, sb) {
 		return a, fmt.Sprintf("stored state differs:\nnightly %v\n--full  %v", sa, sb)
 	}
 	return a, ""
@@ -565,7 +606,7 @@ func (w *twin) adHoc(r, atClock *rand.Rand, last time.Time) (bool, string) {
 	// that retrieves it matches it again: the next nightly pass, whole
 	// after such a window or not, leaves the same links on both sides,
 	// and that comparison counts them.
-	if sa, sb := w.a.stored(b.Covered.From, false), w.b.stored(b.Covered.From, false); !slices.Equal(sa, sb) {
+	if sa, sb := w.a.stored(b.Covered.From, coveredLinks), w.b.stored(b.Covered.From, coveredLinks); !slices.Equal(sa, sb) {
 		return inc, fmt.Sprintf("window %s (%s match: %s): stored state differs:\nnightly %v\n--full  %v", win, a.Sync.Match, a.Sync.MatchReason, sa, sb)
 	}
 	if !inc {
@@ -611,6 +652,10 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 	// A quarter of the days bring an ad hoc pass before the nightly one,
 	// from a generator of their own (adHoc).
 	adHocRng, adHocAt := rand.New(rand.NewPCG(seed, 0xad0c)), rand.New(rand.NewPCG(seed, 0xad0d))
+	// A fifth of the days without an ad hoc pass, neither nightly pass
+	// can save its mirror (passesSaving), again from a generator of
+	// their own.
+	saveRng := rand.New(rand.NewPCG(seed, 0x5a7e))
 	afterAdHoc := false
 	for d := 0; d <= days; d++ {
 		if d > 0 {
@@ -645,7 +690,13 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 				w.a.clock, w.b.clock = at, at
 			}
 		}
-		a, differ := w.passes()
+		// Not after an ad hoc pass: each day brings one of the two.
+		refused := saveRng.IntN(5) == 0
+		saved := d == 0 || afterAdHoc || !refused
+		if !saved {
+			tb.Logf("day %d: neither side's mirror is saved", d)
+		}
+		a, differ := w.passesSaving(saved)
 		byDesign := afterAdHoc && a.Sync.MatchReason == "the last pass's window ended before what this pass lists afresh"
 		if !byDesign {
 			passes++
