@@ -1,9 +1,11 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -763,7 +765,7 @@ func TestIncrementalEqualsWhole(t *testing.T) {
 			total, inc = total+passes, inc+incremental
 		})
 	}
-	t.Logf("%d seeds, %d passes each side, %d of a's matched incrementally", *incrementalSeeds, total, inc)
+	t.Logf("%d seeds, %d passes counted on each side, %d of a's matched incrementally", *incrementalSeeds, total, inc)
 	if inc*2 < total {
 		t.Errorf("only %d of %d of a's passes matched incrementally: the comparison proves little", inc, total)
 	}
@@ -1213,5 +1215,44 @@ func TestIncrementalUnderNoClockSkew(t *testing.T) {
 	}
 	if !slices.ContainsFunc(next.Result.Findings, func(f reconcile.Finding) bool { return f.ObligationID == "charge:gap" }) {
 		t.Errorf("no finding on charge:gap, written after the last pass's window and before its clock: %+v", next.Result.Findings)
+	}
+}
+
+// A pass whose mirror is not saved warns so, and says key events are
+// lost only where it read them from before the mirror's keys: a first
+// pass does, a nightly one over the mirror does not.
+func TestWarnsOfAMirrorNotSaved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pgtest.InsertObligations(t, e.pool, propPaid("charge:a", t0.Add(-2*time.Hour)))
+	refused := func() string {
+		t.Helper()
+		e.exec(`CREATE FUNCTION reconcile.refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
+		e.exec(`CREATE TRIGGER refuse_mark BEFORE INSERT OR UPDATE ON reconcile.match_marks FOR EACH ROW EXECUTE FUNCTION reconcile.refuse_mark()`)
+		defer func() {
+			e.exec(`DROP TRIGGER refuse_mark ON reconcile.match_marks`)
+			e.exec(`DROP FUNCTION reconcile.refuse_mark()`)
+		}()
+		var logs bytes.Buffer
+		r := e.runner(true)
+		r.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		to := e.clock.Truncate(time.Second)
+		out, err := r.Run(context.Background(), runner.Request{Window: reconcile.Window{From: to.Add(-72 * time.Hour), To: to}, Trigger: reconcile.TriggerManual})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Sync.Saved {
+			t.Fatal("the mirror was saved through the trigger refusing its mark")
+		}
+		return logs.String()
+	}
+	const lost = "are lost where Stripe drops them first"
+	if got := refused(); !strings.Contains(got, "the provider mirror was not saved") || !strings.Contains(got, lost) {
+		t.Errorf("a first pass not saved warned %q, want the key events it read said lost", got)
+	}
+	e.pass(true, runner.Request{}) // saved
+	e.clock = e.clock.Add(24 * time.Hour)
+	if got := refused(); !strings.Contains(got, "the provider mirror was not saved: the next pass reads more") || strings.Contains(got, lost) {
+		t.Errorf("a nightly pass over the mirror not saved warned %q, want no key events said lost", got)
 	}
 }

@@ -869,11 +869,12 @@ func (r *Runner) apply(ctx context.Context, lock *store.Lock, run reconcile.Run,
 
 // saveMirror keeps what a completed pass read in the mirror and moves the
 // mirror's cursors (cursorsAfter); only a completed pass moves them. A
-// mirror that could not be saved costs the next pass more reading, and
-// the keys of the events this pass read that Stripe no longer holds by
-// then (its 30 days moved on): the next pass's findings say from when it
-// read them. The pass stands, and its error is only that of a lost run
-// lock.
+// mirror that could not be saved costs the next pass more reading; where
+// this pass read key events from before the mirror's keys (a stretch
+// before the mirror, or a full read), also those of them that Stripe
+// drops before a later pass reads them again (its 30 days move on): that
+// pass's findings say from when it read them. The pass stands, and its
+// error is only that of a lost run lock.
 func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.Lock, runID string, now time.Time, st *readState) error {
 	if r.Mirror == nil {
 		return nil
@@ -892,7 +893,12 @@ func (r *Runner) saveMirror(ctx context.Context, log *slog.Logger, lock *store.L
 	}
 	if err != nil {
 		st.plan.report.SaveErr = err
-		log.Warn("the provider mirror was not saved: the next pass reads more, and the key events this pass read that Stripe drops before then are lost", "error", err)
+		if cur := st.plan.cur.Keys; u.Cursors.Keys.Valid() && (!cur.Valid() || u.Cursors.Keys.From.Before(cur.From)) {
+			log.Warn("the provider mirror was not saved: the next pass reads more, and the key events this pass read before the mirror's are lost where Stripe drops them first (after 30 days)",
+				"error", err, "keys_read_from", u.Cursors.Keys.From, "mirror_keys_from", cur.From)
+		} else {
+			log.Warn("the provider mirror was not saved: the next pass reads more", "error", err)
+		}
 	} else {
 		st.plan.report.Saved = true
 	}
