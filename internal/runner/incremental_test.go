@@ -580,17 +580,19 @@ func (w *twin) passesSaving(saved bool) (nightly *runner.Outcome, differ string)
 // b's --full, over a window that ends between two hours before the last
 // pass's clock (last) and the clock, or (a third of them, drawn from
 // atClock) at the clock, and begins 72 hours before its end or only a
-// few hours before it. It says whether a's matched
+// few hours before it (half of them; a quarter of those at the clock, so
+// that the nightly pass after one more often matches from its mark). It says whether a's matched
 // incrementally, and how the two differ in what they concluded or stored
 // ("" when they do not).
 func (w *twin) adHoc(r, atClock *rand.Rand, last time.Time) (bool, string) {
 	lo := last.Add(-2 * time.Hour)
 	to := lo.Add(time.Duration(r.Int64N(int64(w.a.clock.Sub(lo))))).Truncate(time.Second)
-	if atClock.IntN(3) == 0 {
+	now := atClock.IntN(3) == 0
+	if now {
 		to = w.a.clock.Truncate(time.Second) // as the nightly's ends
 	}
 	from := to.Add(-72 * time.Hour)
-	if r.IntN(2) == 0 {
+	if r.IntN(2) == 0 && (!now || atClock.IntN(2) == 0) {
 		from = to.Add(-time.Duration(1+r.IntN(6)) * time.Hour)
 	}
 	win := reconcile.Window{From: from, To: to}
