@@ -531,23 +531,16 @@ func (w *twin) passes() (nightly *runner.Outcome, differ string) {
 // the findings say so alike. Their links are not compared; the next
 // day's are.
 func (w *twin) passesSaving(saved bool) (nightly *runner.Outcome, differ string) {
-	links := oldLinks
-	pass := func(e *env, req runner.Request) *runner.Outcome {
-		if saved {
-			return e.pass(true, req)
-		}
-		e.exec(`CREATE FUNCTION reconcile.refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
-		e.exec(`CREATE TRIGGER refuse_mark BEFORE INSERT OR UPDATE ON reconcile.match_marks FOR EACH ROW EXECUTE FUNCTION reconcile.refuse_mark()`)
-		out := e.pass(true, req)
-		e.exec(`DROP TRIGGER refuse_mark ON reconcile.match_marks`)
-		e.exec(`DROP FUNCTION reconcile.refuse_mark()`)
-		if out.Sync.Saved || out.Sync.SaveErr == nil {
-			e.tb.Fatalf("the mirror was saved through the trigger refusing its mark")
-		}
-		return out
-	}
+	links, pass := oldLinks, func(e *env, req runner.Request) *runner.Outcome { return e.pass(true, req) }
 	if !saved {
-		links = noLinks
+		links, pass = noLinks, func(e *env, req runner.Request) *runner.Outcome {
+			defer e.refuseMarks()()
+			out := e.pass(true, req)
+			if out.Sync.Saved || out.Sync.SaveErr == nil {
+				e.tb.Fatalf("the mirror was saved through the trigger refusing its mark")
+			}
+			return out
+		}
 	}
 	a := pass(w.a, runner.Request{})
 	b := pass(w.b, runner.Request{Full: true})
@@ -575,15 +568,27 @@ func (w *twin) passesSaving(saved bool) (nightly *runner.Outcome, differ string)
 	return a, ""
 }
 
+// refuseMarks makes every save of e's mirror fail, until the returned
+// func is called: a trigger refuses the match mark, and the save rolls
+// back whole.
+func (e *env) refuseMarks() (restore func()) {
+	e.exec(`CREATE FUNCTION reconcile.refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
+	e.exec(`CREATE TRIGGER refuse_mark BEFORE INSERT OR UPDATE ON reconcile.match_marks FOR EACH ROW EXECUTE FUNCTION reconcile.refuse_mark()`)
+	return func() {
+		e.exec(`DROP TRIGGER refuse_mark ON reconcile.match_marks`)
+		e.exec(`DROP FUNCTION reconcile.refuse_mark()`)
+	}
+}
+
 // adHoc runs an ad hoc pass at the clock, as the on-call engineer runs
 // one during an incident: a's as it comes (incrementally where it may),
 // b's --full, over a window that ends between two hours before the last
 // pass's clock (last) and the clock, or (a third of them, drawn from
 // atClock) at the clock, and begins 72 hours before its end or only a
 // few hours before it (half of them; a quarter of those at the clock, so
-// that the nightly pass after one more often matches from its mark). It says whether a's matched
-// incrementally, and how the two differ in what they concluded or stored
-// ("" when they do not).
+// that the nightly pass after one more often matches from its mark). It
+// says whether a's matched incrementally, and how the two differ in what
+// they concluded or stored ("" when they do not).
 func (w *twin) adHoc(r, atClock *rand.Rand, last time.Time) (bool, string) {
 	lo := last.Add(-2 * time.Hour)
 	to := lo.Add(time.Duration(r.Int64N(int64(w.a.clock.Sub(lo))))).Truncate(time.Second)
@@ -754,8 +759,8 @@ func diffOutcomes(whole, got *runner.Outcome) string {
 // twins, events changing a status, obligations moved, added naming what
 // exists, and deleted), a reconciler whose nightly passes (and the ad hoc
 // passes of some days) match incrementally concludes and stores, pass
-// after pass, exactly what one matching everything on every pass does (docs/design.md, "Incremental
-// matching").
+// after pass, exactly what one matching everything on every pass does
+// (docs/design.md, "Incremental matching").
 func TestIncrementalEqualsWhole(t *testing.T) {
 	t.Parallel()
 	total, inc := 0, 0
@@ -1229,12 +1234,7 @@ func TestWarnsOfAMirrorNotSaved(t *testing.T) {
 	pgtest.InsertObligations(t, e.pool, propPaid("charge:a", t0.Add(-2*time.Hour)))
 	refused := func() string {
 		t.Helper()
-		e.exec(`CREATE FUNCTION reconcile.refuse_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`)
-		e.exec(`CREATE TRIGGER refuse_mark BEFORE INSERT OR UPDATE ON reconcile.match_marks FOR EACH ROW EXECUTE FUNCTION reconcile.refuse_mark()`)
-		defer func() {
-			e.exec(`DROP TRIGGER refuse_mark ON reconcile.match_marks`)
-			e.exec(`DROP FUNCTION reconcile.refuse_mark()`)
-		}()
+		defer e.refuseMarks()()
 		var logs bytes.Buffer
 		r := e.runner(true)
 		r.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
