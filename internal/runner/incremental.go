@@ -384,17 +384,23 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		}
 	}
 	add(changed)
-	// Only a changed row can have new names: what linked to any other
-	// obligation when the last pass matched it is linked to it in the
-	// mirror (linked_to), and what is new is read already. An EXECUTING
-	// or CONFIRMATION_UNKNOWN row is read whatever its age, and is
-	// changed only when it was created or updated since.
+	// Of an obligation the pass decides on whatever names it (in scope),
+	// only a changed row can have new names: what linked to any other
+	// when the last pass matched it is linked to it in the mirror
+	// (linked_to), and what is new is read already. An EXECUTING or
+	// CONFIRMATION_UNKNOWN row is read whatever its age, and is changed
+	// only when it was created or updated since. Of one out of scope,
+	// whether the pass decides on it rests on every record naming it,
+	// and a record may name an obligation without linking to it (a
+	// refund's target; a charge whose metadata or key names a refund
+	// obligation): all of them are asked.
 	rows := make(map[string]bool, len(changed))
 	for _, o := range changed {
 		if touchedSince(&o, since) {
 			rows[o.ID] = true
 		}
 	}
+	asksAll := func(o *reconcile.Obligation) bool { return rows[o.ID] || !inScope(o, w) }
 	add(opened)
 	seed := store.Related{Pending: true, UnlinkedIntents: true, Linked: st.storeLink}
 	ids := map[string]struct{}{}
@@ -420,7 +426,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// What the provider showed is closed over even when no obligation
 		// changed.
 		for ; !closed || len(fresh) > 0; closed = true {
-			r.seedOf(fresh, rows, &seed, ids)
+			r.seedOf(fresh, asksAll, &seed, ids)
 			fresh = nil
 			if kept, err = closeRelated(ctx, mm, cover, p.since, 2*r.Matcher.DuplicateWindow, kept, ids, seed, terms); err != nil {
 				return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
@@ -723,11 +729,12 @@ var dirtyFault func(q *store.Related, obs *[]reconcile.Obligation)
 var retrievedFault bool
 
 // seedOf adds to q and ids what reaches obligations obs in the mirror:
-// what the last matching pass linked to them and, for those whose row
-// changed since (changed), their provider and target ids (and an
-// intent's charges), their keys' key evidence and the metadata naming
+// what the last matching pass linked to them and, for those of which all
+// is asked (asksAll: a row changed since, or one out of the pass's
+// scope), every record naming them: their provider and target ids (and
+// an intent's charges), their keys' key evidence and the metadata naming
 // them.
-func (r *Runner) seedOf(obs []reconcile.Obligation, changed map[string]bool, q *store.Related, ids map[string]struct{}) {
+func (r *Runner) seedOf(obs []reconcile.Obligation, asksAll func(*reconcile.Obligation) bool, q *store.Related, ids map[string]struct{}) {
 	if dirtyFault != nil {
 		dirtyFault(nil, &obs)
 		defer dirtyFault(q, nil)
@@ -735,7 +742,7 @@ func (r *Runner) seedOf(obs []reconcile.Obligation, changed map[string]bool, q *
 	for i := range obs {
 		o := &obs[i]
 		q.LinkedTo = append(q.LinkedTo, o.ID)
-		if !changed[o.ID] {
+		if !asksAll(o) {
 			continue
 		}
 		for _, id := range []string{o.ProviderID, o.TargetID} {

@@ -315,6 +315,88 @@ func (w *twin) oldShape(at time.Time) {
 	w.naming(x.ID, x.Money, recent())
 }
 
+// edit changes what a record already there says, at a time within the
+// hour before at, drawing from r alone: a charge's metadata comes to name
+// another obligation, or none (charge.updated); a payment intent moves on
+// (payment_intent.succeeded, .canceled, .processing); the workflow
+// corrects an obligation's amount or a refund's target, or takes a lease
+// on an obligation (EXECUTING until a time that may have passed).
+func (w *twin) edit(r *rand.Rand, at time.Time) {
+	when := at.Add(-time.Duration(1+r.IntN(50)) * time.Minute)
+	of := func(kind reconcile.ObjectKind) (reconcile.ProviderObject, bool) {
+		var xs []reconcile.ProviderObject
+		for _, x := range w.objs {
+			if x.Kind == kind {
+				xs = append(xs, x)
+			}
+		}
+		if len(xs) == 0 {
+			return reconcile.ProviderObject{}, false
+		}
+		return xs[r.IntN(len(xs))], true
+	}
+	if len(w.obls) == 0 {
+		return
+	}
+	o := &w.obls[r.IntN(len(w.obls))]
+	switch r.IntN(6) {
+	case 0:
+		x, ok := of(reconcile.Charge)
+		if !ok {
+			return
+		}
+		var meta map[string]string
+		switch r.IntN(3) {
+		case 0:
+			meta = map[string]string{"obligation_id": o.ID}
+		case 1:
+			meta = map[string]string{"idempotency_key": o.IdempotencyKey}
+		}
+		w.both(func(e *env) { e.update(x.ID, when, func(p *reconcile.ProviderObject) { p.Metadata = meta }) })
+	case 1:
+		x, ok := of(reconcile.PaymentIntent)
+		if !ok {
+			return
+		}
+		status := []struct {
+			s   reconcile.Status
+			raw string
+		}{{reconcile.Succeeded, "succeeded"}, {reconcile.Failed, "canceled"}, {reconcile.Pending, "processing"}}[r.IntN(3)]
+		w.both(func(e *env) {
+			e.update(x.ID, when, func(p *reconcile.ProviderObject) { p.Status, p.RawStatus = status.s, status.raw })
+		})
+	case 2:
+		o.Money.Amount = propAmounts[r.IntN(len(propAmounts))]
+		w.both(func(e *env) {
+			e.exec(`UPDATE obligations SET amount = $2, updated_at = $3 WHERE id = $1`, o.ID, o.Money.Amount, when)
+		})
+	case 3:
+		if o.Kind != reconcile.Refund {
+			return
+		}
+		x, ok := of(reconcile.Charge)
+		if !ok {
+			return
+		}
+		o.TargetID = x.ID
+		w.both(func(e *env) {
+			e.exec(`UPDATE obligations SET target_id = $2, updated_at = $3 WHERE id = $1`, o.ID, o.TargetID, when)
+		})
+	default:
+		if o.State != reconcile.Approved && o.State != reconcile.ConfirmationUnknown && o.State != reconcile.Executing {
+			return
+		}
+		// A lease of up to three hours, taken up to an hour ago: some
+		// have run out by the pass.
+		until := when.Add(time.Duration(r.IntN(3*60)) * time.Minute)
+		o.State, o.LeaseOwner, o.LeaseExpiresAt = reconcile.Executing, "worker-2", reconcile.StampOf(until)
+		w.both(func(e *env) {
+			e.exec(`UPDATE obligations SET state = $2, lease_owner = $3, lease_expires_at = $4, updated_at = $5 WHERE id = $1`,
+				o.ID, string(o.State), o.LeaseOwner, until, when)
+		})
+	}
+}
+
 // naming adds a CONFIRMATION_UNKNOWN charge obligation for money,
 // created at created, whose provider_id names the object id.
 func (w *twin) naming(id string, money reconcile.Money, created time.Time) {
@@ -665,6 +747,9 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 	// can save its mirror (passesSaving), again from a generator of
 	// their own.
 	saveRng := rand.New(rand.NewPCG(seed, 0x5a7e))
+	// A third of the days edit what a record already there says (edit),
+	// again from a generator of their own.
+	editRng := rand.New(rand.NewPCG(seed, 0xed17))
 	afterAdHoc := false
 	for d := 0; d <= days; d++ {
 		if d > 0 {
@@ -672,6 +757,9 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 			afterAdHoc = false
 			at := w.a.clock.Add(time.Duration(1+w.rng.IntN(20)) * time.Hour)
 			w.day(at)
+			if editRng.IntN(3) == 0 {
+				w.edit(editRng, at)
+			}
 			if d == days-1 {
 				// The nightly pass of the day it appears reads it; only
 				// the last day's does not.
@@ -757,7 +845,8 @@ func diffOutcomes(whole, got *runner.Outcome) string {
 
 // For random histories and days of changes (new payments, retries,
 // twins, events changing a status, obligations moved, added naming what
-// exists, and deleted), a reconciler whose nightly passes (and the ad hoc
+// exists, and deleted, records edited: a charge's metadata, an intent's
+// status, an obligation's amount, a refund's target, a lease), a reconciler whose nightly passes (and the ad hoc
 // passes of some days) match incrementally concludes and stores, pass
 // after pass, exactly what one matching everything on every pass does
 // (docs/design.md, "Incremental matching").
@@ -1107,6 +1196,76 @@ func TestIncrementalReadsBackForWhatUnreadRecordsName(t *testing.T) {
 				case d == 1 && fromMirror && (a.Sync.Match != runner.MatchIncremental || !a.Covered.From.Before(t0.Add(-c.age))):
 					t.Errorf("day 1 matched %s (%q), covered %+v: the nightly pass should read back to charge:q from the mirror, incrementally",
 						a.Sync.Match, a.Sync.MatchReason, a.Covered)
+				}
+			}
+		})
+	}
+}
+
+// A record may name an obligation without linking to it: a refund
+// obligation names the charge it refunds (target_id), and a charge may
+// carry a refund obligation's id in its metadata or have been created
+// under its key (a workflow's mistake), but a refund obligation takes
+// only refunds. Here the charge links to the
+// obligation it paid, and the paid refund obligation it names has no
+// evidence. Once the refund's row has left the window and the charge has
+// not, a whole read still decides on the refund, as the charge names it;
+// so does a nightly pass, which reads the refund for its open finding
+// and asks the mirror for every record naming it (seedOf), as it asks
+// for what linked to it.
+func TestIncrementalHoldsWhatNamesAnOpenFinding(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		names func(w *twin, r *reconcile.Obligation, ch *reconcile.ProviderObject)
+	}{
+		{"target", func(_ *twin, r *reconcile.Obligation, ch *reconcile.ProviderObject) { r.TargetID = ch.ID }},
+		{"metadata", func(_ *twin, r *reconcile.Obligation, ch *reconcile.ProviderObject) {
+			ch.Metadata = map[string]string{"obligation_id": r.ID}
+		}},
+		{"key", func(w *twin, r *reconcile.Obligation, ch *reconcile.ProviderObject) {
+			w.both(func(e *env) {
+				if _, err := e.srv.AddEvent(stripesim.Event{Type: "charge.succeeded", ObjectID: ch.ID, Created: ch.Created.Time(),
+					Request: &stripesim.Request{ID: "req_r", IdempotencyKey: r.IdempotencyKey}}); err != nil {
+					w.tb.Fatal(err)
+				}
+			})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newTwin(t, 0)
+			ch := propCharge("ch_t", t0.Add(-time.Hour))
+			p := propPaid("charge:c", t0.Add(-time.Hour))
+			p.ProviderID = ch.ID
+			// Paid, and nothing the provider holds belongs to it: its
+			// finding stays open.
+			r := propPaid("refund:r", t0.Add(-10*time.Hour))
+			r.Kind = reconcile.Refund
+			if c.name != "key" {
+				c.names(w, &r, &ch)
+			}
+			w.object(ch, "")
+			if c.name == "key" {
+				c.names(w, &r, &ch)
+			}
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, p, r) })
+			for d, at := range []time.Time{t0, t0.Add(66 * time.Hour)} {
+				w.a.clock, w.b.clock = at, at
+				a, differ := w.passes()
+				if differ != "" {
+					t.Fatalf("day %d: %s", d, differ)
+				}
+				if d == 0 {
+					continue
+				}
+				if a.Sync.Match != runner.MatchIncremental {
+					t.Errorf("day 1 matched %s (%q), not incrementally", a.Sync.Match, a.Sync.MatchReason)
+				}
+				if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
+					return f.Kind == reconcile.PaidWithoutEvidence && f.ObligationID == r.ID
+				}) {
+					t.Errorf("day 1 found %+v: no payment without evidence of %s", a.Result.Findings, r.ID)
 				}
 			}
 		})
