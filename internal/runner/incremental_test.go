@@ -319,7 +319,8 @@ func (w *twin) oldShape(at time.Time) {
 // hour before at, drawing from r alone: a charge's metadata comes to name
 // another obligation, or none (charge.updated); a payment intent moves on
 // (payment_intent.succeeded, .canceled, .processing); the workflow
-// corrects an obligation's amount or a refund's target, or takes a lease
+// corrects an obligation's amount or a refund's target, records a late
+// answer (a provider_id naming an intent or a refund), or takes a lease
 // on an obligation (EXECUTING until a time that may have passed).
 func (w *twin) edit(r *rand.Rand, at time.Time) {
 	when := at.Add(-time.Duration(1+r.IntN(50)) * time.Minute)
@@ -339,7 +340,7 @@ func (w *twin) edit(r *rand.Rand, at time.Time) {
 		return
 	}
 	o := &w.obls[r.IntN(len(w.obls))]
-	switch r.IntN(6) {
+	switch r.IntN(7) {
 	case 0:
 		x, ok := of(reconcile.Charge)
 		if !ok {
@@ -381,6 +382,22 @@ func (w *twin) edit(r *rand.Rand, at time.Time) {
 		o.TargetID = x.ID
 		w.both(func(e *env) {
 			e.exec(`UPDATE obligations SET target_id = $2, updated_at = $3 WHERE id = $1`, o.ID, o.TargetID, when)
+		})
+	case 4:
+		// The answer arrives late: a charge obligation's provider_id
+		// comes to name a payment intent (which stands for its
+		// charges), a refund obligation's a refund.
+		kind := reconcile.PaymentIntent
+		if o.Kind == reconcile.Refund {
+			kind = reconcile.Refund
+		}
+		x, ok := of(kind)
+		if !ok {
+			return
+		}
+		o.ProviderID = x.ID
+		w.both(func(e *env) {
+			e.exec(`UPDATE obligations SET provider_id = $2, updated_at = $3 WHERE id = $1`, o.ID, o.ProviderID, when)
 		})
 	default:
 		if o.State != reconcile.Approved && o.State != reconcile.ConfirmationUnknown && o.State != reconcile.Executing {
@@ -846,7 +863,8 @@ func diffOutcomes(whole, got *runner.Outcome) string {
 // For random histories and days of changes (new payments, retries,
 // twins, events changing a status, obligations moved, added naming what
 // exists, and deleted, records edited: a charge's metadata, an intent's
-// status, an obligation's amount, a refund's target, a lease), a reconciler whose nightly passes (and the ad hoc
+// status, an obligation's amount, a refund's target, a late answer's
+// provider_id, a lease), a reconciler whose nightly passes (and the ad hoc
 // passes of some days) match incrementally concludes and stores, pass
 // after pass, exactly what one matching everything on every pass does
 // (docs/design.md, "Incremental matching").
