@@ -375,7 +375,8 @@ func (w *twin) edit(r *rand.Rand, at time.Time) {
 		if o.Kind != reconcile.Refund {
 			return
 		}
-		x, ok := of(reconcile.Charge)
+		// A charge, or the payment intent standing for its charges.
+		x, ok := of([]reconcile.ObjectKind{reconcile.Charge, reconcile.PaymentIntent}[r.IntN(2)])
 		if !ok {
 			return
 		}
