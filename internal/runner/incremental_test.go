@@ -25,7 +25,10 @@ import (
 
 var debugTwin = false
 
-var incrementalSeeds = flag.Int("incremental.seeds", 16, "histories TestIncrementalEqualsWhole runs")
+var (
+	incrementalSeeds = flag.Int("incremental.seeds", 16, "histories TestIncrementalEqualsWhole runs")
+	incrementalDays  = flag.Int("incremental.days", 5, "days of each history TestIncrementalEqualsWhole runs after its first pass")
+)
 
 // twin is two reconcilers given the same history: a matches as nightly
 // passes do (incrementally, where it may), b matches everything in scope
@@ -52,6 +55,9 @@ type twin struct {
 	// (oldShape), apart from the rest of the history.
 	old    []reconcile.Obligation
 	oldRng *rand.Rand
+	// told is, by object, the time of the latest event the provider
+	// emitted about it: an update comes after it (update).
+	told map[string]time.Time
 }
 
 func (w *twin) both(f func(e *env)) { f(w.a); f(w.b) }
@@ -70,7 +76,36 @@ func (w *twin) money() reconcile.Money {
 func (w *twin) object(o reconcile.ProviderObject, key string) reconcile.ProviderObject {
 	w.both(func(e *env) { e.add(key, o) })
 	w.objs = append(w.objs, o)
+	// A refund's events tell of its charge too (charge.refunded), a
+	// charge's of its intent.
+	for _, id := range []string{o.ID, o.Charge, o.PaymentIntent, o.Target} {
+		w.tell(id, o.Created.Time())
+	}
 	return o
+}
+
+// tell records that the provider emitted an event about object id at at.
+func (w *twin) tell(id string, at time.Time) {
+	if id != "" && at.After(w.told[id]) {
+		w.told[id] = at
+	}
+}
+
+// update changes object id on both servers at at, or, if an event told
+// of it later, just after that event: the provider's events about an
+// object tell its states in the order they came, and one that shows it
+// as it stood before the change is older than the change. An update that
+// would fall at before or after is not made (false).
+func (w *twin) update(id string, at, before time.Time, change func(*reconcile.ProviderObject)) bool {
+	if last := w.told[id]; !at.After(last) {
+		at = last.Add(time.Second)
+	}
+	if !at.Before(before) {
+		return false
+	}
+	w.tell(id, at)
+	w.both(func(e *env) { e.update(id, at, change) })
+	return true
 }
 
 func (w *twin) newObjectID(prefix string) string {
@@ -285,6 +320,7 @@ func (w *twin) oldShape(at time.Time) {
 		// Key evidence told hours ago links the old charge to y.
 		told := recent()
 		w.object(x, "")
+		w.tell(x.ID, told)
 		w.both(func(e *env) {
 			if _, err := e.srv.AddEvent(stripesim.Event{Type: "charge.succeeded", ObjectID: x.ID, Created: told,
 				Request: &stripesim.Request{ID: "req_" + x.ID, IdempotencyKey: y.IdempotencyKey}}); err != nil {
@@ -316,7 +352,8 @@ func (w *twin) oldShape(at time.Time) {
 }
 
 // edit changes what a record already there says, at a time within the
-// hour before at, drawing from r alone: a charge's metadata comes to name
+// hour before at (an object's after its last event: update), drawing
+// from r alone: a charge's metadata comes to name
 // another obligation, or none (charge.updated); a payment intent moves on
 // (payment_intent.succeeded, .canceled, .processing); the workflow
 // corrects an obligation's amount or a refund's target, records a late
@@ -353,7 +390,7 @@ func (w *twin) edit(r *rand.Rand, at time.Time) {
 		case 1:
 			meta = map[string]string{"idempotency_key": o.IdempotencyKey}
 		}
-		w.both(func(e *env) { e.update(x.ID, when, func(p *reconcile.ProviderObject) { p.Metadata = meta }) })
+		w.update(x.ID, when, at, func(p *reconcile.ProviderObject) { p.Metadata = meta })
 	case 1:
 		x, ok := of(reconcile.PaymentIntent)
 		if !ok {
@@ -363,9 +400,7 @@ func (w *twin) edit(r *rand.Rand, at time.Time) {
 			s   reconcile.Status
 			raw string
 		}{{reconcile.Succeeded, "succeeded"}, {reconcile.Failed, "canceled"}, {reconcile.Pending, "processing"}}[r.IntN(3)]
-		w.both(func(e *env) {
-			e.update(x.ID, when, func(p *reconcile.ProviderObject) { p.Status, p.RawStatus = status.s, status.raw })
-		})
+		w.update(x.ID, when, at, func(p *reconcile.ProviderObject) { p.Status, p.RawStatus = status.s, status.raw })
 	case 2:
 		o.Money.Amount = propAmounts[r.IntN(len(propAmounts))]
 		w.both(func(e *env) {
@@ -462,9 +497,7 @@ func (w *twin) day(at time.Time) {
 			if x.Status == reconcile.Succeeded {
 				status, raw = reconcile.Failed, "failed"
 			}
-			w.both(func(e *env) {
-				e.update(x.ID, created, func(o *reconcile.ProviderObject) { o.Status, o.RawStatus = status, raw })
-			})
+			w.update(x.ID, created, at, func(o *reconcile.ProviderObject) { o.Status, o.RawStatus = status, raw })
 		case r == 4 && len(w.obls) > 0:
 			// The workflow moves an obligation.
 			o := &w.obls[w.rng.IntN(len(w.obls))]
@@ -613,7 +646,8 @@ const (
 
 // newTwin is two fresh reconcilers whose history seed makes.
 func newTwin(tb testing.TB, seed uint64) *twin {
-	return &twin{a: newEnv(tb), b: newEnv(tb), rng: rand.New(rand.NewPCG(seed, 0x5eed)), tb: tb, plain: map[string]string{}}
+	return &twin{a: newEnv(tb), b: newEnv(tb), rng: rand.New(rand.NewPCG(seed, 0x5eed)), tb: tb, plain: map[string]string{},
+		told: map[string]time.Time{}}
 }
 
 // passes runs a's nightly pass and b's --full pass at the clock, and says
@@ -876,7 +910,7 @@ func TestIncrementalEqualsWhole(t *testing.T) {
 		// A subtest each, so that each history's databases and servers go
 		// when it ends.
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			passes, incremental := runTwin(t, seed, 5, t.Errorf)
+			passes, incremental := runTwin(t, seed, *incrementalDays, t.Errorf)
 			total, inc = total+passes, inc+incremental
 		})
 	}
@@ -1436,3 +1470,4 @@ func TestWarnsOfAMirrorNotSaved(t *testing.T) {
 		t.Errorf("a nightly pass over the mirror not saved warned %q, want no key events said lost", got)
 	}
 }
+
