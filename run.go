@@ -165,10 +165,12 @@ type Conclusions struct {
 
 // Settled is what one pass settled, sorted: the obligations it decided on
 // whose records it read in full, and the objects created in its subject
-// or retrieved by id (docs/design.md, "Coverage"). An obligation whose
-// records were not all read, and an object read only as evidence outside
-// the subject, could hide what an earlier run found; their findings are
-// left as they stand.
+// or retrieved by id and linked to an obligation it decided on
+// (docs/design.md, "Coverage"). An obligation whose records were not all
+// read, an object read only as evidence outside the subject, and one
+// retrieved for an obligation it does not link to (a refund's target)
+// could hide what an earlier run found; their findings are left as they
+// stand.
 //
 // Objects holds each object's identity across accounts,
 // AccountObject(account, id): its id alone on the platform's account, as

@@ -132,8 +132,13 @@ func (m *matcher) emit() {
 
 // settle fills the result's lists of what the run decided on and settled:
 // obligations not read only to link, those of them whose records were all
-// read, and the objects created in the subject or outside the listing (a
-// retrieval by id). They share the id slices where nothing is left out.
+// read, and the objects it decided on: those created in the subject, and
+// those retrieved by id (outside the listing) that link to an obligation
+// it decided on. One read as evidence (listed, outside the subject) or
+// retrieved for an obligation it does not link to (a refund's target)
+// could hide what an earlier run found of it: a duplicate of an
+// obligation this run never read. They share the id slices where nothing
+// is left out.
 func (m *matcher) settle() {
 	decided := m.oblIDs
 	if m.context != nil {
@@ -156,16 +161,18 @@ func (m *matcher) settle() {
 	}
 	ids := m.res.ObjectIDs
 	m.res.Settled.Objects = ids
-	if m.subject == m.in.Listed {
-		return
-	}
-	// Objects read as evidence: listed, but outside the subject.
-	evidence := func(p *reconcile.ProviderObject) bool {
-		return m.in.Listed.Contains(p.Created.Time()) && !m.subject.Contains(p.Created.Time())
+	unsettled := func(p *reconcile.ProviderObject, k int32) bool {
+		switch c := p.Created.Time(); {
+		case m.subject.Contains(c):
+			return false
+		case m.in.Listed.Contains(c):
+			return true // evidence
+		}
+		return !m.linksDecided(m.objMov[k])
 	}
 	n := 0
 	for k := range m.nObjs() {
-		if evidence(m.obj(k)) {
+		if unsettled(m.obj(k), k) {
 			n++
 		}
 	}
@@ -178,10 +185,23 @@ func (m *matcher) settle() {
 		if m.objSorted != nil {
 			k = m.objSorted[p]
 		}
-		if !evidence(m.obj(k)) {
+		if !unsettled(m.obj(k), k) {
 			m.res.Settled.Objects = append(m.res.Settled.Objects, id)
 		}
 	}
+}
+
+// linksDecided reports whether movement mv (-1: none) links to an
+// obligation the run decided on (not read only to link).
+func (m *matcher) linksDecided(mv int32) bool {
+	if mv < 0 {
+		return false
+	}
+	decided := func(o int32) bool { return o >= 0 && (m.context == nil || !m.context[o]) }
+	if decided(m.movs[mv].link.obl) {
+		return true
+	}
+	return slices.ContainsFunc(m.more[mv], func(l mlink) bool { return decided(l.obl) })
 }
 
 func (m *matcher) add(kind reconcile.FindingKind, oblID, objectID string, ids []string, money, atRisk reconcile.Money, detail string) {

@@ -94,11 +94,29 @@ func (m *matchedSet) linkOf(id string) (store.ObjectLink, bool) {
 // sorted by object id, then obligation id, so that one walk of both
 // finds each object's least link (sorting a copy of the million ids and
 // searching it for each link cost a first pass 1.1 s of CPU).
-func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time.Time, digest string) {
+//
+// Of the objects retrieved by id that the match did not settle (skip,
+// sorted: unsettledRetrievals) it keeps no link: the pass decided nothing
+// of them, and the obligations they link to may be ones it never read
+// (the mirror's link stays).
+func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time.Time, digest string, skip []string) {
 	if st.created == nil {
 		return // no count of the table to mark with
 	}
-	m := &matchedSet{ids: res.ObjectIDs, links: make([]string, len(res.ObjectIDs)), namesFrom: res.NamesFrom,
+	ids, namesFrom := res.ObjectIDs, res.NamesFrom
+	if len(skip) > 0 {
+		ids, namesFrom = nil, nil
+		for i, id := range res.ObjectIDs {
+			if _, out := slices.BinarySearch(skip, id); out {
+				continue
+			}
+			ids = append(ids, id)
+			if res.NamesFrom != nil {
+				namesFrom = append(namesFrom, res.NamesFrom[i])
+			}
+		}
+	}
+	m := &matchedSet{ids: ids, links: make([]string, len(ids)), namesFrom: namesFrom,
 		mark: store.MatchMark{RunID: run.ID, MatchedAt: now, Window: run.Window, Digest: digest, Obligations: *st.created}}
 	links := res.Links
 	for i, id := range m.ids {
@@ -110,6 +128,23 @@ func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time
 		}
 	}
 	st.matched = m
+}
+
+// unsettledRetrievals are the ids of the objects of in retrieved by id
+// (created outside in.Listed) that res did not settle (matcher.Result's
+// Settled: they link to no obligation it decided on), sorted.
+func unsettledRetrievals(in *matcher.Input, res *matcher.Result) []string {
+	var out []string
+	for i := range in.Objects {
+		o := &in.Objects[i]
+		if in.Listed.Contains(o.Created.Time()) {
+			continue
+		}
+		if _, settled := slices.BinarySearch(res.Settled.Objects, o.ID); !settled {
+			out = append(out, o.ID)
+		}
+	}
+	return sortedSet(out)
 }
 
 // matchSave is what the mirror keeps of the pass's matching: the links

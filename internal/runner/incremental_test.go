@@ -1471,3 +1471,81 @@ func TestWarnsOfAMirrorNotSaved(t *testing.T) {
 	}
 }
 
+// A pass that retrieves by id a charge its coverage does not hold, for an
+// obligation naming it that the charge does not link to (a refund's
+// target), decides nothing of the charge: the obligation the charge
+// belongs to, out of the pass's scope, is never read. Its open duplicate
+// finding stays open, and the mirror keeps the charge's link to it. A
+// whole pass resolved the duplicate, and stored the charge linked to
+// nothing, which the next nightly pass would have reached obligations by.
+func TestRetrievedTargetSettlesNothingOfItsOwner(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := propPaid("charge:d", t0.Add(-10*time.Hour))
+	for _, id := range []string{"ch_d1", "ch_d2"} {
+		ch := propCharge(id, t0.Add(-9*time.Hour))
+		ch.Metadata = map[string]string{"obligation_id": d.ID}
+		e.add("", ch)
+	}
+	pgtest.InsertObligations(t, e.pool, d)
+	open := func(when string) {
+		t.Helper()
+		var status string
+		if err := e.pool.QueryRow(context.Background(), `SELECT status FROM reconcile.findings
+			WHERE obligation_id = $1 AND kind = 'duplicate'`, d.ID).Scan(&status); err != nil || status != "open" {
+			t.Fatalf("%s: charge:d's duplicate is %q (%v), want open", when, status, err)
+		}
+		var link *string
+		if err := e.pool.QueryRow(context.Background(), `SELECT linked_to FROM reconcile.provider_objects WHERE id = 'ch_d1'`).
+			Scan(&link); err != nil || link == nil || *link != d.ID {
+			t.Fatalf("%s: the mirror links ch_d1 to %v (%v), want %s", when, link, err, d.ID)
+		}
+	}
+	e.pass(true, runner.Request{})
+	open("the first pass")
+	// Days later, a refund of ch_d1 is approved: charge:d has left the
+	// window and ch_d1 the coverage.
+	e.clock = t0.Add(100 * time.Hour)
+	r := propUnknown("refund:r", e.clock.Add(-time.Hour))
+	r.Kind, r.State, r.TargetID = reconcile.Refund, reconcile.Approved, "ch_d1"
+	pgtest.InsertObligations(t, e.pool, r)
+	out := e.pass(true, runner.Request{Full: true})
+	if !slices.ContainsFunc(out.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_d1" }) {
+		t.Fatalf("the pass did not retrieve ch_d1 (lookups %+v): the test proves nothing", out.Lookups)
+	}
+	open("a whole pass that retrieved ch_d1")
+}
+
+// A charge retrieved by id that links to an obligation the pass decides on
+// is settled: its orphan finding of an earlier pass, which claimed nothing
+// then, is resolved now that an obligation claims it.
+func TestRetrievedAndClaimedSettlesItsOrphan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.add("", propCharge("ch_o", t0.Add(-9*time.Hour)))
+	status := func() string {
+		t.Helper()
+		var s string
+		if err := e.pool.QueryRow(context.Background(), `SELECT status FROM reconcile.findings WHERE kind = 'orphan'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	e.pass(true, runner.Request{})
+	if s := status(); s != "open" {
+		t.Fatalf("after the first pass ch_o's orphan is %s, want open", s)
+	}
+	// Days later the workflow records ch_o as the answer of an obligation
+	// created now.
+	e.clock = t0.Add(100 * time.Hour)
+	c := propUnknown("charge:c", e.clock.Add(-time.Hour))
+	c.ProviderID = "ch_o"
+	pgtest.InsertObligations(t, e.pool, c)
+	out := e.pass(true, runner.Request{Full: true})
+	if !slices.ContainsFunc(out.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_o" }) {
+		t.Fatalf("the pass did not retrieve ch_o (lookups %+v): the test proves nothing", out.Lookups)
+	}
+	if s := status(); s != "resolved" {
+		t.Errorf("after a pass that retrieved ch_o for charge:c, ch_o's orphan is %s, want resolved", s)
+	}
+}

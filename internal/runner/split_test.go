@@ -69,7 +69,7 @@ func TestSetMatchedKeepsTheLeastLink(t *testing.T) {
 		},
 		NamesFrom: []reconcile.Stamp{0, 0, reconcile.StampOf(t0), 0},
 	}
-	st.setMatched(&res, reconcile.Run{ID: "run_1"}, time.Now(), "digest")
+	st.setMatched(&res, reconcile.Run{ID: "run_1"}, time.Now(), "digest", nil)
 	for _, c := range []struct {
 		id, want string
 		ok       bool

@@ -376,12 +376,16 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 
 // settles says whether the pass settles an earlier finding (docs/design.md,
 // "Coverage"): its obligation is in scope with every record read, or one
-// of its objects was created in the window or retrieved by id.
+// of its objects was created in the window, or retrieved by id and links
+// to an obligation in scope.
 func (e *expectation) settles(oblID string, providerIDs []string) bool {
 	if oblID != "" && e.scope[oblID] && !e.partial[oblID] {
 		return true
 	}
-	return slices.ContainsFunc(providerIDs, func(id string) bool { return e.input[id] && (e.subject[id] || !e.listed[id]) })
+	decided := func(oid string) bool { return e.scope[oid] }
+	return slices.ContainsFunc(providerIDs, func(id string) bool {
+		return e.input[id] && (e.subject[id] || !e.listed[id] && slices.ContainsFunc(e.links[id], decided))
+	})
 }
 
 // absent says whether the pass can prove that nothing the provider
