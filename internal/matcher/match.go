@@ -161,31 +161,36 @@ func (m *matcher) settle() {
 	}
 	ids := m.res.ObjectIDs
 	m.res.Settled.Objects = ids
-	unsettled := func(p *reconcile.ProviderObject, k int32) bool {
-		switch c := p.Created.Time(); {
-		case m.subject.Contains(c):
-			return false
-		case m.in.Listed.Contains(c):
-			return true // evidence
-		}
-		return !m.linksDecided(m.objMov[k])
-	}
-	n := 0
-	for k := range m.nObjs() {
-		if unsettled(m.obj(k), k) {
-			n++
-		}
-	}
-	if n == 0 {
-		return
-	}
-	m.res.Settled.Objects = make([]string, 0, len(ids)-n)
-	for p, id := range ids {
+	// Each object in id order: settled, read as evidence, or retrieved
+	// and undecided.
+	unsettled := func(p int) (evidence, retrieved bool) {
 		k := int32(p)
 		if m.objSorted != nil {
 			k = m.objSorted[p]
 		}
-		if !unsettled(m.obj(k), k) {
+		switch c := m.obj(k).Created.Time(); {
+		case m.subject.Contains(c):
+			return false, false
+		case m.in.Listed.Contains(c):
+			return true, false
+		}
+		return false, !m.linksDecided(m.objMov[k])
+	}
+	n := 0
+	for p, id := range ids {
+		evidence, retrieved := unsettled(p)
+		if evidence {
+			n++
+		} else if retrieved {
+			m.res.Undecided = append(m.res.Undecided, id)
+		}
+	}
+	if n+len(m.res.Undecided) == 0 {
+		return
+	}
+	m.res.Settled.Objects = make([]string, 0, len(ids)-n-len(m.res.Undecided))
+	for p, id := range ids {
+		if evidence, retrieved := unsettled(p); !evidence && !retrieved {
 			m.res.Settled.Objects = append(m.res.Settled.Objects, id)
 		}
 	}

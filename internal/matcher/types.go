@@ -206,6 +206,11 @@ type Result struct {
 	// settled, created and last written before the object was created;
 	// zero when none (docs/design.md, "Incremental matching").
 	NamesFrom []reconcile.Stamp
+	// Undecided are the objects retrieved by id (created outside
+	// Input.Listed) that link to no obligation the run decided on, sorted:
+	// the run decided nothing of them (Settled leaves them out), and a
+	// pass keeps no link of them for the mirror.
+	Undecided []string
 }
 
 // Bucket returns the bucket of the object with id, and false if the run

@@ -95,8 +95,8 @@ func (m *matchedSet) linkOf(id string) (store.ObjectLink, bool) {
 // finds each object's least link (sorting a copy of the million ids and
 // searching it for each link cost a first pass 1.1 s of CPU).
 //
-// Of the objects retrieved by id that the match did not settle (skip,
-// sorted: unsettledRetrievals) it keeps no link: the pass decided nothing
+// Of the objects retrieved by id that the match decided nothing of (skip,
+// sorted: matcher.Result's Undecided) it keeps no link: the pass decided nothing
 // of them, and the obligations they link to may be ones it never read
 // (the mirror's link stays).
 func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time.Time, digest string, skip []string) {
@@ -128,23 +128,6 @@ func (st *readState) setMatched(res *matcher.Result, run reconcile.Run, now time
 		}
 	}
 	st.matched = m
-}
-
-// unsettledRetrievals are the ids of the objects of in retrieved by id
-// (created outside in.Listed) that res did not settle (matcher.Result's
-// Settled: they link to no obligation it decided on), sorted.
-func unsettledRetrievals(in *matcher.Input, res *matcher.Result) []string {
-	var out []string
-	for i := range in.Objects {
-		o := &in.Objects[i]
-		if in.Listed.Contains(o.Created.Time()) {
-			continue
-		}
-		if _, settled := slices.BinarySearch(res.Settled.Objects, o.ID); !settled {
-			out = append(out, o.ID)
-		}
-	}
-	return sortedSet(out)
 }
 
 // matchSave is what the mirror keeps of the pass's matching: the links

@@ -341,7 +341,7 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 		// What the mirror keeps of this matching, for the next pass's. A
 		// pass run as jobs keeps none: its fetches saved what no match
 		// had read yet, and its apply saves only what it read itself.
-		p.st.setMatched(&res, p.out.Run, now, r.matchDigest(), unsettledRetrievals(&in, &res))
+		p.st.setMatched(&res, p.out.Run, now, r.matchDigest(), res.Undecided)
 	}
 	in.Obligations = nil
 	p.out.Input, p.out.Result = in, res
