@@ -31,7 +31,7 @@ import (
 //   - the obligations changed or added since the last matching pass
 //     reached (by updated_at and created_at: its clock, or its window's
 //     end if earlier, less the clock skew; a row whose last change is the
-//     reconciler's own transition is not changed), every EXECUTING and
+//     marked pass's own transition is not changed), every EXECUTING and
 //     CONFIRMATION_UNKNOWN one, and every one with an open finding;
 //   - the objects this pass read from the provider (listed fresh, told
 //     of by an event, read again), every one still pending, every one
@@ -47,7 +47,7 @@ type MatchMirror interface {
 	ShardMirror
 	Mark(ctx context.Context) (store.MatchMark, bool, error)
 	Open(ctx context.Context) (obligations, objects []string, err error)
-	OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error)
+	OwnWrites(ctx context.Context, since time.Time, runID string) (map[string]time.Time, error)
 	NamesBefore(ctx context.Context, w reconcile.Window, before, since time.Time) ([]store.ObjectLink, error)
 }
 
@@ -379,7 +379,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	if err != nil {
 		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 	}
-	own, err := mm.OwnWrites(ctx, since)
+	own, err := mm.OwnWrites(ctx, since, mark.RunID)
 	if err != nil {
 		return matcher.Input{}, false, err
 	}
@@ -641,7 +641,7 @@ func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile
 
 // splitScanned tells apart the rows of readChanged's scan: those changed
 // since (in Read's scope by state, creation or update, less those whose
-// last change is the reconciler's own transition, own) and those read
+// last change is the marked pass's own transition, own) and those read
 // because an open finding names them (open). A row of the reconciler's
 // own transition that an open finding names is the latter.
 func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[string]time.Time,

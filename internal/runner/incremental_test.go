@@ -1325,6 +1325,46 @@ func TestIncrementalHoldsWhatNamesAnOpenFinding(t *testing.T) {
 	}
 }
 
+// A pass that marks an obligation PAID and then fails to save its mirror
+// left the link it made unsaved: the transition is the reconciler's own
+// write, but not one whose conclusions the mark holds. The next nightly
+// pass, which reads changes since the last saved mark, must read the row
+// again and store the link, as --full does.
+func TestIncrementalRereadsWhatAnUnsavedPassWrote(t *testing.T) {
+	t.Parallel()
+	w := newTwin(t, 0)
+	// Nothing links ch_x to charge:u until the late answer names it.
+	w.object(propCharge("ch_x", t0.Add(-time.Hour)), "")
+	u := propUnknown("charge:u", t0.Add(-2*time.Hour))
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, u) })
+	w.a.clock, w.b.clock = t0, t0
+	if _, differ := w.passes(); differ != "" {
+		t.Fatalf("day 0: %s", differ)
+	}
+	w.both(func(e *env) {
+		e.exec(`UPDATE obligations SET provider_id = 'ch_x', updated_at = $2 WHERE id = $1`, u.ID, t0.Add(23*time.Hour))
+	})
+	w.a.clock, w.b.clock = t0.Add(24*time.Hour), t0.Add(24*time.Hour)
+	if _, differ := w.passesSaving(false); differ != "" {
+		t.Fatalf("day 1: %s", differ)
+	}
+	var state string
+	if err := w.a.pool.QueryRow(context.Background(), `SELECT state FROM obligations WHERE id = $1`, u.ID).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != string(reconcile.Paid) {
+		t.Fatalf("day 1 left %s %s, want it marked PAID: the test no longer tests an unsaved pass's write", u.ID, state)
+	}
+	w.a.clock, w.b.clock = t0.Add(48*time.Hour), t0.Add(48*time.Hour)
+	a, differ := w.passes()
+	if a.Sync.Match != runner.MatchIncremental {
+		t.Errorf("day 2 matched %s (%q), not incrementally", a.Sync.Match, a.Sync.MatchReason)
+	}
+	if differ != "" {
+		t.Errorf("day 2: %s", differ)
+	}
+}
+
 // namedByCoverage is the history of the "named by the coverage" cases of
 // TestIncrementalClosesOverWhatItRetrievesOutside: the old paid
 // charge:y names the old charge ch_a, and the failed charge ch_l, inside

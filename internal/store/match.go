@@ -142,12 +142,15 @@ func (m *Mirror) Open(ctx context.Context) (obligations, objects []string, err e
 	return obligations, objects, nil
 }
 
-// OwnWrites returns the obligations the reconciler transitioned at or
-// after since, each with the last time it wrote into the row's updated_at
-// (its pass's clock): the reconciler's own change, not another's
-// (docs/design.md, "Incremental matching").
-func (m *Mirror) OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error) {
-	rows, err := m.pool.Query(ctx, `SELECT obligation_id, max(at) FROM reconcile.transitions WHERE at >= $1 GROUP BY 1`, since)
+// OwnWrites returns the obligations the run runID (the marked pass)
+// transitioned at or after since, each with the last time it wrote into
+// the row's updated_at (its pass's clock): the reconciler's own change,
+// whose conclusions the mark holds, not another's. A pass whose mirror
+// was not saved wrote rows whose links no mark holds: its transitions
+// are not counted (docs/design.md, "Incremental matching").
+func (m *Mirror) OwnWrites(ctx context.Context, since time.Time, runID string) (map[string]time.Time, error) {
+	rows, err := m.pool.Query(ctx, `SELECT obligation_id, max(at) FROM reconcile.transitions WHERE at >= $1 AND run_id = $2 GROUP BY 1`,
+		since, runID)
 	if err != nil {
 		return nil, fmt.Errorf("read the reconciler's transitions: %w", err)
 	}
