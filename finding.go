@@ -59,6 +59,30 @@ const (
 	ConflictingLink     FindingKind = "conflicting_link"
 )
 
+// AboutObject reports whether a finding of kind k is about one provider
+// object (its fingerprint names the movement: an orphan, a suspected
+// duplicate, a conflicting link) rather than about its obligation alone.
+// Only a run that decides on a finding's obligation settles a finding
+// about the obligation; one about an object is also settled by deciding
+// on the object (docs/design.md, "Coverage").
+func (k FindingKind) AboutObject() bool {
+	switch k {
+	case Orphan, SuspectedDuplicate, ConflictingLink:
+		return true
+	}
+	return false
+}
+
+// AboutOutcome reports whether a finding of kind k is about an
+// obligation's unknown outcome (a stale lease, an unresolved unknown). A
+// run that decides on the obligation decides it even where it did not
+// read all of the obligation's records: a record a fuller read adds can
+// only take such a finding away, never bring one (docs/design.md,
+// "Coverage").
+func (k FindingKind) AboutOutcome() bool {
+	return k == StaleLease || k == UnresolvedUnknown
+}
+
 // Finding is one disagreement between the obligations and the provider.
 type Finding struct {
 	// Account is the Stripe account of the finding's obligation and

@@ -170,7 +170,10 @@ type Conclusions struct {
 // read, an object read only as evidence outside the subject, and one
 // retrieved for an obligation it does not link to (a refund's target)
 // could hide what an earlier run found; their findings are left as they
-// stand.
+// stand, but for those about a decided obligation's outcome
+// (FindingKind.AboutOutcome), which Conclusions.ObligationIDs settles. A
+// finding about an obligation is settled by its obligation alone; only
+// one about an object (FindingKind.AboutObject) by its objects too.
 //
 // Objects holds each object's identity across accounts,
 // AccountObject(account, id): its id alone on the platform's account, as

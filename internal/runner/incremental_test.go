@@ -1512,14 +1512,40 @@ func TestWarnsOfAMirrorNotSaved(t *testing.T) {
 }
 
 // A pass that retrieves by id a charge its coverage does not hold, for an
-// obligation naming it that the charge does not link to (a refund's
-// target), decides nothing of the charge: the obligation the charge
-// belongs to, out of the pass's scope, is never read. Its open duplicate
-// finding stays open, and the mirror keeps the charge's link to it. A
-// whole pass resolved the duplicate, and stored the charge linked to
-// nothing, which the next nightly pass would have reached obligations by.
+// obligation naming it, settles nothing of the obligation the charge
+// belongs to, out of the pass's scope: its open duplicate finding stays
+// open.
+//
+//   - target: a refund obligation names the charge as its target, and
+//     the charge does not link to it. The pass decides nothing of the
+//     charge, and the mirror keeps the charge's link to its owner. A
+//     whole pass resolved the duplicate, and stored the charge linked to
+//     nothing, which the next nightly pass would have reached
+//     obligations by.
+//   - claimed: a new obligation names the charge as its provider_id
+//     (a conflict with the owner its metadata names). The charge is
+//     settled, but a finding about an obligation is settled only by
+//     deciding on that obligation: the duplicate, which the charge's
+//     owner, read only as context, is not found again of, once resolved
+//     because the charge was settled.
 func TestRetrievedTargetSettlesNothingOfItsOwner(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		names func(o *reconcile.Obligation)
+		link  bool // the mirror keeps ch_d1's link to charge:d
+	}{
+		{"target", func(o *reconcile.Obligation) { o.Kind, o.TargetID = reconcile.Refund, "ch_d1"; o.ID = "refund:r" }, true},
+		{"claimed", func(o *reconcile.Obligation) { o.ProviderID = "ch_d1" }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			retrievedSettlesNothingOfItsOwner(t, c.names, c.link)
+		})
+	}
+}
+
+func retrievedSettlesNothingOfItsOwner(t *testing.T, names func(o *reconcile.Obligation), link bool) {
 	e := newEnv(t)
 	d := propPaid("charge:d", t0.Add(-10*time.Hour))
 	for _, id := range []string{"ch_d1", "ch_d2"} {
@@ -1535,19 +1561,23 @@ func TestRetrievedTargetSettlesNothingOfItsOwner(t *testing.T) {
 			WHERE obligation_id = $1 AND kind = 'duplicate'`, d.ID).Scan(&status); err != nil || status != "open" {
 			t.Fatalf("%s: charge:d's duplicate is %q (%v), want open", when, status, err)
 		}
-		var link *string
+		if !link && when != "the first pass" {
+			return
+		}
+		var to *string
 		if err := e.pool.QueryRow(context.Background(), `SELECT linked_to FROM reconcile.provider_objects WHERE id = 'ch_d1'`).
-			Scan(&link); err != nil || link == nil || *link != d.ID {
-			t.Fatalf("%s: the mirror links ch_d1 to %v (%v), want %s", when, link, err, d.ID)
+			Scan(&to); err != nil || to == nil || *to != d.ID {
+			t.Fatalf("%s: the mirror links ch_d1 to %v (%v), want %s", when, to, err, d.ID)
 		}
 	}
 	e.pass(true, runner.Request{})
 	open("the first pass")
-	// Days later, a refund of ch_d1 is approved: charge:d has left the
-	// window and ch_d1 the coverage.
+	// Days later, an obligation naming ch_d1 is approved: charge:d has
+	// left the window and ch_d1 the coverage.
 	e.clock = t0.Add(100 * time.Hour)
-	r := propUnknown("refund:r", e.clock.Add(-time.Hour))
-	r.Kind, r.State, r.TargetID = reconcile.Refund, reconcile.Approved, "ch_d1"
+	r := propUnknown("charge:r", e.clock.Add(-time.Hour))
+	r.State = reconcile.Approved
+	names(&r)
 	pgtest.InsertObligations(t, e.pool, r)
 	out := e.pass(true, runner.Request{Full: true})
 	if !slices.ContainsFunc(out.Lookups, func(l reconcile.Lookup) bool { return l.ID == "ch_d1" }) {

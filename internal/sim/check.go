@@ -272,7 +272,9 @@ func (w *world) checkFindings(pc *passCtl, before, after dbState, newOut []outbo
 			w.violate("I2", n, "true anomaly %s is not an open finding after the pass", f)
 		}
 	}
-	covers := func(f findingRow) bool { return e.settles(f.obligationID, f.providerIDs) }
+	covers := func(f findingRow) bool {
+		return e.settles(reconcile.FindingKind(f.kind), f.obligationID, f.providerIDs)
+	}
 	unsent := map[string]bool{}
 	lastSent := map[string]time.Time{}
 	for _, r := range before.outbox {

@@ -375,12 +375,19 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 }
 
 // settles says whether the pass settles an earlier finding (docs/design.md,
-// "Coverage"): its obligation is in scope with every record read, or one
-// of its objects was created in the window, or retrieved by id and links
-// to an obligation in scope.
-func (e *expectation) settles(oblID string, providerIDs []string) bool {
-	if oblID != "" && e.scope[oblID] && !e.partial[oblID] {
+// "Coverage"): its obligation is in scope with every record read (or
+// with some, for a stale lease or an unresolved unknown, which more
+// records could only take away), or, for an orphan, a suspected
+// duplicate or a conflict (the findings about one movement), one of its
+// objects was created in the window, or retrieved by id and links to an
+// obligation in scope.
+func (e *expectation) settles(kind reconcile.FindingKind, oblID string, providerIDs []string) bool {
+	outcome := kind == reconcile.StaleLease || kind == reconcile.UnresolvedUnknown
+	if oblID != "" && e.scope[oblID] && (!e.partial[oblID] || outcome) {
 		return true
+	}
+	if oblID != "" && kind != reconcile.Orphan && kind != reconcile.SuspectedDuplicate && kind != reconcile.ConflictingLink {
+		return false
 	}
 	decided := func(oid string) bool { return e.scope[oid] }
 	return slices.ContainsFunc(providerIDs, func(id string) bool {

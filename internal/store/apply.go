@@ -134,6 +134,10 @@ type applyInput struct {
 	// million obligations, and only the few open findings are looked up.
 	obligations []string
 	objects     []string
+	// decided: every obligation the run decided on (ObligationIDs),
+	// sorted: those whose records it did not all read settle only the
+	// findings about their outcome.
+	decided []string
 	// elsewhere: fingerprints a shard found that another shard reports
 	// (reconcile.Conclusions.Elsewhere): never resolved by this part.
 	elsewhere []string
@@ -160,6 +164,7 @@ func (s *Store) prepare(run reconcile.Run, res reconcile.Conclusions) (applyInpu
 		findings:    make([]reconcile.Finding, 0, len(res.Findings)),
 		obligations: sortedIDs(res.Settled.Obligations),
 		objects:     sortedIDs(res.Settled.Objects),
+		decided:     sortedIDs(res.ObligationIDs),
 		elsewhere:   sortedIDs(res.Elsewhere),
 	}
 	seen := make(map[string]bool, len(res.Transitions))
@@ -658,9 +663,12 @@ func (sf storedFinding) lifecycle() *alerts.Stored {
 }
 
 // covers reports whether the run examined what the finding is about
-// (docs/design.md, "Coverage"). Obligation ids are unique across
-// accounts; a provider id is not, so the finding's objects are looked
-// up in its own account (reconcile.AccountObject, as Settled.Objects
+// (docs/design.md, "Coverage"): its obligation, decided on with all its
+// records read (or with some, for a finding about its outcome:
+// FindingKind.AboutOutcome), or, for a finding about an object
+// (FindingKind.AboutObject), one of its objects. Obligation
+// ids are unique across accounts; a provider id is not, so the
+// finding's objects are looked up in its own account (reconcile.AccountObject, as Settled.Objects
 // holds them): settling ch_1 on the platform settles nothing of a
 // connected account's ch_1.
 //
@@ -673,8 +681,19 @@ func (in applyInput) covers(f reconcile.Finding) bool {
 	if _, found := slices.BinarySearch(in.elsewhere, f.Fingerprint); found {
 		return false
 	}
-	if _, ok := slices.BinarySearch(in.obligations, f.ObligationID); ok && f.ObligationID != "" {
-		return true
+	if f.ObligationID != "" {
+		if _, ok := slices.BinarySearch(in.obligations, f.ObligationID); ok {
+			return true
+		}
+		if _, ok := slices.BinarySearch(in.decided, f.ObligationID); ok && f.Kind.AboutOutcome() {
+			return true
+		}
+		if !f.Kind.AboutObject() {
+			// Deciding on one of its objects decides nothing of an
+			// obligation the run read only as context, or whose
+			// records it did not all read.
+			return false
+		}
 	}
 	return slices.ContainsFunc(f.ProviderIDs, func(id string) bool {
 		_, ok := slices.BinarySearch(in.objects, reconcile.AccountObject(f.Account, id))

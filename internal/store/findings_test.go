@@ -501,3 +501,65 @@ func TestFindingFoundAgain(t *testing.T) {
 		}
 	}
 }
+
+// A finding about an obligation is settled only by a run that settled
+// the obligation: settling one of its objects (an object retrieved for
+// another obligation, whose owner the run read only as context or did
+// not read in full) leaves it open. A finding about one object (an
+// orphan, a suspected duplicate, a conflict) is settled by either. A run
+// that decided on the obligation without reading all its records settles
+// only the findings about its outcome.
+func TestFindingSettledByWhatItIsAbout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	now := t0()
+	var fs []reconcile.Finding
+	for _, k := range reconcile.Kinds {
+		oblID, objectID := "charge:o", ""
+		switch {
+		case k.Kind == reconcile.Orphan:
+			oblID, objectID = "", "ch_1"
+		case k.Kind.AboutObject():
+			objectID = "ch_1"
+		}
+		fs = append(fs, newFinding(k.Kind, oblID, objectID, 100, "ch_1", "ch_2"))
+	}
+	if _, err := e.s.Apply(ctx, testRun("run-1", now), resultOf(fs, nil), now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Apply(ctx, testRun("run-2", now.Add(time.Hour)), settled("ch_1"), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		want := FindingOpen
+		if f.Kind.AboutObject() {
+			want = FindingResolved
+		}
+		if got := e.finding(f.Fingerprint).Status; got != want {
+			t.Errorf("after a run that settled ch_1 alone, the %s finding is %s, want %s", f.Kind, got, want)
+		}
+	}
+	partial := reconcile.Conclusions{ObligationIDs: []string{"charge:o"}}
+	if _, err := e.s.Apply(ctx, testRun("run-3", now.Add(2*time.Hour)), partial, now.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		want := FindingOpen
+		if f.Kind.AboutObject() || f.Kind.AboutOutcome() {
+			want = FindingResolved
+		}
+		if got := e.finding(f.Fingerprint).Status; got != want {
+			t.Errorf("after a run that decided on charge:o without all its records, the %s finding is %s, want %s", f.Kind, got, want)
+		}
+	}
+	obligation := reconcile.Conclusions{ObligationIDs: []string{"charge:o"}, Settled: reconcile.Settled{Obligations: []string{"charge:o"}}}
+	if _, err := e.s.Apply(ctx, testRun("run-4", now.Add(3*time.Hour)), obligation, now.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if got := e.finding(f.Fingerprint).Status; got != FindingResolved {
+			t.Errorf("after a run that settled charge:o, the %s finding is %s, want resolved", f.Kind, got)
+		}
+	}
+}
