@@ -1523,11 +1523,11 @@ func TestWarnsOfAMirrorNotSaved(t *testing.T) {
 //     nothing, which the next nightly pass would have reached
 //     obligations by.
 //   - claimed: a new obligation names the charge as its provider_id
-//     (a conflict with the owner its metadata names). The charge is
-//     settled, but a finding about an obligation is settled only by
-//     deciding on that obligation: the duplicate, which the charge's
-//     owner, read only as context, is not found again of, once resolved
-//     because the charge was settled.
+//     (a conflict with the owner its metadata names, which the pass
+//     never reads). The charge is settled, but a finding about an
+//     obligation is settled only by deciding on that obligation: the
+//     duplicate, not found again since its obligation was not read, was
+//     once resolved because the charge was settled.
 func TestRetrievedTargetSettlesNothingOfItsOwner(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
