@@ -59,18 +59,16 @@ const (
 	ConflictingLink     FindingKind = "conflicting_link"
 )
 
-// AboutObject reports whether a finding of kind k is about one provider
-// object (its fingerprint names the movement: an orphan, a suspected
-// duplicate, a conflicting link) rather than about its obligation alone.
-// Only a run that decides on a finding's obligation settles a finding
-// about the obligation; one about an object is also settled by deciding
-// on the object (docs/design.md, "Coverage").
-func (k FindingKind) AboutObject() bool {
-	switch k {
-	case Orphan, SuspectedDuplicate, ConflictingLink:
-		return true
-	}
-	return false
+// SettledByObject reports whether a run that decided on one of the
+// objects of a finding of kind k settles it, and not only one that
+// decided on its obligation: an orphan (it has none), and a suspected
+// duplicate (reported for its nearest twin's obligation, which the run
+// may not decide on). Every other finding is found only of an obligation
+// the run decides on, and an object may link to it and also to one the
+// run decides on (a conflict): it is settled by its obligation alone
+// (docs/design.md, "Coverage").
+func (k FindingKind) SettledByObject() bool {
+	return k == Orphan || k == SuspectedDuplicate
 }
 
 // AboutOutcome reports whether a finding of kind k is about an

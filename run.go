@@ -172,8 +172,8 @@ type Conclusions struct {
 // could hide what an earlier run found; their findings are left as they
 // stand, but for those about a decided obligation's outcome
 // (FindingKind.AboutOutcome), which Conclusions.ObligationIDs settles. A
-// finding about an obligation is settled by its obligation alone; only
-// one about an object (FindingKind.AboutObject) by its objects too.
+// finding is settled by its obligation alone, but for an orphan and a
+// suspected duplicate (FindingKind.SettledByObject): by its objects too.
 //
 // Objects holds each object's identity across accounts,
 // AccountObject(account, id): its id alone on the platform's account, as

@@ -435,11 +435,6 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// every round, the open findings' eleven thousand names and objects
 	// cost 0.3 to 0.6 s a round at a million.
 	keysAsked, namesAsked, terms := map[string]bool{}, newAskedNames(), newClosure()
-	// heldBack are obligations naming an object retrieved outside the
-	// coverage that nothing in scope or in the coverage named when they
-	// were read: their names count as asked, so each joins only once a
-	// record of the coverage names it.
-	var heldBack []reconcile.Obligation
 	for closed := false; ; {
 		// What the provider showed is closed over even when no obligation
 		// changed.
@@ -460,18 +455,6 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 			}
 			add(named)
-			if len(heldBack) > 0 {
-				// One a record this pass holds of the coverage now names
-				// joins, as a whole read's listing would read it.
-				covered := coverNames(kept, keys, cover, r.Matcher)
-				heldBack = slices.DeleteFunc(heldBack, func(o reconcile.Obligation) bool {
-					if decides(&o, w, covered) {
-						add([]reconcile.Obligation{o})
-						return true
-					}
-					return false
-				})
-			}
 		}
 		subject := namedIf(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher, func(o reconcile.ProviderObject) bool { return w.Contains(o.Created.Time()) })
 		if r.beforeCoverage(byID, w, subject, time.Time{}, now, cover) {
@@ -509,49 +492,26 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		if len(got) == 0 {
 			break
 		}
-		// As a whole read: it lists a retrieved record the coverage holds,
-		// and reads every obligation naming it, to link it (as context
-		// where it decides nothing of them); one outside the coverage it
-		// retrieves too, and of the obligations naming it reads those it
-		// decides on and those a record of the coverage names, as it
-		// reads whatever its listing names (docs/design.md, "Incremental
+		// As a whole read, every obligation naming a retrieved record
+		// joins, to link it (as context where the pass decides nothing of
+		// it): one inside the coverage a whole read lists, and reads
+		// whatever its listing names; one outside it retrieves, and reads
+		// every obligation naming it, so that a conflict over it keeps
+		// the one decided on from PAID (docs/design.md, "Incremental
 		// matching"). Their names count as asked, so that a later round
-		// does not read them unfiltered.
-		retrieved := &sources.Listing{Objects: got}
-		listed := func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) }
-		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, listed)))
+		// does not read them again.
+		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: got}, r.Matcher)))
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
 		add(namers)
-		outside := func(o reconcile.ProviderObject) bool { return !listed(o) }
-		if namers, err = r.Obligations.ReadNamed(ctx, namesAsked.unasked(namedIf(retrieved, r.Matcher, outside))); err != nil {
-			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
-		}
-		// The mirror tells which the coverage's records name as the last
-		// pass saved them, of the records this pass does not hold; what
-		// it holds, including what its events told (a metadata changed
-		// since) and what the closure reads next, lets the rest join
-		// later (heldBack, above).
-		unscoped := slices.DeleteFunc(slices.Clone(namers), func(o reconcile.Obligation) bool { return decides(&o, w, sources.Named{}) })
-		mirrored, err := namedInMirror(ctx, mm, cover, kw, p.since, r.Matcher, unscoped, kept)
-		if err != nil {
-			return matcher.Input{}, false, fmt.Errorf("read the mirror: %w", err)
-		}
-		for _, o := range namers {
-			if decides(&o, w, mirrored) {
-				add([]reconcile.Obligation{o})
-			} else {
-				heldBack = append(heldBack, o)
-			}
-		}
 		// Whatever the coverage, the closure goes on over what was
 		// retrieved, as over what was read first: a whole read holds the
 		// coverage's key evidence, movements and twins of it, and reads
 		// the obligations those name.
 		kept, closed = append(kept, got...), retrievedFault
 	}
-	if err := dropUnlisted(ctx, mm, byID, opened, kept, keys, w, cover, kw, p.since, r.Matcher); err != nil {
+	if err := dropUnlisted(ctx, mm, byID, opened, kept, found, keys, w, cover, kw, p.since, r.Matcher); err != nil {
 		return matcher.Input{}, false, err
 	}
 	slices.SortFunc(lookups, func(a, b reconcile.Lookup) int { return strings.Compare(a.ID, b.ID) })
@@ -610,11 +570,10 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 // dropUnlisted takes out of byID the obligations of opened (read because
 // a finding about them is open) that a pass about w does not decide on
 // and that no record of the coverage names, of those kept and keys hold
-// or of the mirror's others: a whole read does not read them, and would
-// not link to them what it retrieves outside the coverage
-// (docs/design.md, "Incremental matching").
+// or of the mirror's others, nor any it retrieved (found): a whole read
+// does not read them (docs/design.md, "Incremental matching").
 func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile.Obligation, opened []reconcile.Obligation,
-	kept []reconcile.ProviderObject, keys []reconcile.KeyEvidence, w, cover, kw reconcile.Window, since time.Time,
+	kept, found []reconcile.ProviderObject, keys []reconcile.KeyEvidence, w, cover, kw reconcile.Window, since time.Time,
 	opts matcher.Options) error {
 	var unnamed []reconcile.Obligation
 	for _, o := range opened {
@@ -625,8 +584,10 @@ func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile
 	if len(unnamed) == 0 {
 		return nil
 	}
-	covered := coverNames(kept, keys, cover, opts)
-	unnamed = slices.DeleteFunc(unnamed, func(o reconcile.Obligation) bool { return decides(&o, w, covered) })
+	covered, retrieved := coverNames(kept, keys, cover, opts), Named(&sources.Listing{Objects: found}, opts)
+	unnamed = slices.DeleteFunc(unnamed, func(o reconcile.Obligation) bool {
+		return decides(&o, w, covered) || decides(&o, w, retrieved)
+	})
 	mirrored, err := namedInMirror(ctx, mm, cover, kw, since, opts, unnamed, kept)
 	if err != nil {
 		return fmt.Errorf("read the mirror: %w", err)

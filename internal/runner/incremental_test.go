@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"reconcile"
 	"reconcile/internal/pgtest"
 	"reconcile/internal/runner"
@@ -1524,10 +1526,11 @@ func TestWarnsOfAMirrorNotSaved(t *testing.T) {
 //     obligations by.
 //   - claimed: a new obligation names the charge as its provider_id
 //     (a conflict with the owner its metadata names, which the pass
-//     never reads). The charge is settled, but a finding about an
-//     obligation is settled only by deciding on that obligation: the
-//     duplicate, not found again since its obligation was not read, was
-//     once resolved because the charge was settled.
+//     reads only as context). The charge is settled, but a finding
+//     about an obligation is settled only by deciding on that
+//     obligation: the duplicate, not found again since nothing is
+//     decided of context, was once resolved because the charge was
+//     settled.
 func TestRetrievedTargetSettlesNothingOfItsOwner(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -1617,5 +1620,69 @@ func TestRetrievedAndClaimedSettlesItsOrphan(t *testing.T) {
 	}
 	if s := status(); s != "resolved" {
 		t.Errorf("after a pass that retrieved ch_o for charge:c, ch_o's orphan is %s, want resolved", s)
+	}
+}
+
+// A charge two obligations claim is a conflict of each. Days later a
+// third, unknown outcome names it as its provider_id, and a pass
+// retrieves the charge for the third alone, the first two out of its
+// scope. It reads them too, as context, to link the charge: the charge
+// is the third's only in a history without the first two, so the third
+// is not marked PAID on it, and its conflict is found, as a pass over the
+// whole history finds it. A pass that read only what it decided on
+// marked the third PAID. The first two's conflicts, which the pass does
+// not find again (nothing is decided of context), stay open: a finding
+// about an obligation is settled by that obligation alone. The nightly
+// pass concludes and stores what --full does.
+func TestRetrievedConflictIsSeen(t *testing.T) {
+	t.Parallel()
+	w := newTwin(t, 0)
+	ch := propCharge("ch_c", t0.Add(-60*time.Hour))
+	ch.Metadata = map[string]string{"obligation_id": "charge:d"}
+	w.object(ch, "")
+	d := propPaid("charge:d", t0.Add(-61*time.Hour))
+	x := propPaid("charge:x", t0.Add(-61*time.Hour))
+	x.ProviderID = ch.ID
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, d, x) })
+	conflicts := func(e *env) []string {
+		t.Helper()
+		rows, err := e.pool.Query(context.Background(), `SELECT obligation_id || ' ' || status FROM reconcile.findings
+			WHERE kind = 'conflicting_link' ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	w.a.clock, w.b.clock = t0, t0
+	if _, differ := w.passes(); differ != "" {
+		t.Fatalf("day 0: %s", differ)
+	}
+	if got, want := conflicts(w.b), []string{"charge:d open", "charge:x open"}; !slices.Equal(got, want) {
+		t.Fatalf("the first pass left the conflicts %q, want %q", got, want)
+	}
+	at := t0.Add(70 * time.Hour)
+	r := propUnknown("charge:r", at.Add(-time.Hour))
+	r.ProviderID = ch.ID
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, r) })
+	w.a.clock, w.b.clock = at, at
+	a, differ := w.passes()
+	if differ != "" {
+		t.Errorf("day 1: %s", differ)
+	}
+	if a.Sync.Match != runner.MatchIncremental {
+		t.Errorf("day 1 matched %s (%q), not incrementally", a.Sync.Match, a.Sync.MatchReason)
+	}
+	if !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == ch.ID }) {
+		t.Fatalf("the pass did not retrieve ch_c (lookups %+v): the test proves nothing", a.Lookups)
+	}
+	if len(a.Result.Transitions) > 0 {
+		t.Errorf("the pass marked %+v on a charge two others claim", a.Result.Transitions)
+	}
+	if got, want := conflicts(w.b), []string{"charge:d open", "charge:r open", "charge:x open"}; !slices.Equal(got, want) {
+		t.Errorf("after a pass that retrieved ch_c for charge:r, the conflicts are %q, want %q", got, want)
 	}
 }

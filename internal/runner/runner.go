@@ -532,19 +532,26 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	if err != nil {
 		return matcher.Input{}, err
 	}
-	if st.shard != nil && len(found) > 0 {
-		// The whole share holds every obligation in scope: those of other
-		// shards naming what a shard retrieved are read to link it, so
-		// that a conflict over it is seen (docs/design.md, "Shards").
+	if len(found) > 0 {
+		// Every obligation naming what the pass retrieved is read, to
+		// link it, as context where the pass does not decide on it: an
+		// obligation out of scope (or a shard's other shards') may claim
+		// it too, and the conflict then keeps the one decided on from
+		// PAID, as a pass over the whole history finds it
+		// (docs/design.md, "Coverage").
 		more, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: found}, r.Matcher))
 		if err != nil {
 			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 		}
 		more = slices.DeleteFunc(more, func(o reconcile.Obligation) bool {
-			return st.shard.owns(o.ID) || !decides(&o, w, sources.Named{})
+			_, read := slices.BinarySearchFunc(obs, o.ID, func(x reconcile.Obligation, id string) int { return strings.Compare(x.ID, id) })
+			return read
 		})
 		for i := range more {
 			linkOnly = append(linkOnly, more[i].ID)
+			if st.shard == nil || st.shard.owns(more[i].ID) {
+				out.Context++
+			}
 		}
 		obs = mergeObligations(obs, more)
 	}

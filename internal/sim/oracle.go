@@ -185,7 +185,9 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 			e.context[id] = true
 		}
 	}
-	// Retrievals of what obligations in scope name and the listing missed.
+	// Retrievals of what obligations in scope name and the listing missed,
+	// and every obligation naming what they found, to link it.
+	ids, keys, pids = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, id := range t.oblIDs {
 		if !e.scope[id] {
 			continue
@@ -195,15 +197,23 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 			if ref == "" || e.listed[ref] {
 				continue
 			}
-			switch _, ok := t.objs[ref]; {
+			switch x, ok := t.objs[ref]; {
 			case failed[ref]:
 				e.lookups[ref] = reconcile.LookupFailed
 			case ok:
 				e.lookups[ref] = reconcile.LookupFound
 				e.input[ref] = true
+				// What it names itself: the key that created it is told
+				// only by its creation's event, before the coverage.
+				names(&object{ID: x.ID, Meta: x.Meta}, ids, keys, pids)
 			default:
 				e.lookups[ref] = reconcile.LookupNotFound
 			}
+		}
+	}
+	for _, id := range t.oblIDs {
+		if o := t.obls[id]; !e.scope[id] && named(o, ids, keys, pids) {
+			e.context[id] = true
 		}
 	}
 
@@ -377,16 +387,15 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 // settles says whether the pass settles an earlier finding (docs/design.md,
 // "Coverage"): its obligation is in scope with every record read (or
 // with some, for a stale lease or an unresolved unknown, which more
-// records could only take away), or, for an orphan, a suspected
-// duplicate or a conflict (the findings about one movement), one of its
-// objects was created in the window, or retrieved by id and links to an
-// obligation in scope.
+// records could only take away), or, for an orphan or a suspected
+// duplicate, one of its objects was created in the window, or retrieved
+// by id and links to an obligation in scope.
 func (e *expectation) settles(kind reconcile.FindingKind, oblID string, providerIDs []string) bool {
 	outcome := kind == reconcile.StaleLease || kind == reconcile.UnresolvedUnknown
 	if oblID != "" && e.scope[oblID] && (!e.partial[oblID] || outcome) {
 		return true
 	}
-	if oblID != "" && kind != reconcile.Orphan && kind != reconcile.SuspectedDuplicate && kind != reconcile.ConflictingLink {
+	if oblID != "" && kind != reconcile.Orphan && kind != reconcile.SuspectedDuplicate {
 		return false
 	}
 	decided := func(oid string) bool { return e.scope[oid] }

@@ -665,12 +665,12 @@ func (sf storedFinding) lifecycle() *alerts.Stored {
 // covers reports whether the run examined what the finding is about
 // (docs/design.md, "Coverage"): its obligation, decided on with all its
 // records read (or with some, for a finding about its outcome:
-// FindingKind.AboutOutcome), or, for a finding about an object
-// (FindingKind.AboutObject), one of its objects. Obligation
-// ids are unique across accounts; a provider id is not, so the
-// finding's objects are looked up in its own account (reconcile.AccountObject, as Settled.Objects
-// holds them): settling ch_1 on the platform settles nothing of a
-// connected account's ch_1.
+// FindingKind.AboutOutcome), or, for an orphan or a suspected duplicate
+// (FindingKind.SettledByObject), one of its objects. Obligation ids are
+// unique across accounts; a provider id is not, so the finding's objects
+// are looked up in its own account (reconcile.AccountObject, as
+// Settled.Objects holds them): settling ch_1 on the platform settles
+// nothing of a connected account's ch_1.
 //
 // A shard's part (Part) covers only the findings it owns: another shard's
 // are that shard's to settle, whatever this one examined.
@@ -688,7 +688,7 @@ func (in applyInput) covers(f reconcile.Finding) bool {
 		if _, ok := slices.BinarySearch(in.decided, f.ObligationID); ok && f.Kind.AboutOutcome() {
 			return true
 		}
-		if !f.Kind.AboutObject() {
+		if !f.Kind.SettledByObject() {
 			// Deciding on one of its objects decides nothing of an
 			// obligation the run read only as context, or whose
 			// records it did not all read.

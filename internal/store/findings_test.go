@@ -504,11 +504,11 @@ func TestFindingFoundAgain(t *testing.T) {
 
 // A finding about an obligation is settled only by a run that settled
 // the obligation: settling one of its objects (an object retrieved for
-// another obligation, whose owner the run read only as context or did
-// not read in full) leaves it open. A finding about one object (an
-// orphan, a suspected duplicate, a conflict) is settled by either. A run
-// that decided on the obligation without reading all its records settles
-// only the findings about its outcome.
+// another obligation, whose owner the run read only as context or not at
+// all) leaves it open; a conflict is such a finding. An orphan and a
+// suspected duplicate are settled by either. A run that decided on the
+// obligation without reading all its records settles only the findings
+// about its outcome.
 func TestFindingSettledByWhatItIsAbout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -520,8 +520,8 @@ func TestFindingSettledByWhatItIsAbout(t *testing.T) {
 		switch {
 		case k.Kind == reconcile.Orphan:
 			oblID, objectID = "", "ch_1"
-		case k.Kind.AboutObject():
-			objectID = "ch_1"
+		case k.Kind == reconcile.SuspectedDuplicate || k.Kind == reconcile.ConflictingLink:
+			objectID = "ch_1" // their fingerprints name the movement
 		}
 		fs = append(fs, newFinding(k.Kind, oblID, objectID, 100, "ch_1", "ch_2"))
 	}
@@ -533,7 +533,7 @@ func TestFindingSettledByWhatItIsAbout(t *testing.T) {
 	}
 	for _, f := range fs {
 		want := FindingOpen
-		if f.Kind.AboutObject() {
+		if f.Kind.SettledByObject() {
 			want = FindingResolved
 		}
 		if got := e.finding(f.Fingerprint).Status; got != want {
@@ -546,7 +546,7 @@ func TestFindingSettledByWhatItIsAbout(t *testing.T) {
 	}
 	for _, f := range fs {
 		want := FindingOpen
-		if f.Kind.AboutObject() || f.Kind.AboutOutcome() {
+		if f.Kind.SettledByObject() || f.Kind.AboutOutcome() {
 			want = FindingResolved
 		}
 		if got := e.finding(f.Fingerprint).Status; got != want {
