@@ -47,7 +47,7 @@ type MatchMirror interface {
 	ShardMirror
 	Mark(ctx context.Context) (store.MatchMark, bool, error)
 	Open(ctx context.Context) (obligations, objects []string, err error)
-	OwnWrites(ctx context.Context, since time.Time, runID string) (map[string]time.Time, error)
+	OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error)
 	NamesBefore(ctx context.Context, w reconcile.Window, before, since time.Time) ([]store.ObjectLink, error)
 }
 
@@ -379,7 +379,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	if err != nil {
 		return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 	}
-	own, err := mm.OwnWrites(ctx, since, mark.RunID)
+	own, err := mm.OwnWrites(ctx, since)
 	if err != nil {
 		return matcher.Input{}, false, err
 	}

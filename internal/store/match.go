@@ -58,8 +58,10 @@ type ObjectLink struct {
 // the account's mark.
 func saveMatch(ctx context.Context, tx pgx.Tx, account string, ms *MatchSave) error {
 	if ms == nil {
-		if _, err := tx.Exec(ctx, `DELETE FROM reconcile.match_marks WHERE account = $1`, account); err != nil {
-			return fmt.Errorf("match mark: %w", err)
+		for _, table := range []string{"match_marks", "match_runs"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM reconcile.`+table+` WHERE account = $1`, account); err != nil {
+				return fmt.Errorf("match mark: %w", err)
+			}
 		}
 		return nil
 	}
@@ -91,6 +93,17 @@ func saveMatch(ctx context.Context, tx pgx.Tx, account string, ms *MatchSave) er
 		account, m.RunID, m.MatchedAt, m.Window.From, m.Window.To, m.Digest, m.Obligations)
 	if err != nil {
 		return fmt.Errorf("match mark: %w", err)
+	}
+	// The run's transitions are now the reconciler's own writes
+	// (OwnWrites): the links they were made on are saved.
+	_, err = tx.Exec(ctx, `INSERT INTO reconcile.match_runs (account, run_id, matched_at) VALUES ($1, $2, $3)
+		ON CONFLICT (account, run_id) DO UPDATE SET matched_at = EXCLUDED.matched_at`, account, m.RunID, m.MatchedAt)
+	if err == nil {
+		_, err = tx.Exec(ctx, `DELETE FROM reconcile.match_runs WHERE account = $1 AND matched_at < $2`,
+			account, m.MatchedAt.Add(-7*24*time.Hour))
+	}
+	if err != nil {
+		return fmt.Errorf("match runs: %w", err)
 	}
 	return nil
 }
@@ -142,15 +155,16 @@ func (m *Mirror) Open(ctx context.Context) (obligations, objects []string, err e
 	return obligations, objects, nil
 }
 
-// OwnWrites returns the obligations the run runID (the marked pass)
-// transitioned at or after since, each with the last time it wrote into
-// the row's updated_at (its pass's clock): the reconciler's own change,
-// whose conclusions the mark holds, not another's. A pass whose mirror
-// was not saved wrote rows whose links no mark holds: its transitions
-// are not counted (docs/design.md, "Incremental matching").
-func (m *Mirror) OwnWrites(ctx context.Context, since time.Time, runID string) (map[string]time.Time, error) {
-	rows, err := m.pool.Query(ctx, `SELECT obligation_id, max(at) FROM reconcile.transitions WHERE at >= $1 AND run_id = $2 GROUP BY 1`,
-		since, runID)
+// OwnWrites returns the obligations that passes whose matching the
+// view's account's mirror holds (match_runs) transitioned at or after
+// since, each with the last time one wrote into the row's updated_at
+// (its pass's clock): the reconciler's own change, made on a link that
+// was saved, not another's. A pass whose mirror save failed wrote rows
+// whose links no mirror holds: its transitions are not counted
+// (docs/design.md, "Incremental matching").
+func (m *Mirror) OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error) {
+	rows, err := m.pool.Query(ctx, `SELECT obligation_id, max(at) FROM reconcile.transitions
+		WHERE at >= $1 AND run_id IN (SELECT run_id FROM reconcile.match_runs WHERE account = $2) GROUP BY 1`, since, m.account)
 	if err != nil {
 		return nil, fmt.Errorf("read the reconciler's transitions: %w", err)
 	}

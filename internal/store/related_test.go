@@ -529,3 +529,59 @@ func TestMirrorKeepsTheLinkOfAnObjectItSawLater(t *testing.T) {
 		t.Errorf("Related told (-want +got):\n%s", diff)
 	}
 }
+
+// OwnWrites counts the transitions of the passes whose matching the
+// account's mirror holds, saved with their marks, and of no other: not
+// those of a pass whose save failed, nor another account's, nor those of
+// passes a week older than the newest mark.
+func TestOwnWritesAreThoseOfSavedPasses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	w := reconcile.Window{From: at.Add(-72 * time.Hour), To: at}
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	save := func(mm *Mirror, run string, when time.Time) {
+		t.Helper()
+		mark := MatchMark{RunID: run, MatchedAt: when, Window: w, Digest: "d"}
+		if err := mm.Save(ctx, MirrorUpdate{RunID: run, Now: when,
+			Match: &MatchSave{Mark: mark, LinkOf: func(string) (ObjectLink, bool) { return ObjectLink{}, false }}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(m, "run_1", at)
+	save(m, "run_2", at.Add(time.Minute))
+	save(NewMirror(e.pool).ForAccount("acct_2"), "run_4", at.Add(3*time.Minute))
+	for _, tr := range []struct {
+		obligation, run string
+		at              time.Time
+	}{
+		{"charge:1", "run_1", at},
+		{"charge:2", "run_2", at.Add(time.Minute)},
+		{"charge:3", "run_3", at.Add(2 * time.Minute)}, // its save failed
+		{"charge:4", "run_1", at},
+		{"charge:4", "run_3", at.Add(2 * time.Minute)},
+		{"charge:5", "run_4", at.Add(3 * time.Minute)}, // another account's pass
+	} {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO reconcile.transitions (obligation_id, from_state, to_state, run_id, at)
+			VALUES ($1, 'CONFIRMATION_UNKNOWN', 'PAID', $2, $3)`, tr.obligation, tr.run, tr.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := func() map[string]time.Time {
+		t.Helper()
+		got, err := m.OwnWrites(ctx, at.Add(-10*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	want := map[string]time.Time{"charge:1": at, "charge:2": at.Add(time.Minute), "charge:4": at}
+	if diff := cmp.Diff(want, own()); diff != "" {
+		t.Errorf("own writes (-want +got):\n%s", diff)
+	}
+	save(m, "run_9", at.Add(8*24*time.Hour))
+	if got := own(); len(got) != 0 {
+		t.Errorf("own writes after a mark eight days later: %v, want none (run_1 and run_2 forgotten)", got)
+	}
+}
