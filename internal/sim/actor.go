@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -384,6 +385,53 @@ func (w *world) lostAnswer() error {
 	}
 	o := obs[w.rng.IntN(len(obs))]
 	return w.attempt(o, o.Key, outLostResponse)
+}
+
+// copiedAnswer: now and then, before a reconciler step, the workflow
+// records as an unknown outcome's answer the id of a charge another
+// obligation collected, created before it (an id copied from the wrong
+// payment). The charge is then claimed twice, a conflict, and a pass
+// whose window leaves out the charge and its owner must still see it:
+// retrieved by id, it links to both. Drawn from a generator of its own,
+// so that histories without it replay as before.
+func (w *world) copiedAnswer() error {
+	if w.crng == nil {
+		w.crng = rand.New(rand.NewPCG(w.seed, 0xc0b1))
+	}
+	if w.crng.IntN(8) != 0 {
+		return nil
+	}
+	var unknown []*obligation
+	for _, o := range w.led.byState(reconcile.ConfirmationUnknown) {
+		if o.Kind == reconcile.Charge && o.ProviderID == "" {
+			unknown = append(unknown, o)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	o := unknown[w.crng.IntN(len(unknown))]
+	var charges []*object
+	for _, x := range w.refundable() {
+		if x.For != o.ID && x.Created.Before(o.Created) && x.Money == o.Money {
+			charges = append(charges, x)
+		}
+	}
+	if len(charges) == 0 {
+		// Of other money too: a conflict whatever the amount.
+		for _, x := range w.refundable() {
+			if x.For != o.ID && x.Created.Before(o.Created) {
+				charges = append(charges, x)
+			}
+		}
+	}
+	if len(charges) == 0 {
+		return nil
+	}
+	x := charges[w.crng.IntN(len(charges))]
+	o.ProviderID = x.ID
+	w.tracef("copied answer: %s names %s, %s's charge", o.ID, x.ID, x.For)
+	return w.save(w.ctx, o)
 }
 
 // replay is the object that key created for o within Stripe's idempotency

@@ -15,6 +15,9 @@ const lookback = 72 * time.Hour
 // its rerun, a dry run, two passes at once, or a pass killed at a step
 // boundary and restarted.
 func (w *world) reconcile() error {
+	if err := w.copiedAnswer(); err != nil {
+		return err
+	}
 	switch w.weighted(40, 10, 8, 8, 7, 22, 10, 8) {
 	case 0: // an ordinary pass, sometimes rerun at once
 		pc, err := w.runSomePass(w.drawPlan(false))

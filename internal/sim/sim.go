@@ -2,7 +2,8 @@
 // reconciler's world, a deterministic simulator at the scale of
 // this project: one seed drives one deterministic history on a virtual
 // clock, in which a payment worker creates obligations, claims leases,
-// calls the provider, loses answers, retries with fresh keys and crashes;
+// calls the provider, loses answers, retries with fresh keys, records an
+// answer copied from another payment (copiedAnswer) and crashes;
 // the Stripe test server and the Slack fake misbehave; and reconciler
 // passes run at random points, two at once, or are killed at a step
 // boundary and restarted. An oracle that knows what the provider really
@@ -199,6 +200,7 @@ type world struct {
 	seed uint64
 	rng  *rand.Rand
 	jrng *rand.Rand // the choices about passes run as jobs (jobsRand)
+	crng *rand.Rand // the answers copied from another payment (copiedAnswer)
 	// stuckRun is a pass as jobs left running until the next is
 	// enqueued (checkJobPass).
 	stuckRun string
