@@ -30,8 +30,9 @@ import (
 //
 //   - the obligations changed or added since the last matching pass
 //     reached (by updated_at and created_at: its clock, or its window's
-//     end if earlier, less the clock skew; a row whose last change is the
-//     marked pass's own transition is not changed), every EXECUTING and
+//     end if earlier, less the clock skew; a row whose last change is a
+//     transition of a pass whose save succeeded is not changed:
+//     MatchMirror.OwnWrites), every EXECUTING and
 //     CONFIRMATION_UNKNOWN one, and every one with an open finding;
 //   - the objects this pass read from the provider (listed fresh, told
 //     of by an event, read again), every one still pending, every one
@@ -602,9 +603,9 @@ func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile
 
 // splitScanned tells apart the rows of readChanged's scan: those changed
 // since (in Read's scope by state, creation or update, less those whose
-// last change is the marked pass's own transition, own) and those read
-// because an open finding names them (open). A row of the reconciler's
-// own transition that an open finding names is the latter.
+// last change is a transition of a pass whose save succeeded, own) and
+// those read because an open finding names them (open). A row of such a
+// transition that an open finding names is the latter.
 func splitScanned(scanned []reconcile.Obligation, since time.Time, own map[string]time.Time,
 	open map[string]bool) (changed, opened []reconcile.Obligation) {
 	for _, o := range scanned {
