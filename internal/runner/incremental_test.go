@@ -1686,3 +1686,49 @@ func TestRetrievedConflictIsSeen(t *testing.T) {
 		t.Errorf("after a pass that retrieved ch_c for charge:r, the conflicts are %q, want %q", got, want)
 	}
 }
+
+// What a pass concludes of an obligation whose record it could not
+// retrieve (a lookup failed) rests on nothing read: the next pass may not
+// keep it as its own. Here the nightly pass after the one whose lookup
+// failed must find the amount mismatch a pass over the whole history
+// finds; keeping the last pass's conclusion, it found nothing, and went
+// on finding nothing while the row stood still.
+func TestIncrementalAfterAFailedLookup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// A charge from before every window, of other money.
+	old := propCharge("ch_old", t0.Add(-100*time.Hour))
+	old.Money.Amount = 2000
+	e.add("", old)
+	e.clock = t0
+	e.pass(true, runner.Request{})
+
+	paid := propPaid("charge:g", t0.Add(time.Hour))
+	paid.ProviderID = old.ID
+	pgtest.InsertObligations(t, e.pool, paid)
+	e.clock = t0.Add(2 * time.Hour)
+	// Every charge served lacks its amount, as from a faulty deploy at
+	// the provider: the retrieval fails; the nightly pass's listing of
+	// the charges created since the mirror is empty, and stands.
+	e.srv.SetFaults(stripesim.Faults{Malformed: stripesim.Without("amount"), MalformedList: stripesim.ListCharges})
+	out := e.pass(true, runner.Request{})
+	e.srv.SetFaults(stripesim.Faults{})
+	if !slices.ContainsFunc(out.Lookups, func(l reconcile.Lookup) bool { return l.ID == old.ID && l.Result == reconcile.LookupFailed }) {
+		t.Fatalf("the lookup of %s did not fail (lookups %+v): the test proves nothing", old.ID, out.Lookups)
+	}
+	if slices.ContainsFunc(out.Result.Findings, func(f reconcile.Finding) bool { return f.ObligationID == paid.ID }) {
+		t.Fatalf("a pass that could not read %s found %+v", old.ID, out.Result.Findings)
+	}
+
+	e.clock = t0.Add(3 * time.Hour)
+	out = e.pass(true, runner.Request{})
+	if out.Sync.Match != runner.MatchFull {
+		t.Errorf("the pass after a failed lookup matched %s (%q), want whole", out.Sync.Match, out.Sync.MatchReason)
+	}
+	if !slices.ContainsFunc(out.Result.Findings, func(f reconcile.Finding) bool {
+		return f.ObligationID == paid.ID && f.Kind == reconcile.AmountMismatch
+	}) {
+		t.Errorf("the nightly pass after the failed lookup (matched %s, %q) found %+v, want charge:g's amount mismatch",
+			out.Sync.Match, out.Sync.MatchReason, out.Result.Findings)
+	}
+}

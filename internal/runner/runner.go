@@ -337,10 +337,14 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 		res = ownShare(res, &in, sh.Shard)
 	}
 	res.Incremental = incremental
-	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil {
+	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil && !lookupFailed(in.Lookups) {
 		// What the mirror keeps of this matching, for the next pass's. A
 		// pass run as jobs keeps none: its fetches saved what no match
-		// had read yet, and its apply saves only what it read itself.
+		// had read yet, and its apply saves only what it read itself. Nor
+		// does one whose retrieval of a record failed: what it concluded
+		// of the obligation naming it rests on nothing read, and the next
+		// pass, left no mark, matches whole (docs/design.md, "Incremental
+		// matching").
 		p.st.setMatched(&res, p.out.Run, now, r.matchDigest(), res.Undecided)
 	}
 	in.Obligations = nil
@@ -351,6 +355,11 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 			"count", p.out.Partial, "covered_from", in.Listed.From, "events_from", in.EventsFrom, "max_lookback", r.MaxLookback.String())
 	}
 	return nil
+}
+
+// lookupFailed reports whether a retrieval of ls failed.
+func lookupFailed(ls []reconcile.Lookup) bool {
+	return slices.ContainsFunc(ls, func(l reconcile.Lookup) bool { return l.Result == reconcile.LookupFailed })
 }
 
 // lock takes the database's run lock, waiting for another run's if wait
