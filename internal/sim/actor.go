@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"reconcile"
+	"reconcile/internal/config"
 )
 
 // leaseTerm is how long a worker's claim on an obligation lasts.
@@ -432,6 +435,93 @@ func (w *world) copiedAnswer() error {
 	o.ProviderID = x.ID
 	w.tracef("copied answer: %s names %s, %s's charge", o.ID, x.ID, x.For)
 	return w.save(w.ctx, o)
+}
+
+// refundOfOpen: now and then, before a reconciler step, finance approves
+// a refund of the oldest succeeded charge an open finding is about, its
+// obligation's or its own (a duplicate given back, money moved outside
+// the workflow returned). Once the charge is older than what a pass
+// covers, the pass retrieves it by the refund's target, with every
+// obligation that names it: the open finding must stand or go as a pass
+// over the whole history decides. Days pass before it, so that the charge
+// is that old. Drawn from a generator of its own, so
+// that histories without it replay as before.
+func (w *world) refundOfOpen() error {
+	if w.orng == nil {
+		w.orng = rand.New(rand.NewPCG(w.seed, 0x0bef))
+	}
+	if w.refundsOfOpen == 2 || w.orng.IntN(2) != 0 {
+		return nil
+	}
+	rows, err := w.env.Pool.Query(w.ctx, `SELECT coalesce(obligation_id, ''), provider_ids
+		FROM reconcile.findings WHERE status = 'open'`)
+	if err != nil {
+		return fmt.Errorf("read open findings: %w", err)
+	}
+	open := map[string]bool{}
+	var (
+		obl  string
+		objs []string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&obl, &objs}, func() error {
+		open[obl] = obl != ""
+		for _, id := range objs {
+			open[id] = true
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read open findings: %w", err)
+	}
+	var ch *object
+	for _, id := range w.led.objIDs {
+		x := w.led.objs[id]
+		if x.Kind != reconcile.Charge || x.Status != reconcile.Succeeded || !open[x.ID] && !open[x.For] {
+			continue
+		}
+		if ch == nil || x.Created.Before(ch.Created) {
+			ch = x
+		}
+	}
+	if ch == nil {
+		return nil
+	}
+	// Days pass first, unless they have: the charge leaves the window
+	// and, in half the histories whose max_lookback is short, what any
+	// pass covers.
+	age := lookback + time.Duration(1+w.orng.IntN(48*3600))*time.Second
+	if w.maxLookback < config.Default().MaxLookback && w.orng.IntN(2) == 0 {
+		age = w.maxLookback + time.Duration(1+w.orng.IntN(24*3600))*time.Second
+	}
+	if d := ch.Created.Add(age).Sub(w.clock.Now()); d > 0 {
+		w.clock.Advance(d)
+		w.tracef("advance %s", d)
+	}
+	now := w.clock.Now()
+	w.led.nextObl++
+	amount := ch.Money.Amount
+	if w.orng.IntN(3) == 0 {
+		amount = 1 + w.orng.Int64N(amount)
+	}
+	o := &obligation{
+		ID:     fmt.Sprintf("refund:%04d:req-%d", w.led.nextObl, 1+w.orng.IntN(9)),
+		Kind:   reconcile.Refund,
+		Key:    w.led.newKey(),
+		Money:  reconcile.Money{Amount: amount, Currency: ch.Money.Currency},
+		Target: ch.ID,
+		Meta:   metaStyle(w.orng.IntN(3)),
+		State:  reconcile.Approved, Created: now, Updated: now,
+	}
+	w.refundsOfOpen++
+	w.tracef("refund of open: %s refunds %s (%s's, created %s)", o.ID, ch.ID, ch.For, ch.Created.Format(time.RFC3339))
+	switch age := now.Sub(ch.Created); {
+	case age > w.maxLookback:
+		w.stat("refund of an open finding's charge, past max_lookback")
+	case age > lookback:
+		w.stat("refund of an open finding's charge, before the window")
+	default:
+		w.stat("refund of an open finding's charge, in the window")
+	}
+	return w.insert(w.ctx, o)
 }
 
 // replay is the object that key created for o within Stripe's idempotency

@@ -18,6 +18,9 @@ func (w *world) reconcile() error {
 	if err := w.copiedAnswer(); err != nil {
 		return err
 	}
+	if err := w.refundOfOpen(); err != nil {
+		return err
+	}
 	switch w.weighted(40, 10, 8, 8, 7, 22, 10, 8) {
 	case 0: // an ordinary pass, sometimes rerun at once
 		pc, err := w.runSomePass(w.drawPlan(false))

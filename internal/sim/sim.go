@@ -3,7 +3,8 @@
 // this project: one seed drives one deterministic history on a virtual
 // clock, in which a payment worker creates obligations, claims leases,
 // calls the provider, loses answers, retries with fresh keys, records an
-// answer copied from another payment (copiedAnswer) and crashes;
+// answer copied from another payment (copiedAnswer) and crashes; finance
+// refunds, days later, a charge an open finding is about (refundOfOpen);
 // the Stripe test server and the Slack fake misbehave; and reconciler
 // passes run at random points, two at once, or are killed at a step
 // boundary and restarted. An oracle that knows what the provider really
@@ -201,6 +202,9 @@ type world struct {
 	rng  *rand.Rand
 	jrng *rand.Rand // the choices about passes run as jobs (jobsRand)
 	crng *rand.Rand // the answers copied from another payment (copiedAnswer)
+	orng *rand.Rand // the refunds of what an open finding is about (refundOfOpen)
+	// refundsOfOpen counts them: two a history at most.
+	refundsOfOpen int
 	// stuckRun is a pass as jobs left running until the next is
 	// enqueued (checkJobPass).
 	stuckRun string
