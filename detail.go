@@ -262,6 +262,9 @@ type Gap struct {
 	EventsFrom time.Time
 	Created    time.Time
 	Reach      time.Duration
+	// Record and Err are, for GapLookup, the record the obligation names
+	// and why its retrieval failed ("" if not said).
+	Record, Err string
 }
 
 // GapKind names what was not read.
@@ -275,6 +278,7 @@ const (
 	GapEarlier           // the listing begins after the obligation's records do
 	GapNoEvents          // no events were read
 	GapEvents            // the events read begin after the records do
+	GapLookup            // the retrieval of the record its provider_id names failed
 )
 
 // String says the gap as a clause of a finding's detail, with how to
@@ -293,6 +297,8 @@ func (g Gap) String() string {
 	case GapEvents:
 		return fmt.Sprintf("the provider's events before %s, which tell which idempotency key made each record, "+
 			"were not read (Stripe keeps events 30 days; only what the reconciler's mirror kept is older)", stamp(g.EventsFrom))
+	case GapLookup:
+		return WhyLookupFailed(g.Record, g.Err)
 	}
 	return ""
 }

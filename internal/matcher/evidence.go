@@ -319,7 +319,8 @@ func (m *matcher) movedFinding(o *reconcile.Obligation, succ []int32) {
 
 // recordsRead reports whether the run read every provider record that can
 // bear on a decision about o: the listings and the key evidence reach back
-// to Options.RecordsFrom of its creation and the listings on to now
+// to Options.RecordsFrom of its creation and the listings on to now, and
+// the record its provider_id names was not a retrieval that failed
 // (docs/design.md, "Coverage").
 func (m *matcher) recordsRead(o *reconcile.Obligation) bool {
 	return m.unread(o).Kind == reconcile.GapNone
@@ -343,6 +344,12 @@ func (m *matcher) unread(o *reconcile.Obligation) reconcile.Gap {
 		g.Kind = reconcile.GapNoEvents
 	case ev.After(from):
 		g.Kind = reconcile.GapEvents
+	case o.ProviderID != "":
+		// The record it names as its answer, retrieved by id, may be a
+		// second payment: unread when its retrieval failed.
+		if l, ok := m.lookups[o.ProviderID]; ok && l.Result == reconcile.LookupFailed && m.objByID(o.ProviderID) < 0 {
+			g.Kind, g.Record, g.Err = reconcile.GapLookup, o.ProviderID, l.Err
+		}
 	}
 	return g
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -319,4 +320,45 @@ func decisions(res Result, id string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// The record an obligation's provider_id names, retrieved by id, may be a
+// second payment: when its retrieval failed, the obligation's records
+// were not all read. It is not marked PAID on another record linking to
+// it, the finding says which lookup failed, and the run settles nothing
+// of it (its earlier findings stand). Absent (a 404), the record proves
+// nothing against it, and it is marked PAID.
+func TestFailedLookupLeavesTheRecordsUnread(t *testing.T) {
+	from := propNow.Add(-30 * 24 * time.Hour)
+	usd := reconcile.Money{Amount: 2500, Currency: "usd"}
+	o := reconcile.Obligation{ID: "charge:1", Kind: reconcile.Charge, IdempotencyKey: "key-1", ProviderID: "pi_lost",
+		Money: usd, State: reconcile.ConfirmationUnknown, RawState: "CONFIRMATION_UNKNOWN",
+		CreatedAt: reconcile.StampOf(propNow.Add(-2 * time.Hour)), UpdatedAt: reconcile.StampOf(propNow.Add(-2 * time.Hour))}
+	ch := reconcile.ProviderObject{ID: "ch_1", Kind: reconcile.Charge, Money: usd, Status: reconcile.Succeeded,
+		Created: reconcile.StampOf(propNow.Add(-time.Hour)), Metadata: map[string]string{"obligation_id": o.ID}}
+	run := func(l reconcile.Lookup) Result {
+		in := Input{Obligations: []reconcile.Obligation{o}, Objects: []reconcile.ProviderObject{ch},
+			Lookups: []reconcile.Lookup{l}, Listed: reconcile.Window{From: from, To: propNow}, EventsFrom: from}
+		return Match(in, propNow, OptionsFrom(config.Default().Matcher))
+	}
+
+	res := run(reconcile.Lookup{ID: "pi_lost", Result: reconcile.LookupFailed, Err: "timeout"})
+	if len(res.Transitions) > 0 {
+		t.Errorf("marked %+v though the lookup of pi_lost failed", res.Transitions)
+	}
+	if !slices.Equal(res.ObligationIDs, []string{o.ID}) || len(res.Settled.Obligations) > 0 {
+		t.Errorf("decided %q and settled %q, want charge:1 decided and nothing settled", res.ObligationIDs, res.Settled.Obligations)
+	}
+	want := "it was not marked paid: the lookup of pi_lost failed (timeout), so a second payment there could not be ruled out."
+	if len(res.Findings) != 1 || res.Findings[0].Kind != reconcile.UnresolvedUnknown || !strings.HasSuffix(res.Findings[0].Detail, want) {
+		t.Errorf("findings %+v, want one unresolved unknown ending %q", res.Findings, want)
+	}
+
+	res = run(reconcile.Lookup{ID: "pi_lost", Result: reconcile.LookupNotFound})
+	if len(res.Transitions) != 1 || res.Transitions[0].ProviderID != "ch_1" || len(res.Findings) > 0 {
+		t.Errorf("with pi_lost absent: transitions %+v, findings %+v; want charge:1 PAID by ch_1 and no finding", res.Transitions, res.Findings)
+	}
+	if !slices.Equal(res.Settled.Obligations, []string{o.ID}) {
+		t.Errorf("with pi_lost absent settled %q, want charge:1", res.Settled.Obligations)
+	}
 }

@@ -306,7 +306,11 @@ func expect(t *ledger, plan passPlan, now time.Time, failed map[string]bool, max
 	// Every obligation in scope against the movements that link to it.
 	for _, id := range slices.Sorted(maps.Keys(e.scope)) {
 		o := t.obls[id]
-		whole := !e.cover.From.After(recordsFrom(o.Created)) && !e.keysFrom.After(recordsFrom(o.Created))
+		// Its records are all read when the coverage and the key
+		// evidence reach back to them, and the record its provider_id
+		// names, a payment maybe, was not a retrieval that failed.
+		whole := !e.cover.From.After(recordsFrom(o.Created)) && !e.keysFrom.After(recordsFrom(o.Created)) &&
+			e.lookups[o.ProviderID] != reconcile.LookupFailed
 		if !whole {
 			e.partial[id] = true
 		}
