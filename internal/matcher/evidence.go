@@ -346,9 +346,12 @@ func (m *matcher) unread(o *reconcile.Obligation) reconcile.Gap {
 		g.Kind = reconcile.GapEvents
 	case o.ProviderID != "":
 		// The record it names as its answer, retrieved by id, may be a
-		// second payment: unread when its retrieval failed.
-		if l, ok := m.lookups[o.ProviderID]; ok && l.Result == reconcile.LookupFailed && m.objByID(o.ProviderID) < 0 {
-			g.Kind, g.Record, g.Err = reconcile.GapLookup, o.ProviderID, l.Err
+		// second payment: unread when its retrieval failed, unless what
+		// was read holds it (an intent, through its charges).
+		if l, ok := m.lookups[o.ProviderID]; ok && l.Result == reconcile.LookupFailed {
+			if k, mv := m.objectOf(o.ProviderID); k < 0 && mv < 0 {
+				g.Kind, g.Record, g.Err = reconcile.GapLookup, o.ProviderID, l.Err
+			}
 		}
 	}
 	return g

@@ -327,7 +327,8 @@ func decisions(res Result, id string) map[string]bool {
 // were not all read. It is not marked PAID on another record linking to
 // it, the finding says which lookup failed, and the run settles nothing
 // of it (its earlier findings stand). Absent (a 404), the record proves
-// nothing against it, and it is marked PAID.
+// nothing against it, and it is marked PAID; so it is when what was read
+// holds the record (an intent, through its charge).
 func TestFailedLookupLeavesTheRecordsUnread(t *testing.T) {
 	from := propNow.Add(-30 * 24 * time.Hour)
 	usd := reconcile.Money{Amount: 2500, Currency: "usd"}
@@ -360,5 +361,14 @@ func TestFailedLookupLeavesTheRecordsUnread(t *testing.T) {
 	}
 	if !slices.Equal(res.Settled.Obligations, []string{o.ID}) {
 		t.Errorf("with pi_lost absent settled %q, want charge:1", res.Settled.Obligations)
+	}
+
+	// An intent whose charge was read is held through it, however its
+	// own retrieval went.
+	ch.Metadata, ch.PaymentIntent = nil, "pi_lost"
+	res = run(reconcile.Lookup{ID: "pi_lost", Result: reconcile.LookupFailed, Err: "timeout"})
+	if len(res.Transitions) != 1 || len(res.Findings) > 0 || !slices.Equal(res.Settled.Obligations, []string{o.ID}) {
+		t.Errorf("with pi_lost's charge read: transitions %+v, findings %+v, settled %q; want charge:1 PAID and settled",
+			res.Transitions, res.Findings, res.Settled.Obligations)
 	}
 }

@@ -444,8 +444,8 @@ func (w *world) copiedAnswer() error {
 // covers, the pass retrieves it by the refund's target, with every
 // obligation that names it: the open finding must stand or go as a pass
 // over the whole history decides. Days pass before it, so that the charge
-// is that old. Drawn from a generator of its own, so
-// that histories without it replay as before.
+// is that old. Drawn from a generator of its own, so that histories
+// without it replay as before.
 func (w *world) refundOfOpen() error {
 	if w.orng == nil {
 		w.orng = rand.New(rand.NewPCG(w.seed, 0x0bef))
@@ -464,7 +464,9 @@ func (w *world) refundOfOpen() error {
 		objs []string
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&obl, &objs}, func() error {
-		open[obl] = obl != ""
+		if obl != "" {
+			open[obl] = true
+		}
 		for _, id := range objs {
 			open[id] = true
 		}
@@ -513,10 +515,10 @@ func (w *world) refundOfOpen() error {
 	}
 	w.refundsOfOpen++
 	w.tracef("refund of open: %s refunds %s (%s's, created %s)", o.ID, ch.ID, ch.For, ch.Created.Format(time.RFC3339))
-	switch age := now.Sub(ch.Created); {
-	case age > w.maxLookback:
+	switch old := now.Sub(ch.Created); {
+	case old > w.maxLookback:
 		w.stat("refund of an open finding's charge, past max_lookback")
-	case age > lookback:
+	case old > lookback:
 		w.stat("refund of an open finding's charge, before the window")
 	default:
 		w.stat("refund of an open finding's charge, in the window")
