@@ -337,7 +337,7 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 		res = ownShare(res, &in, sh.Shard)
 	}
 	res.Incremental = incremental
-	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil && !lookupFailed(in.Lookups) {
+	if _, jobs := r.Provider.(*prefetched); !jobs && r.Mirror != nil {
 		// What the mirror keeps of this matching, for the next pass's. A
 		// pass run as jobs keeps none: its fetches saved what no match
 		// had read yet, and its apply saves only what it read itself. Nor
@@ -345,7 +345,11 @@ func (r *Runner) readAndMatch(ctx context.Context, log *slog.Logger, req Request
 		// of the obligation naming it rests on nothing read, and the next
 		// pass, left no mark, matches whole (docs/design.md, "Incremental
 		// matching").
-		p.st.setMatched(&res, p.out.Run, now, r.matchDigest(), res.Undecided)
+		if lookupFailed(in.Lookups) {
+			log.Warn("a retrieval by id failed: this pass leaves no match mark, and the next pass matches everything again")
+		} else {
+			p.st.setMatched(&res, p.out.Run, now, r.matchDigest(), res.Undecided)
+		}
 	}
 	in.Obligations = nil
 	p.out.Input, p.out.Result = in, res
