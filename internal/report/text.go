@@ -34,7 +34,7 @@ func WriteText(w io.Writer, out *runner.Outcome) {
 	if c := out.Covered; c.Valid() {
 		fmt.Fprintf(w, "  records      created %s → %s, key evidence from %s\n", stamp(c.From), stamp(c.To), stamp(out.EventsFrom))
 		if out.Partial > 0 {
-			fmt.Fprintf(w, "  not decided  %d obligations whose records reach back further (never marked PAID; see max_lookback)\n", out.Partial)
+			fmt.Fprintf(w, "  not decided  %d obligations whose records were not all read (never marked PAID; their findings say what was not read)\n", out.Partial)
 		}
 	}
 	if line := unmappedLine(out.Unmapped); line != "" {

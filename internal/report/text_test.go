@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"reconcile"
@@ -84,6 +85,22 @@ func TestWriteTextSaysHowThePassMatched(t *testing.T) {
 		WriteText(&b, &runner.Outcome{Run: reconcile.Run{ID: "run_1", Status: reconcile.RunCompleted}, Sync: tt.sync})
 		if got := strings.Contains(b.String(), "matched      incrementally"); got != (tt.want != "") || !strings.Contains(b.String(), tt.want) {
 			t.Errorf("%s match: want %q in\n%s", tt.sync.Match, tt.want, b.String())
+		}
+	}
+}
+
+// The records line says what was read; the count of obligations decided
+// on without all their records follows it, whatever was not read (an
+// earlier stretch, key evidence, a retrieval that failed).
+func TestWriteTextCountsTheObligationsNotAllRead(t *testing.T) {
+	for _, partial := range []int{0, 3} {
+		out := &runner.Outcome{Run: reconcile.Run{ID: "run_1", Status: reconcile.RunCompleted}, Partial: partial,
+			Covered: reconcile.Window{From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}}
+		var b bytes.Buffer
+		WriteText(&b, out)
+		want := "  not decided  3 obligations whose records were not all read (never marked PAID; their findings say what was not read)\n"
+		if got := strings.Contains(b.String(), "not decided"); got != (partial > 0) || partial > 0 && !strings.Contains(b.String(), want) {
+			t.Errorf("%d partial: want the line %q only when some are, in\n%s", partial, want, b.String())
 		}
 	}
 }
