@@ -100,8 +100,8 @@ func (m *matcher) linkAll() {
 		default:
 			if obj = m.objByID(ke.ObjectID); obj >= 0 {
 				at = m.inputOf(obj)
-			} else if v, ok := m.absentPI[ke.ObjectID]; ok {
-				mv = v
+			} else {
+				mv = m.absentMov(ke.ObjectID)
 			}
 		}
 		if obj >= 0 {

@@ -439,14 +439,24 @@ func (o *oracle) movementID(p *reconcile.ProviderObject) string {
 	return pi
 }
 
-// movementOf is the movement an id stands for: its object's, or an
-// unlisted intent's that its charges name.
+// movementOf is the movement an id stands for: its object's, an unlisted
+// intent's that its charges name, or, for an unlisted charge, the
+// movement of the least intent naming it its latest.
 func (o *oracle) movementOf(id string) string {
 	if mv, ok := o.mov[id]; ok {
 		return mv
 	}
 	if len(o.memb[id]) > 0 {
 		return id
+	}
+	pi := ""
+	for _, q := range o.objs {
+		if q.Kind == reconcile.PaymentIntent && q.Charge == id && (pi == "" || q.ID < pi) {
+			pi = q.ID
+		}
+	}
+	if pi != "" {
+		return o.mov[pi]
 	}
 	return ""
 }

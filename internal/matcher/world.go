@@ -52,6 +52,10 @@ type world struct {
 	next      []int32  // object → next member of its movement, -1 at the end
 	absentPI  map[string]int32
 	absentIDs []string
+	// absentCh maps the latest charge an intent read names, itself not
+	// read, to the intent's movement: an obligation naming it claims
+	// that payment (docs/design.md, "Linking").
+	absentCh map[string]int32
 
 	movs    []movement
 	more    map[int32][]mlink // further obligations of conflicting movements
@@ -346,8 +350,20 @@ func (w *world) groupMovements() {
 	// smallest id, should several: bad data, but order must not matter).
 	var chargeToPI map[int32]int32
 	for _, i := range named {
-		j := w.objByID(w.obj(i).Charge)
-		if j < 0 || w.obj(j).Kind != reconcile.Charge || w.obj(j).PaymentIntent != "" {
+		c := w.obj(i).Charge
+		j := w.objByID(c)
+		if j < 0 {
+			// A latest charge not read is its intent's payment all the
+			// same (the smallest intent's, should several name it).
+			if w.absentCh == nil {
+				w.absentCh = map[string]int32{}
+			}
+			if cur, ok := w.absentCh[c]; !ok || w.obj(i).ID < w.movID(cur) {
+				w.absentCh[c] = w.objMov[i]
+			}
+			continue
+		}
+		if w.obj(j).Kind != reconcile.Charge || w.obj(j).PaymentIntent != "" {
 			continue
 		}
 		if chargeToPI == nil {
@@ -496,16 +512,26 @@ func (w *world) movementOf(id string) int32 {
 }
 
 // objectOf finds the object with id (k; -1 if none) and its movement, or
-// the movement of an intent id that only its charges named (mv; -1 if
-// none).
+// the movement of an intent id that only its charges named or of a
+// charge id that only its intent named (mv; -1 if none).
 func (w *world) objectOf(id string) (k, mv int32) {
 	if k := w.objByID(id); k >= 0 {
 		return k, w.objMov[k]
 	}
+	return -1, w.absentMov(id)
+}
+
+// absentMov is the movement of an object not read that a read one names
+// as the other half of its payment (an intent its charges name, the
+// latest charge its intent names), or -1.
+func (w *world) absentMov(id string) int32 {
 	if mv, ok := w.absentPI[id]; ok {
-		return -1, mv
+		return mv
 	}
-	return -1, -1
+	if mv, ok := w.absentCh[id]; ok {
+		return mv
+	}
+	return -1
 }
 
 // indexLookups merges the retrievals by id. Several results for one id

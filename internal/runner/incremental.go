@@ -451,7 +451,9 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 				return matcher.Input{}, false, err
 			}
 			keys = append(keys, more...)
-			named, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher)))
+			asks := Named(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher)
+			asks.ProviderIDs = append(asks.ProviderIDs, partners(kept, asks.ProviderIDs)...)
+			named, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(asks))
 			if err != nil {
 				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 			}
@@ -501,7 +503,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// the one decided on from PAID (docs/design.md, "Incremental
 		// matching"). Their names count as asked, so that a later round
 		// does not read them again.
-		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(Named(&sources.Listing{Objects: got}, r.Matcher)))
+		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(claimants(got, r.Matcher)))
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
@@ -585,7 +587,7 @@ func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile
 	if len(unnamed) == 0 {
 		return nil
 	}
-	covered, retrieved := coverNames(kept, keys, cover, opts), Named(&sources.Listing{Objects: found}, opts)
+	covered, retrieved := coverNames(kept, keys, cover, opts), claimants(found, opts)
 	unnamed = slices.DeleteFunc(unnamed, func(o reconcile.Obligation) bool {
 		return decides(&o, w, covered) || decides(&o, w, retrieved)
 	})
@@ -767,10 +769,13 @@ func (r *Runner) keysOfChanged(ctx context.Context, mm MatchMirror, objs []recon
 }
 
 // coverNames is what the records of objs and keys that cover holds name:
-// the objects created in it, and key evidence told in it, about whatever
-// object.
+// the objects created in it (and the other halves of their payments,
+// partners), and key evidence told in it, about whatever object.
 func coverNames(objs []reconcile.ProviderObject, keys []reconcile.KeyEvidence, cover reconcile.Window, opts matcher.Options) sources.Named {
-	n := namedIf(&sources.Listing{Objects: objs}, opts, func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) })
+	in := func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) }
+	n := namedIf(&sources.Listing{Objects: objs}, opts, in)
+	n.ProviderIDs = append(n.ProviderIDs, partners(slices.DeleteFunc(slices.Clone(objs), func(o reconcile.ProviderObject) bool { return !in(o) }), n.ProviderIDs)...)
+	byid.Sort(n.ProviderIDs)
 	for _, k := range keys {
 		if cover.Contains(k.Created.Time()) {
 			n.Keys = append(n.Keys, k.Key)

@@ -1733,3 +1733,59 @@ func TestIncrementalAfterAFailedLookup(t *testing.T) {
 			out.Sync.Match, out.Sync.MatchReason, out.Result.Findings)
 	}
 }
+
+// A charge and its payment intent are one payment, whichever of the two
+// a pass read, and an obligation naming either claims it (docs/design.md,
+// "Linking"). Here an unknown outcome's late answer names one half of an
+// old payment whose other half an old paid obligation recorded: a pass
+// over the whole history sees two claims and marks nothing; a pass that
+// read only the obligations naming the half it retrieved marked the
+// unknown outcome PAID on money the other approval collected.
+func TestRetrievedPaymentIsClaimedThroughItsOtherHalf(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		answer, other string
+	}{
+		{"the answer names the charge, the old obligation its intent", "ch_o", "pi_o"},
+		{"the answer names the intent, the old obligation its charge", "pi_o", "ch_o"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newTwin(t, 0)
+			ch := propCharge("ch_o", t0.Add(-100*time.Hour))
+			ch.PaymentIntent = "pi_o"
+			w.object(ch, "")
+			pi := ch
+			pi.ID, pi.Kind, pi.PaymentIntent, pi.Charge = "pi_o", reconcile.PaymentIntent, "", ch.ID
+			w.object(pi, "")
+			o := propPaid("charge:o", t0.Add(-101*time.Hour))
+			o.ProviderID = c.other
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, o) })
+			w.a.clock, w.b.clock = t0, t0
+			if _, differ := w.passes(); differ != "" {
+				t.Fatalf("day 0: %s", differ)
+			}
+			at := t0.Add(20 * time.Hour)
+			r := propUnknown("charge:r", at.Add(-time.Hour))
+			r.ProviderID = c.answer
+			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, r) })
+			w.a.clock, w.b.clock = at, at
+			a, differ := w.passes()
+			if differ != "" {
+				t.Errorf("day 1: %s", differ)
+			}
+			if !slices.ContainsFunc(a.Lookups, func(l reconcile.Lookup) bool { return l.ID == c.answer }) {
+				t.Fatalf("the pass did not retrieve %s (lookups %+v): the test proves nothing", c.answer, a.Lookups)
+			}
+			if len(a.Result.Transitions) > 0 {
+				t.Errorf("the pass marked %+v on a payment another obligation recorded", a.Result.Transitions)
+			}
+			if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
+				return f.Kind == reconcile.ConflictingLink && f.ObligationID == r.ID
+			}) {
+				t.Errorf("no conflicting link for charge:r among %+v", a.Result.Findings)
+			}
+		})
+	}
+}

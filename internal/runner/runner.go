@@ -477,6 +477,9 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 	if err != nil {
 		return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 	}
+	if obs, err = r.readPartners(ctx, obs, listing.Objects, named.ProviderIDs); err != nil {
+		return matcher.Input{}, err
+	}
 	// The subject is what the listing as first read names, not the
 	// stretch read further back below.
 	subject := &lazySubject{l: listing, w: w, opts: r.Matcher}
@@ -520,6 +523,9 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 		}
 		obs = mergeObligations(obs, more)
+		if obs, err = r.readPartners(ctx, obs, older.Objects, named.ProviderIDs); err != nil {
+			return matcher.Input{}, err
+		}
 		log.Info("read further back for obligations the window's records name", "from", from, "obligations", len(more))
 	}
 	decided := make([]bool, len(obs))
@@ -552,7 +558,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		// it too, and the conflict then keeps the one decided on from
 		// PAID, as a pass over the whole history finds it
 		// (docs/design.md, "Coverage").
-		more, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: found}, r.Matcher))
+		more, err := r.Obligations.ReadNamed(ctx, claimants(found, r.Matcher))
 		if err != nil {
 			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 		}
@@ -1012,6 +1018,60 @@ func stopped(err error, where string) error {
 // target_id).
 func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 	return namedIf(l, opts, nil)
+}
+
+// claimants is what the objects objs name (Named) and the other halves
+// of their payments (partners): every name an obligation claiming one of
+// them may hold.
+func claimants(objs []reconcile.ProviderObject, opts matcher.Options) sources.Named {
+	n := Named(&sources.Listing{Objects: objs}, opts)
+	if extra := partners(objs, n.ProviderIDs); len(extra) > 0 {
+		n.ProviderIDs = append(n.ProviderIDs, extra...)
+		byid.Sort(n.ProviderIDs)
+	}
+	return n
+}
+
+// partners returns the ids of the other halves of objs's payments that
+// held (sorted) lacks: a charge's intent, an intent's latest charge. The
+// matcher takes a charge and its intent for one payment whichever of the
+// two a pass read (docs/design.md, "Linking"), so an obligation naming the
+// half not read claims the payment as surely as one naming the half read;
+// out of scope, it is read to link them, so that the conflict keeps the
+// one decided on from PAID, as a pass over the whole history finds it
+// (docs/design.md, "Coverage").
+func partners(objs []reconcile.ProviderObject, held []string) []string {
+	var out []string
+	for i := range objs {
+		o := &objs[i]
+		var p string
+		switch o.Kind {
+		case reconcile.Charge:
+			p = o.PaymentIntent
+		case reconcile.PaymentIntent:
+			p = o.Charge
+		}
+		if _, ok := slices.BinarySearch(held, p); p != "" && !ok {
+			out = append(out, p)
+		}
+	}
+	byid.Sort(out)
+	return slices.Compact(out)
+}
+
+// readPartners adds to obs (sorted by id) the obligations naming the other
+// halves of objs's payments that held (sorted) lacks (partners), read to
+// link them.
+func (r *Runner) readPartners(ctx context.Context, obs []reconcile.Obligation, objs []reconcile.ProviderObject, held []string) ([]reconcile.Obligation, error) {
+	extra := partners(objs, held)
+	if len(extra) == 0 {
+		return obs, nil
+	}
+	more, err := r.Obligations.ReadNamed(ctx, sources.Named{ProviderIDs: extra})
+	if err != nil {
+		return nil, fmt.Errorf("read obligations: %w", err)
+	}
+	return mergeObligations(obs, more), nil
 }
 
 // namedIf is what the listed objects that keep keeps name, and the keys
