@@ -328,7 +328,8 @@ func decisions(res Result, id string) map[string]bool {
 // it, the finding says which lookup failed, and the run settles nothing
 // of it (its earlier findings stand). Absent (a 404), the record proves
 // nothing against it, and it is marked PAID; so it is when what was read
-// holds the record (an intent, through its charge).
+// holds the record (an intent, through its charge; a charge, through its
+// intent).
 func TestFailedLookupLeavesTheRecordsUnread(t *testing.T) {
 	from := propNow.Add(-30 * 24 * time.Hour)
 	usd := reconcile.Money{Amount: 2500, Currency: "usd"}
@@ -369,6 +370,15 @@ func TestFailedLookupLeavesTheRecordsUnread(t *testing.T) {
 	res = run(reconcile.Lookup{ID: "pi_lost", Result: reconcile.LookupFailed, Err: "timeout"})
 	if len(res.Transitions) != 1 || len(res.Findings) > 0 || !slices.Equal(res.Settled.Obligations, []string{o.ID}) {
 		t.Errorf("with pi_lost's charge read: transitions %+v, findings %+v, settled %q; want charge:1 PAID and settled",
+			res.Transitions, res.Findings, res.Settled.Obligations)
+	}
+
+	// So is a charge whose intent was read, naming it its latest.
+	o.ProviderID = "ch_lost"
+	ch.ID, ch.Kind, ch.PaymentIntent, ch.Charge = "pi_1", reconcile.PaymentIntent, "", "ch_lost"
+	res = run(reconcile.Lookup{ID: "ch_lost", Result: reconcile.LookupFailed, Err: "timeout"})
+	if len(res.Transitions) != 1 || len(res.Findings) > 0 || !slices.Equal(res.Settled.Obligations, []string{o.ID}) {
+		t.Errorf("with ch_lost's intent read: transitions %+v, findings %+v, settled %q; want charge:1 PAID and settled",
 			res.Transitions, res.Findings, res.Settled.Obligations)
 	}
 }
