@@ -451,9 +451,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 				return matcher.Input{}, false, err
 			}
 			keys = append(keys, more...)
-			asks := Named(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher)
-			asks.ProviderIDs = append(asks.ProviderIDs, partners(kept, asks.ProviderIDs)...)
-			named, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(asks))
+			named, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(claimants(&sources.Listing{Objects: kept, Keys: keys}, r.Matcher)))
 			if err != nil {
 				return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 			}
@@ -503,7 +501,7 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 		// the one decided on from PAID (docs/design.md, "Incremental
 		// matching"). Their names count as asked, so that a later round
 		// does not read them again.
-		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(claimants(got, r.Matcher)))
+		namers, err := r.Obligations.ReadNamed(ctx, namesAsked.unasked(claimants(&sources.Listing{Objects: got}, r.Matcher)))
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}
@@ -587,7 +585,7 @@ func dropUnlisted(ctx context.Context, mm MatchMirror, byID map[string]reconcile
 	if len(unnamed) == 0 {
 		return nil
 	}
-	covered, retrieved := coverNames(kept, keys, cover, opts), claimants(found, opts)
+	covered, retrieved := coverNames(kept, keys, cover, opts), claimants(&sources.Listing{Objects: found}, opts)
 	unnamed = slices.DeleteFunc(unnamed, func(o reconcile.Obligation) bool {
 		return decides(&o, w, covered) || decides(&o, w, retrieved)
 	})

@@ -558,7 +558,7 @@ func (r *Runner) read(ctx context.Context, log *slog.Logger, req Request, now ti
 		// it too, and the conflict then keeps the one decided on from
 		// PAID, as a pass over the whole history finds it
 		// (docs/design.md, "Coverage").
-		more, err := r.Obligations.ReadNamed(ctx, claimants(found, r.Matcher))
+		more, err := r.Obligations.ReadNamed(ctx, claimants(&sources.Listing{Objects: found}, r.Matcher))
 		if err != nil {
 			return matcher.Input{}, fmt.Errorf("read obligations: %w", err)
 		}
@@ -1020,12 +1020,12 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 	return namedIf(l, opts, nil)
 }
 
-// claimants is what the objects objs name (Named) and the other halves
-// of their payments (partners): every name an obligation claiming one of
-// them may hold.
-func claimants(objs []reconcile.ProviderObject, opts matcher.Options) sources.Named {
-	n := Named(&sources.Listing{Objects: objs}, opts)
-	if extra := partners(objs, n.ProviderIDs); len(extra) > 0 {
+// claimants is what l's objects and keys name (Named) and the other
+// halves of the objects' payments (partners): every name an obligation
+// claiming one of them may hold.
+func claimants(l *sources.Listing, opts matcher.Options) sources.Named {
+	n := Named(l, opts)
+	if extra := partners(l.Objects, n.ProviderIDs); len(extra) > 0 {
 		n.ProviderIDs = append(n.ProviderIDs, extra...)
 		byid.Sort(n.ProviderIDs)
 	}

@@ -98,10 +98,11 @@ func has(set map[string]struct{}, v string) bool {
 }
 
 // reaches reports whether object o names one of the shard's obligations:
-// by its id or its intent's (an intent stands for its charges), or by
-// its metadata.
+// by its id, its intent's or, of an intent, its latest charge's (a charge
+// and its intent are one payment), or by its metadata.
 func (n *ownNames) reaches(o *reconcile.ProviderObject, opts matcher.Options) bool {
 	return has(n.providerIDs, o.ID) || has(n.providerIDs, o.PaymentIntent) ||
+		o.Kind == reconcile.PaymentIntent && has(n.providerIDs, o.Charge) ||
 		has(n.ids, o.Metadata[opts.MetadataObligationID]) || has(n.keys, o.Metadata[opts.MetadataIdempotencyKey])
 }
 
@@ -139,7 +140,8 @@ func (n *classNames) add(o *reconcile.Obligation) {
 }
 
 // links reports whether object o surely links to one of n's obligations:
-// by its id or its intent's, or by its metadata. Key evidence is not
+// by its id, its intent's or, of an intent, its latest charge's, or by
+// its metadata. Key evidence is not
 // looked at (an object's events may be told on another day): an object
 // linked by its key alone reads as unlinked here, and is read by its own
 // id's shard too.
@@ -147,6 +149,7 @@ func (n *classNames) links(o *reconcile.ProviderObject, opts matcher.Options) bo
 	c := objectClass(o.Kind)
 	in := func(set map[string]uint8, v string) bool { return v != "" && set[v]&c != 0 }
 	return c != 0 && (in(n.providerIDs, o.ID) || o.Kind == reconcile.Charge && in(n.providerIDs, o.PaymentIntent) ||
+		o.Kind == reconcile.PaymentIntent && in(n.providerIDs, o.Charge) ||
 		in(n.ids, o.Metadata[opts.MetadataObligationID]) || in(n.keys, o.Metadata[opts.MetadataIdempotencyKey]))
 }
 
@@ -188,7 +191,7 @@ func (p *prefetched) shardListing(ctx context.Context, mid, kw reconcile.Window)
 			}
 		}
 		l := &sources.Listing{Objects: objs, Keys: keys}
-		named, err := obls.ReadNamed(ctx, Named(l, p.opts))
+		named, err := obls.ReadNamed(ctx, claimants(l, p.opts))
 		if err != nil {
 			return nil, nil, fmt.Errorf("read named obligations: %w", err)
 		}
@@ -614,14 +617,17 @@ func ownShare(res matcher.Result, in *matcher.Input, sh Shard) matcher.Result {
 			}
 		}
 	}
+	// A retrieved one goes by its namers first: it may link to an
+	// obligation of another shard that never reads it (one out of scope
+	// claiming it through its metadata or the other half of its payment).
 	ownObj := func(id string) bool {
-		if obl, ok := linkedTo[id]; ok {
-			return sh.owns(obl)
-		}
 		if _, r := retrieved[id]; r {
 			if obl, ok := namer[id]; ok {
 				return sh.owns(obl)
 			}
+		}
+		if obl, ok := linkedTo[id]; ok {
+			return sh.owns(obl)
 		}
 		return sh.owns(id)
 	}

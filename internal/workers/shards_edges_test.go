@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +52,9 @@ func rvCharge(id string, amount int64, created time.Time, f func(*reconcile.Prov
 // only the subject names, its charge read further back and its twin in
 // the mirror (S1); two unknown outcomes of two shards naming one charge
 // found only by id (S4); a refund whose charge only a retrieval by id
-// finds (S5).
+// finds (S5); an unknown outcome naming one half of an old payment found
+// only by id, an old obligation of the other shard naming the other
+// half (S6 names the charge, S7 the intent).
 func TestShardEdgesOnePass(t *testing.T) {
 	w := reconcile.Window{From: t0.Add(-72 * time.Hour), To: t0}
 	opts := matcher.OptionsFrom(config.Default().Matcher)
@@ -113,6 +116,26 @@ func TestShardEdgesOnePass(t *testing.T) {
 		p.Objects[""] = append(p.Objects[""], rvCharge(ch5, 20000, t0.Add(-200*24*time.Hour), nil),
 			reconcile.ProviderObject{ID: "re_rvw5", Kind: reconcile.Refund, Money: reconcile.Money{Amount: 9191, Currency: "usd"},
 				Status: reconcile.Succeeded, RawStatus: "succeeded", Target: ch5, Charge: ch5, Created: reconcile.StampOf(t0.Add(-5 * time.Hour))})
+
+		// S6, S7: an unknown outcome naming one half of an old payment
+		// (a charge and its intent) that only a retrieval by id finds,
+		// an old paid obligation of the other shard naming the other
+		// half: a conflict, whichever half each names.
+		for i, names := range [][2]string{{"ch", "pi"}, {"pi", "ch"}} {
+			n := fmt.Sprint(6 + i)
+			ch, pi := "ch_rvw"+n, "pi_rvw"+n
+			id := map[string]string{"ch": ch, "pi": pi}
+			unknown, paid := pick("rvw"+n+"u-obl", 0), pick("rvw"+n+"p-obl", 1)
+			p.Obligations = append(p.Obligations,
+				rvObl(unknown, id[names[0]], 3131, reconcile.ConfirmationUnknown, t0.Add(-10*time.Hour)),
+				rvObl(paid, id[names[1]], 3131, reconcile.Paid, old))
+			created := t0.Add(-200 * 24 * time.Hour)
+			p.Objects[""] = append(p.Objects[""],
+				rvCharge(ch, 3131, created, func(o *reconcile.ProviderObject) { o.PaymentIntent = pi }),
+				rvCharge(pi, 3131, created, func(o *reconcile.ProviderObject) {
+					o.Kind, o.Charge = reconcile.PaymentIntent, ch
+				}))
+		}
 	}
 	p := newPlatform(t, 1, 300, add)
 	one, dist := platformPair(t, p)
@@ -121,6 +144,11 @@ func TestShardEdgesOnePass(t *testing.T) {
 	out, err := one.runner.Run(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, tr := range out.Transitions {
+		if strings.HasPrefix(tr.ObligationID, "rvw6") || strings.HasPrefix(tr.ObligationID, "rvw7") {
+			t.Errorf("marked %+v on a payment an old obligation claims through its other half", tr)
+		}
 	}
 	plan := completePass(t, dist, q, req, 24*time.Hour)
 	t.Logf("one: covered %v context %d partial %d", out.Covered, out.Context, out.Partial)
