@@ -772,7 +772,7 @@ func (r *Runner) keysOfChanged(ctx context.Context, mm MatchMirror, objs []recon
 func coverNames(objs []reconcile.ProviderObject, keys []reconcile.KeyEvidence, cover reconcile.Window, opts matcher.Options) sources.Named {
 	in := func(o reconcile.ProviderObject) bool { return cover.Contains(o.Created.Time()) }
 	n := namedIf(&sources.Listing{Objects: objs}, opts, in)
-	n.ProviderIDs = append(n.ProviderIDs, partners(slices.DeleteFunc(slices.Clone(objs), func(o reconcile.ProviderObject) bool { return !in(o) }), n.ProviderIDs)...)
+	n.ProviderIDs = append(n.ProviderIDs, partners(objs, n.ProviderIDs, in)...)
 	byid.Sort(n.ProviderIDs)
 	for _, k := range keys {
 		if cover.Contains(k.Created.Time()) {

@@ -1025,25 +1025,29 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 // claiming one of them may hold.
 func claimants(l *sources.Listing, opts matcher.Options) sources.Named {
 	n := Named(l, opts)
-	if extra := partners(l.Objects, n.ProviderIDs); len(extra) > 0 {
+	if extra := partners(l.Objects, n.ProviderIDs, nil); len(extra) > 0 {
 		n.ProviderIDs = append(n.ProviderIDs, extra...)
 		byid.Sort(n.ProviderIDs)
 	}
 	return n
 }
 
-// partners returns the ids of the other halves of objs's payments that
-// held (sorted) lacks: a charge's intent, an intent's latest charge. The
+// partners returns the ids of the other halves of the payments of objs
+// that keep keeps (all, keep nil) that held (sorted) lacks: a charge's
+// intent, an intent's latest charge. The
 // matcher takes a charge and its intent for one payment whichever of the
 // two a pass read (docs/design.md, "Linking"), so an obligation naming the
 // half not read claims the payment as surely as one naming the half read;
 // out of scope, it is read to link them, so that the conflict keeps the
 // one decided on from PAID, as a pass over the whole history finds it
 // (docs/design.md, "Coverage").
-func partners(objs []reconcile.ProviderObject, held []string) []string {
+func partners(objs []reconcile.ProviderObject, held []string, keep func(reconcile.ProviderObject) bool) []string {
 	var out []string
 	for i := range objs {
 		o := &objs[i]
+		if keep != nil && !keep(*o) {
+			continue
+		}
 		var p string
 		switch o.Kind {
 		case reconcile.Charge:
@@ -1063,7 +1067,7 @@ func partners(objs []reconcile.ProviderObject, held []string) []string {
 // halves of objs's payments that held (sorted) lacks (partners), read to
 // link them.
 func (r *Runner) readPartners(ctx context.Context, obs []reconcile.Obligation, objs []reconcile.ProviderObject, held []string) ([]reconcile.Obligation, error) {
-	extra := partners(objs, held)
+	extra := partners(objs, held, nil)
 	if len(extra) == 0 {
 		return obs, nil
 	}
