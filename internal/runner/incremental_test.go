@@ -1787,3 +1787,46 @@ func TestRetrievedPaymentIsClaimedThroughItsOtherHalf(t *testing.T) {
 		})
 	}
 }
+
+// A refund tells which payment it takes money back from, and what a pass
+// read of that payment chooses its twins and its findings' words: a
+// refund of an old charge of an intent is "on payment pi_t" where the
+// charge was read, and a whole read reads the charge where an obligation
+// it decides on names it (here a late answer recorded in the window). A
+// nightly pass that reads a new refund of it must read the charge too,
+// though the obligation naming it did not change: it read neither, and
+// said "on charge ch_t" (TestIncrementalEqualsWhole's seed 441).
+func TestIncrementalReadsWhatARefundRefundsAsWholeDoes(t *testing.T) {
+	t.Parallel()
+	w := newTwin(t, 0)
+	ch := propCharge("ch_t", t0.Add(-100*time.Hour))
+	ch.PaymentIntent = "pi_t"
+	w.object(ch, "")
+	refund := func(id string, created time.Time, amount int64) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: id, Kind: reconcile.Refund, Money: reconcile.Money{Amount: amount, Currency: "usd"},
+			Status: reconcile.Succeeded, RawStatus: "succeeded", Target: ch.ID, Charge: ch.ID, Created: reconcile.StampOf(created)}
+	}
+	// A late answer recorded in the window names the old charge.
+	z := propPaid("charge:z", t0.Add(-2*time.Hour))
+	z.ProviderID = ch.ID
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, z) })
+	w.a.clock, w.b.clock = t0, t0
+	if _, differ := w.passes(); differ != "" {
+		t.Fatalf("day 0: %s", differ)
+	}
+	at := t0.Add(20 * time.Hour)
+	w.object(refund("re_n", at.Add(-time.Hour), 700), "")
+	w.a.clock, w.b.clock = at, at
+	a, differ := w.passes()
+	if differ != "" {
+		t.Errorf("day 1: %s", differ)
+	}
+	if a.Sync.Match != runner.MatchIncremental {
+		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
+	}
+	if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
+		return f.Kind == reconcile.Orphan && f.Target == "pi_t"
+	}) {
+		t.Errorf("no orphan refund on pi_t among %+v", a.Result.Findings)
+	}
+}

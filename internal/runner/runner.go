@@ -1020,9 +1020,9 @@ func Named(l *sources.Listing, opts matcher.Options) sources.Named {
 	return namedIf(l, opts, nil)
 }
 
-// claimants is what l's objects and keys name (Named) and the other
-// halves of the objects' payments (partners): every name an obligation
-// claiming one of them may hold.
+// claimants is what l's objects and keys name (Named) and the payments
+// the objects are tied to (partners): every name an obligation claiming
+// one of them, or deciding what they are, may hold.
 func claimants(l *sources.Listing, opts matcher.Options) sources.Named {
 	n := Named(l, opts)
 	if extra := partners(l.Objects, n.ProviderIDs, nil); len(extra) > 0 {
@@ -1032,31 +1032,42 @@ func claimants(l *sources.Listing, opts matcher.Options) sources.Named {
 	return n
 }
 
-// partners returns the ids of the other halves of the payments of objs
-// that keep keeps (all, keep nil) that held (sorted) lacks: a charge's
-// intent, an intent's latest charge. The
-// matcher takes a charge and its intent for one payment whichever of the
-// two a pass read (docs/design.md, "Linking"), so an obligation naming the
-// half not read claims the payment as surely as one naming the half read;
-// out of scope, it is read to link them, so that the conflict keeps the
-// one decided on from PAID, as a pass over the whole history finds it
-// (docs/design.md, "Coverage").
+// partners returns the ids of the payments that the objects of objs keep
+// keeps (all, keep nil) are tied to and held (sorted) lacks: a charge's
+// intent, an intent's latest charge, what a refund refunds.
+//
+// The matcher takes a charge and its intent for one payment whichever of
+// the two a pass read (docs/design.md, "Linking"), so an obligation
+// naming the half not read claims the payment as surely as one naming the
+// half read: out of scope, it is read to link them, so that the conflict
+// keeps the one decided on from PAID, as a pass over the whole history
+// finds it (docs/design.md, "Coverage"). What a refund refunds is read
+// where an obligation decided on names it (a refund's target_id), and
+// tells which payment the refund takes money back from: its twins and the
+// words of its findings. A pass that matches only what changed reads the
+// obligations naming it, so that it reads the refunded payment where a
+// whole read would (docs/design.md, "Incremental matching").
 func partners(objs []reconcile.ProviderObject, held []string, keep func(reconcile.ProviderObject) bool) []string {
 	var out []string
+	add := func(p string) {
+		if _, ok := slices.BinarySearch(held, p); p != "" && !ok {
+			out = append(out, p)
+		}
+	}
 	for i := range objs {
 		o := &objs[i]
 		if keep != nil && !keep(*o) {
 			continue
 		}
-		var p string
 		switch o.Kind {
 		case reconcile.Charge:
-			p = o.PaymentIntent
+			add(o.PaymentIntent)
 		case reconcile.PaymentIntent:
-			p = o.Charge
-		}
-		if _, ok := slices.BinarySearch(held, p); p != "" && !ok {
-			out = append(out, p)
+			add(o.Charge)
+		case reconcile.Refund:
+			add(o.Target)
+			add(o.Charge)
+			add(o.PaymentIntent)
 		}
 	}
 	byid.Sort(out)
