@@ -1677,6 +1677,17 @@ func TestRetrievedConflictIsSeen(t *testing.T) {
 	}
 }
 
+// dayZero records obs on both sides and runs both sides' first passes at
+// t0, which must agree.
+func (w *twin) dayZero(t *testing.T, obs ...reconcile.Obligation) {
+	t.Helper()
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, obs...) })
+	w.a.clock, w.b.clock = t0, t0
+	if _, differ := w.passes(); differ != "" {
+		t.Fatalf("day 0: %s", differ)
+	}
+}
+
 // lateAnswer records, an hour before at, the unknown outcome charge:r
 // whose late answer names the old record id, outside every listing, and
 // runs both sides' passes at at (they must agree): the nightly one's
@@ -1770,11 +1781,7 @@ func TestRetrievedPaymentIsClaimedThroughItsOtherHalf(t *testing.T) {
 			w.object(pi, "")
 			o := propPaid("charge:o", t0.Add(-101*time.Hour))
 			o.ProviderID = c.other
-			w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, o) })
-			w.a.clock, w.b.clock = t0, t0
-			if _, differ := w.passes(); differ != "" {
-				t.Fatalf("day 0: %s", differ)
-			}
+			w.dayZero(t, o)
 			a := w.lateAnswer(t, t0.Add(20*time.Hour), c.answer)
 			if len(a.Result.Transitions) > 0 {
 				t.Errorf("the pass marked %+v on a payment another obligation recorded", a.Result.Transitions)
@@ -1809,11 +1816,7 @@ func TestIncrementalReadsWhatARefundRefundsAsWholeDoes(t *testing.T) {
 	// A late answer recorded in the window names the old charge.
 	z := propPaid("charge:z", t0.Add(-2*time.Hour))
 	z.ProviderID = ch.ID
-	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, z) })
-	w.a.clock, w.b.clock = t0, t0
-	if _, differ := w.passes(); differ != "" {
-		t.Fatalf("day 0: %s", differ)
-	}
+	w.dayZero(t, z)
 	at := t0.Add(20 * time.Hour)
 	w.object(refund("re_n", at.Add(-time.Hour), 700), "")
 	w.a.clock, w.b.clock = at, at
