@@ -1074,8 +1074,8 @@ func partners(objs []reconcile.ProviderObject, held []string, keep func(reconcil
 	return slices.Compact(out)
 }
 
-// readPartners adds to obs (sorted by id) the obligations naming the other
-// halves of objs's payments that held (sorted) lacks (partners), read to
+// readPartners adds to obs (sorted by id) the obligations naming the
+// payments objs are tied to that held (sorted) lacks (partners), read to
 // link them.
 func (r *Runner) readPartners(ctx context.Context, obs []reconcile.Obligation, objs []reconcile.ProviderObject, held []string) ([]reconcile.Obligation, error) {
 	extra := partners(objs, held, nil)
