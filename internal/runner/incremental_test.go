@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -1831,5 +1832,79 @@ func TestIncrementalReadsWhatARefundRefundsAsWholeDoes(t *testing.T) {
 		return f.Kind == reconcile.Orphan && f.Target == "pi_t"
 	}) {
 		t.Errorf("no orphan refund on pi_t among %+v", a.Result.Findings)
+	}
+}
+
+// Two refunds of one payment are twins whichever half of it each names
+// (docs/design.md, "Findings": a refund's target is the payment it takes
+// money back from). Here a paid refund obligation's refund and a later
+// one of the same money, with no key or metadata to link it, name an old
+// payment by its charge, its intent or both. The payment is older than
+// the coverage: a pass reads it because the refund obligation, in the
+// window, names it, and, in some cases, a late answer recorded in the
+// window too. Whatever each names, the nightly pass must find the
+// suspected duplicate --full finds: it found an orphan where the paid
+// refund named the charge and the new one the intent, the two tied only
+// by the old charge, which it did not read (it did not decide on the
+// unchanged refund obligation).
+func TestIncrementalRefundTwinsThroughWhatTheyRefund(t *testing.T) {
+	t.Parallel()
+	names := map[string][2]string{ // charge, payment intent
+		"charge": {"ch_t", ""}, "intent": {"", "pi_t"}, "both": {"ch_t", "pi_t"},
+	}
+	for _, first := range []string{"charge", "intent", "both"} {
+		for _, second := range []string{"charge", "intent", "both"} {
+			for _, late := range []bool{false, true} {
+				name := fmt.Sprintf("paid_names_%s/new_names_%s/late_answer_%t", first, second, late)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					refundTwins(t, names[first], names[second], late)
+				})
+			}
+		}
+	}
+}
+
+// refundTwins runs one case of TestIncrementalRefundTwinsThroughWhatTheyRefund:
+// the paid refund names first, the new one second (each a charge and a
+// payment intent, either empty).
+func refundTwins(t *testing.T, first, second [2]string, late bool) {
+	w := newTwin(t, 0)
+	ch := propCharge("ch_t", t0.Add(-100*time.Hour))
+	ch.PaymentIntent = "pi_t"
+	w.object(ch, "")
+	pi := ch
+	pi.ID, pi.Kind, pi.PaymentIntent, pi.Charge = "pi_t", reconcile.PaymentIntent, "", ch.ID
+	w.object(pi, "")
+	refund := func(id string, created time.Time, of [2]string) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: id, Kind: reconcile.Refund, Money: reconcile.Money{Amount: 700, Currency: "usd"},
+			Status: reconcile.Succeeded, RawStatus: "succeeded", Target: cmp.Or(of[0], of[1]), Charge: of[0], PaymentIntent: of[1],
+			Created: reconcile.StampOf(created)}
+	}
+	paid := t0.Add(-2 * time.Hour)
+	f := reconcile.Obligation{ID: "refund:f", Kind: reconcile.Refund, IdempotencyKey: "key-f", ProviderID: "re_a",
+		TargetID: cmp.Or(first[0], first[1]), Money: reconcile.Money{Amount: 700, Currency: "usd"}, State: reconcile.Paid,
+		CreatedAt: reconcile.StampOf(paid.Add(-time.Hour)), UpdatedAt: reconcile.StampOf(paid), PaidAt: reconcile.StampOf(paid)}
+	w.object(refund("re_a", paid, first), "")
+	w.dayZero(t, f)
+	at := t0.Add(20 * time.Hour)
+	w.object(refund("re_b", at.Add(-time.Hour), second), "")
+	var a *runner.Outcome
+	if late {
+		a = w.lateAnswer(t, at, ch.ID)
+	} else {
+		w.a.clock, w.b.clock = at, at
+		var differ string
+		if a, differ = w.passes(); differ != "" {
+			t.Errorf("day 1: %s", differ)
+		}
+	}
+	if a.Sync.Match != runner.MatchIncremental {
+		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
+	}
+	if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
+		return f.Kind == reconcile.SuspectedDuplicate && f.ObligationID == "refund:f" && slices.Contains(f.ProviderIDs, "re_b")
+	}) {
+		t.Errorf("re_b is not a suspected duplicate of refund:f among %+v", a.Result.Findings)
 	}
 }

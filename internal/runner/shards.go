@@ -42,6 +42,7 @@ func (s Shard) owns(id string) bool { return reconcile.ShardOf(id, s.Of) == s.In
 type ShardMirror interface {
 	Mirror
 	Related(ctx context.Context, w reconcile.Window, q store.Related, since time.Time) ([]reconcile.ProviderObject, error)
+	Halves(ctx context.Context, ids []string) ([]string, error)
 	KeysOf(ctx context.Context, ids []string, w reconcile.Window) ([]reconcile.KeyEvidence, error)
 	Named(ctx context.Context, w, kw reconcile.Window, since time.Time, n store.Naming) (map[string]bool, error)
 }
@@ -439,7 +440,7 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 	}
 	asked, pairs, customers := c.asked, c.pairs, c.customers
 	type pair = closurePair
-	const asID, asIntent, asCharge = 1, 2, 4
+	const asID, asIntent, asCharge, asHalves = 1, 2, 4, 8
 	ask := func(list *[]string, as uint8, v string) {
 		if v != "" && asked[v]&as == 0 {
 			asked[v] |= as
@@ -455,6 +456,7 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 		ask(&q.Intents, asIntent, id)
 	}
 	frontier := kept
+	var halves []string
 	for {
 		for i := range kept {
 			if o := &kept[i]; o.Kind == reconcile.PaymentIntent && o.Customer != "" {
@@ -476,7 +478,23 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 					ask(&q.IDs, asID, t)
 					ask(&q.Charges, asCharge, t)
 					ask(&q.Intents, asIntent, t)
+					ask(&halves, asHalves, t)
 				}
+			}
+		}
+		// A refund's twins may name the other half of its payment, which
+		// the coverage may not hold (an old charge): the mirror tells
+		// which that is, and what of the coverage names it is asked too.
+		if len(halves) > 0 {
+			other, err := mirror.Halves(ctx, halves)
+			if err != nil {
+				return nil, err
+			}
+			halves = halves[:0]
+			for _, h := range other {
+				ask(&q.IDs, asID, h)
+				ask(&q.Charges, asCharge, h)
+				ask(&q.Intents, asIntent, h)
 			}
 		}
 		// Pairs from every kept object: an intent read later gives its

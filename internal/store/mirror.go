@@ -695,6 +695,39 @@ func (m *Mirror) Related(ctx context.Context, w reconcile.Window, q Related, sin
 	return out, nil
 }
 
+// Halves returns, in no particular order and each once, the ids of the
+// other half of the payments ids name, as the view's account's mirror
+// knows them whatever their creation or the time it saw them: a charge's
+// payment intent, an intent's charges. A refund names its payment by
+// either half; its twins (docs/design.md, "Findings") may name the other,
+// and which half goes with which never changes once the provider made it.
+// What is returned is ids alone: the objects they name are the pass's
+// input only where it reads them.
+func (m *Mirror) Halves(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := m.pool.Query(ctx, `SELECT payment_intent FROM reconcile.provider_objects
+		WHERE account = $1 AND id = ANY($2::text[]) AND kind = 'charge' AND payment_intent IS NOT NULL
+	UNION
+	SELECT charge FROM reconcile.provider_objects
+		WHERE account = $1 AND id = ANY($2::text[]) AND kind = 'payment_intent' AND charge IS NOT NULL
+	UNION
+	SELECT id FROM reconcile.provider_objects
+		WHERE account = $1 AND payment_intent = ANY($2::text[]) AND payment_intent IS NOT NULL AND kind = 'charge'
+	UNION
+	SELECT id FROM reconcile.provider_objects
+		WHERE account = $1 AND charge = ANY($2::text[]) AND charge IS NOT NULL AND kind = 'payment_intent'`, m.account, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the mirror's payments: %w", err)
+	}
+	halves, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the mirror's payments: %w", err)
+	}
+	return halves, nil
+}
+
 // Save writes one completed pass's reads of the view's account and moves
 // that account's cursors, in one transaction: either all of it is saved
 // or none. Objects and keys carry the view's account or none (then they
