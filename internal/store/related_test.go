@@ -585,3 +585,67 @@ func TestOwnWritesAreThoseOfSavedPasses(t *testing.T) {
 		t.Errorf("own writes after a mark eight days later: %v, want none (run_1 and run_2 forgotten)", got)
 	}
 }
+
+// Halves tells the other half of a payment from whatever the view's
+// account's mirror saw of it, however old and whenever seen: a charge's
+// intent, an intent's charges (by their own field and by its latest
+// charge). A refund is no half; another account's payments are not the
+// view's.
+func TestMirrorHalves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	at := t0()
+	obj := func(id string, kind reconcile.ObjectKind, pi, charge string, created time.Time) reconcile.ProviderObject {
+		return reconcile.ProviderObject{ID: id, Kind: kind, Money: reconcile.Money{Amount: 5000, Currency: "usd"},
+			Status: reconcile.Succeeded, RawStatus: "succeeded", PaymentIntent: pi, Charge: charge, Created: reconcile.StampOf(created)}
+	}
+	recent, old := at.Add(-time.Hour), at.Add(-400*24*time.Hour)
+	m := NewMirror(e.pool).ForAccount("acct_1")
+	if err := m.Save(ctx, MirrorUpdate{RunID: "run_1", Now: at, Seen: []SeenObjects{
+		{At: at, Objects: []reconcile.ProviderObject{
+			obj("pi_1", reconcile.PaymentIntent, "", "ch_2", recent),
+			obj("ch_2", reconcile.Charge, "pi_1", "", recent),
+			obj("re_1", reconcile.Refund, "pi_1", "ch_2", recent),
+			obj("pi_3", reconcile.PaymentIntent, "", "", recent),
+		}},
+		// A failed attempt of pi_1's, old and seen long ago; and a charge
+		// of an intent the mirror never saw.
+		{At: old, Objects: []reconcile.ProviderObject{
+			obj("ch_1", reconcile.Charge, "pi_1", "", old),
+			obj("ch_4", reconcile.Charge, "pi_4", "", old),
+		}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	other := NewMirror(e.pool).ForAccount("acct_2")
+	if err := other.Save(ctx, MirrorUpdate{RunID: "run_2", Now: at, Seen: []SeenObjects{{At: at, Objects: []reconcile.ProviderObject{
+		obj("ch_9", reconcile.Charge, "pi_3", "", recent),
+		obj("pi_9", reconcile.PaymentIntent, "", "ch_2", recent),
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		ids, want []string
+	}{
+		{"none", nil, nil},
+		{"a charge's intent", []string{"ch_2"}, []string{"pi_1"}},
+		{"an old charge's intent", []string{"ch_1"}, []string{"pi_1"}},
+		{"an intent's charges", []string{"pi_1"}, []string{"ch_1", "ch_2"}},
+		{"an intent the mirror never saw", []string{"pi_4"}, []string{"ch_4"}},
+		{"an intent with no charge", []string{"pi_3"}, nil},
+		{"a refund is no half", []string{"re_1"}, nil},
+		{"unknown and empty ids", []string{"ch_none", ""}, nil},
+		{"several", []string{"ch_2", "pi_1", "ch_4"}, []string{"ch_1", "ch_2", "pi_1", "pi_4"}},
+	} {
+		got, err := m.Halves(ctx, c.ids)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: Halves(%q) = %q, want %q", c.name, c.ids, got, c.want)
+		}
+	}
+}
