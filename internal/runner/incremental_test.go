@@ -1755,6 +1755,18 @@ func TestIncrementalAfterAFailedLookup(t *testing.T) {
 	}
 }
 
+// oldPayment adds a payment from before every coverage: charge ch of
+// USD 25.00 and its intent pi. It returns the charge.
+func (w *twin) oldPayment(ch, pi string) reconcile.ProviderObject {
+	c := propCharge(ch, t0.Add(-100*time.Hour))
+	c.PaymentIntent = pi
+	w.object(c, "")
+	intent := c
+	intent.ID, intent.Kind, intent.PaymentIntent, intent.Charge = pi, reconcile.PaymentIntent, "", ch
+	w.object(intent, "")
+	return c
+}
+
 // A charge and its payment intent are one payment, whichever of the two
 // a pass read, and an obligation naming either claims it (docs/design.md,
 // "Linking"). Here an unknown outcome's late answer names one half of an
@@ -1774,12 +1786,7 @@ func TestRetrievedPaymentIsClaimedThroughItsOtherHalf(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			w := newTwin(t, 0)
-			ch := propCharge("ch_o", t0.Add(-100*time.Hour))
-			ch.PaymentIntent = "pi_o"
-			w.object(ch, "")
-			pi := ch
-			pi.ID, pi.Kind, pi.PaymentIntent, pi.Charge = "pi_o", reconcile.PaymentIntent, "", ch.ID
-			w.object(pi, "")
+			w.oldPayment("ch_o", "pi_o")
 			o := propPaid("charge:o", t0.Add(-101*time.Hour))
 			o.ProviderID = c.other
 			w.dayZero(t, o)
@@ -1870,12 +1877,7 @@ func TestIncrementalRefundTwinsThroughWhatTheyRefund(t *testing.T) {
 // payment intent, either empty).
 func refundTwins(t *testing.T, first, second [2]string, late bool) {
 	w := newTwin(t, 0)
-	ch := propCharge("ch_t", t0.Add(-100*time.Hour))
-	ch.PaymentIntent = "pi_t"
-	w.object(ch, "")
-	pi := ch
-	pi.ID, pi.Kind, pi.PaymentIntent, pi.Charge = "pi_t", reconcile.PaymentIntent, "", ch.ID
-	w.object(pi, "")
+	ch := w.oldPayment("ch_t", "pi_t")
 	refund := func(id string, created time.Time, of [2]string) reconcile.ProviderObject {
 		return reconcile.ProviderObject{ID: id, Kind: reconcile.Refund, Money: reconcile.Money{Amount: 700, Currency: "usd"},
 			Status: reconcile.Succeeded, RawStatus: "succeeded", Target: cmp.Or(of[0], of[1]), Charge: of[0], PaymentIntent: of[1],
