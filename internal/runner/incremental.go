@@ -47,7 +47,7 @@ import (
 type MatchMirror interface {
 	ShardMirror
 	Mark(ctx context.Context) (store.MatchMark, bool, error)
-	Open(ctx context.Context) (obligations, objects []string, err error)
+	Open(ctx context.Context, resolvedAfter time.Time) (obligations, objects []string, err error)
 	OwnWrites(ctx context.Context, since time.Time) (map[string]time.Time, error)
 	NamesBefore(ctx context.Context, w reconcile.Window, before, since time.Time) ([]store.ObjectLink, error)
 }
@@ -362,9 +362,11 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 
 	// The obligations changed since the last matching pass, and those of
 	// the open findings, in one scan of the table: read by id after it,
-	// ten thousand open findings' rows cost 0.4 s at a million rows.
+	// ten thousand open findings' rows cost 0.4 s at a million rows. A
+	// finding a pass after the mark resolved counts as open: that pass's
+	// links, on which it resolved it, no mirror holds.
 	since := r.reached(mark.MatchedAt, mark.Window)
-	openObl, openObj, err := mm.Open(ctx)
+	openObl, openObj, err := mm.Open(ctx, mark.MatchedAt)
 	if err != nil {
 		return matcher.Input{}, false, err
 	}
@@ -421,6 +423,18 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	}
 	asksAll := func(o *reconcile.Obligation) bool { return rows[o.ID] || !inScope(o, w) }
 	add(opened)
+	// An object told of by an event may no longer name what it named
+	// when the last pass linked it (its metadata edited): the obligations
+	// in scope that its mirrored state named are decided on again, as a
+	// whole read decides on every one in scope. One out of scope a whole
+	// read reads only if a record names it now.
+	if len(sd.prior) > 0 {
+		named, err := r.Obligations.ReadNamed(ctx, claimants(&sources.Listing{Objects: sd.prior}, r.Matcher))
+		if err != nil {
+			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
+		}
+		add(slices.DeleteFunc(named, func(o reconcile.Obligation) bool { return !inScope(&o, w) }))
+	}
 	seed := store.Related{Pending: true, UnlinkedIntents: true, Linked: st.storeLink}
 	ids := map[string]struct{}{}
 	for _, id := range openObj {

@@ -266,6 +266,9 @@ type synced struct {
 	changed []reconcile.ProviderObject
 	// newer are those of changed whose event is the newer account of them.
 	newer map[string]reconcile.ProviderObject
+	// prior are the mirror's states of changed, as the last passes read
+	// them: what they named then.
+	prior []reconcile.ProviderObject
 	// again are the objects retrieved because their events disagree
 	// within one second.
 	again []reconcile.ProviderObject
@@ -311,6 +314,7 @@ func (r *Runner) syncRead(ctx context.Context, log *slog.Logger, now time.Time, 
 		mirrored := make(map[string]reconcile.ProviderObject, len(prior))
 		for _, m := range prior {
 			seenAt[m.Object.ID], mirrored[m.Object.ID] = m.SeenAt, m.Object
+			out.prior = append(out.prior, m.Object)
 		}
 		for _, c := range sync.Changes {
 			if at, ok := seenAt[c.Object.ID]; ok && c.At.Before(at) {

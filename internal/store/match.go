@@ -125,11 +125,16 @@ func (m *Mirror) Mark(ctx context.Context) (mark MatchMark, ok bool, err error) 
 	return mark, true, nil
 }
 
-// Open returns what the view's account's open findings are about: their
-// obligations and their provider objects, each once, in no order.
-func (m *Mirror) Open(ctx context.Context) (obligations, objects []string, err error) {
+// Open returns what the view's account's open findings are about, and
+// those of the findings resolved after resolvedAfter: their obligations
+// and their provider objects, each once, in no order. A pass given its
+// mark's clock learns what the passes after the mark resolved, whose
+// mirror saves failed: their links, on which they resolved it, no mirror
+// holds (docs/design.md, "Incremental matching").
+func (m *Mirror) Open(ctx context.Context, resolvedAfter time.Time) (obligations, objects []string, err error) {
 	rows, err := m.pool.Query(ctx, `SELECT DISTINCT coalesce(obligation_id, ''), unnest(CASE WHEN provider_ids = '{}' THEN '{""}'::text[]
-		ELSE provider_ids END) FROM reconcile.findings WHERE account = $1 AND status = 'open'`, m.account)
+		ELSE provider_ids END) FROM reconcile.findings
+		WHERE account = $1 AND (status = 'open' OR status = 'resolved' AND resolved_at > $2)`, m.account, resolvedAfter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read open findings: %w", err)
 	}
