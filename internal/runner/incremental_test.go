@@ -153,13 +153,14 @@ func (w *twin) payment(o *reconcile.Obligation, first bool, created time.Time) {
 	case kind == reconcile.Refund:
 		x.ID = w.newObjectID("re")
 		x.Customer = ""
+		t := w.pick(reconcile.Charge)
 		if o != nil {
-			x.Target, x.Charge = o.TargetID, o.TargetID
-		} else if c := w.pick(reconcile.Charge); c != "" {
-			x.Target, x.Charge = c, c
-		} else {
+			t = o.TargetID
+		}
+		if t == "" {
 			return
 		}
+		w.refunds(&x, t)
 	case w.rng.IntN(4) == 0:
 		// An intent and its charge: the intent names the obligation.
 		pi := x
@@ -191,6 +192,34 @@ func (w *twin) payment(o *reconcile.Obligation, first bool, created time.Time) {
 	}
 }
 
+// refunds makes refund x take money back from payment t, a charge or an
+// intent, naming it as a refund of an intent's payment may: by its
+// charge, by its intent, or by both (as Stripe shows one).
+func (w *twin) refunds(x *reconcile.ProviderObject, t string) {
+	charge, intent := t, w.find(t).PaymentIntent
+	if w.find(t).Kind == reconcile.PaymentIntent {
+		charge, intent = w.find(t).Charge, t
+	}
+	switch r := w.rng.IntN(3); {
+	case intent == "" || charge != "" && r == 0:
+		x.Target, x.Charge = charge, charge
+	case charge == "" || r == 1:
+		x.Target, x.PaymentIntent = intent, intent
+	default:
+		x.Target, x.Charge, x.PaymentIntent = charge, charge, intent
+	}
+}
+
+// find is the object of id the history holds, the zero object if none.
+func (w *twin) find(id string) reconcile.ProviderObject {
+	for _, o := range w.objs {
+		if o.ID == id {
+			return o
+		}
+	}
+	return reconcile.ProviderObject{}
+}
+
 // pick is the id of a random object of kind, "" if none.
 func (w *twin) pick(kind reconcile.ObjectKind) string {
 	var ids []string
@@ -217,6 +246,10 @@ func (w *twin) obligation(created time.Time) {
 		CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created)}
 	if c := w.pick(reconcile.Charge); c != "" && w.rng.IntN(5) == 0 {
 		o.ID, o.Kind, o.TargetID = "refund:p"+strconv.Itoa(w.nextObl), reconcile.Refund, c
+		// A workflow may refund a payment by its intent.
+		if pi := w.find(c).PaymentIntent; pi != "" && w.rng.IntN(3) == 0 {
+			o.TargetID = pi
+		}
 	}
 	if o.State == reconcile.Executing && w.rng.IntN(2) == 0 {
 		o.LeaseOwner, o.LeaseExpiresAt = "worker-1", reconcile.StampOf(created.Add(time.Duration(w.rng.IntN(6))*time.Hour))
@@ -1909,4 +1942,87 @@ func refundTwins(t *testing.T, first, second [2]string, late bool) {
 	}) {
 		t.Errorf("re_b is not a suspected duplicate of refund:f among %+v", a.Result.Findings)
 	}
+}
+
+// A record whose metadata is edited may no longer name the obligation the
+// last pass linked it to: that obligation is decided on again, as --full
+// decides on every one in scope. Here a paid obligation's only evidence
+// is a charge whose metadata names its key; the metadata is then edited
+// to name nothing of it, and the obligation is paid without evidence. The
+// nightly pass read the edited charge but not the obligation it named
+// before, and kept the last pass's "nothing to report"
+// (TestIncrementalEqualsWhole's seed 1210 at twelve days).
+func TestIncrementalRedecidesWhatAnEditedRecordNamed(t *testing.T) {
+	t.Parallel()
+	w := newTwin(t, 0)
+	p := propPaid("charge:e", t0.Add(-2*time.Hour))
+	ch := propCharge("ch_e", t0.Add(-time.Hour))
+	ch.Metadata = map[string]string{"idempotency_key": p.IdempotencyKey}
+	w.object(ch, "")
+	w.dayZero(t, p)
+	at := t0.Add(20 * time.Hour)
+	if !w.update(ch.ID, at.Add(-time.Hour), at, func(o *reconcile.ProviderObject) {
+		o.Metadata = map[string]string{"order": "o-1"}
+	}) {
+		t.Fatal("the edit did not happen")
+	}
+	w.a.clock, w.b.clock = at, at
+	a, differ := w.passes()
+	if differ != "" {
+		t.Errorf("day 1: %s", differ)
+	}
+	if a.Sync.Match != runner.MatchIncremental {
+		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
+	}
+	if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
+		return f.Kind == reconcile.PaidWithoutEvidence && f.ObligationID == p.ID
+	}) {
+		t.Errorf("no paid_without_evidence for %s among %+v", p.ID, a.Result.Findings)
+	}
+}
+
+// A pass whose mirror save failed applied its findings all the same, on
+// links no mirror holds. A finding it resolved is the next pass's to
+// decide on again. Here a charge only a provider_id links is an orphan;
+// an obligation written the next day names it, and that day's passes
+// resolve the orphan without saving their mirrors; the day after, the
+// obligation's provider_id is corrected, and the charge is an orphan
+// again. The nightly pass read the corrected row, but asked the mirror
+// for what the last saved pass linked to it (nothing) and kept the
+// orphan resolved (TestIncrementalEqualsWhole's seed 1298 at twelve
+// days).
+func TestIncrementalRedecidesWhatAnUnsavedPassResolved(t *testing.T) {
+	t.Parallel()
+	w := newTwin(t, 0)
+	ch := propCharge("ch_u", t0.Add(-time.Hour))
+	ch.Customer = "cus_" + ch.ID // no twin reaches it
+	w.object(ch, "")
+	w.dayZero(t)
+	day := func(d int, at time.Time, saved bool, kind reconcile.FindingKind) {
+		t.Helper()
+		w.a.clock, w.b.clock = at, at
+		a, differ := w.passesSaving(saved)
+		if differ != "" {
+			t.Errorf("day %d: %s", d, differ)
+		}
+		if a.Sync.Match != runner.MatchIncremental {
+			t.Errorf("day %d matched %s (%q), not incrementally: the test proves nothing", d, a.Sync.Match, a.Sync.MatchReason)
+		}
+		orphan := slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
+			return f.Kind == reconcile.Orphan && slices.Contains(f.ProviderIDs, ch.ID)
+		})
+		if orphan != (kind == reconcile.Orphan) {
+			t.Errorf("day %d: orphan %s found %t, want %t (findings %+v)", d, ch.ID, orphan, !orphan, a.Result.Findings)
+		}
+	}
+	at := t0.Add(20 * time.Hour)
+	u := propPaid("charge:u", at.Add(-time.Hour))
+	u.ProviderID, u.Money = ch.ID, ch.Money
+	w.both(func(e *env) { pgtest.InsertObligations(t, e.pool, u) })
+	day(1, at, false, "")
+	at = at.Add(20 * time.Hour)
+	w.both(func(e *env) {
+		e.exec(`UPDATE obligations SET provider_id = NULL, updated_at = $2 WHERE id = $1`, u.ID, at.Add(-time.Hour))
+	})
+	day(2, at, true, reconcile.Orphan)
 }
