@@ -59,6 +59,10 @@ type twin struct {
 	// (oldShape), apart from the rest of the history.
 	old    []reconcile.Obligation
 	oldRng *rand.Rand
+	// refundRng draws an old payment's refunds (oldRefund), and twin the
+	// refund the next day repeats: nil when none is drawn.
+	refundRng *rand.Rand
+	twin      *reconcile.ProviderObject
 	// told is, by object, the time of the latest event the provider
 	// emitted about it: an update comes after it (update).
 	told map[string]time.Time
@@ -386,6 +390,77 @@ func (w *twin) oldShape(at time.Time) {
 			Created: reconcile.StampOf(recent())}, "")
 	}
 	w.naming(x.ID, x.Money, recent())
+}
+
+// oldRefund, on a day in four, refunds a payment of charge and intent
+// from before every coverage: a paid refund obligation naming either
+// half, and its refund naming either or both. The next day an unlinked
+// refund of the same money, naming either or both (half the time the
+// half the first did not name), repeats it: a pass that does not decide
+// on the unchanged refund obligation still finds it a suspected
+// duplicate's owner only if it knows that the two halves are one
+// payment (TestIncrementalRefundTwinsThroughWhatTheyRefund). It draws
+// from refundRng alone.
+func (w *twin) oldRefund(at time.Time) {
+	r := w.refundRng
+	recent := func() time.Time { return at.Add(-time.Duration(1+r.IntN(50)) * time.Minute) }
+	// names is how a refund of the payment (charge, intent) names it.
+	names := func(x *reconcile.ProviderObject, charge, intent string) {
+		switch r.IntN(3) {
+		case 0:
+			x.Target, x.Charge, x.PaymentIntent = charge, charge, ""
+		case 1:
+			x.Target, x.Charge, x.PaymentIntent = intent, "", intent
+		default:
+			x.Target, x.Charge, x.PaymentIntent = charge, charge, intent
+		}
+	}
+	if first := w.twin; first != nil {
+		w.twin = nil
+		charge, intent := w.find(first.Target).Charge, first.Target
+		if first.Charge != "" {
+			charge, intent = first.Charge, w.find(first.Charge).PaymentIntent
+		}
+		x := *first
+		x.ID, x.Created = w.newObjectID("re"), reconcile.StampOf(recent())
+		names(&x, charge, intent)
+		if r.IntN(2) == 0 {
+			switch {
+			case first.PaymentIntent == "":
+				x.Target, x.Charge, x.PaymentIntent = intent, "", intent
+			case first.Charge == "":
+				x.Target, x.Charge, x.PaymentIntent = charge, charge, ""
+			}
+		}
+		w.object(x, "")
+		return
+	}
+	if r.IntN(4) != 0 {
+		return
+	}
+	var paid []reconcile.ProviderObject
+	for _, x := range w.objs {
+		if x.Kind == reconcile.Charge && x.PaymentIntent != "" && x.Status == reconcile.Succeeded && x.Created.Time().Before(t0.Add(-7*24*time.Hour)) {
+			paid = append(paid, x)
+		}
+	}
+	if len(paid) == 0 {
+		return
+	}
+	c := paid[r.IntN(len(paid))]
+	created := recent()
+	w.nextObl++
+	o := reconcile.Obligation{ID: "refund:p" + strconv.Itoa(w.nextObl), Kind: reconcile.Refund,
+		IdempotencyKey: "key-p" + strconv.Itoa(w.nextObl), Money: reconcile.Money{Amount: 1 + r.Int64N(c.Money.Amount), Currency: c.Money.Currency},
+		State: reconcile.Paid, CreatedAt: reconcile.StampOf(created), UpdatedAt: reconcile.StampOf(created), PaidAt: reconcile.StampOf(created)}
+	x := reconcile.ProviderObject{ID: w.newObjectID("re"), Kind: reconcile.Refund, Money: o.Money, Status: reconcile.Succeeded,
+		RawStatus: "succeeded", Created: reconcile.StampOf(created.Add(time.Minute))}
+	names(&x, c.ID, c.PaymentIntent)
+	o.TargetID, o.ProviderID = x.Target, x.ID
+	w.object(x, "")
+	w.both(func(e *env) { pgtest.InsertObligations(e.tb, e.pool, o) })
+	w.obls = append(w.obls, o)
+	w.twin = &x
 }
 
 // edit changes what a record already there says, at a time within the
@@ -829,6 +904,7 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 		w.oldPaid(t0.Add(-time.Duration(30*24*60+w.rng.IntN(10*24*60)) * time.Minute))
 	}
 	w.rng, w.oldRng = rest, w.rng
+	w.refundRng = rand.New(rand.NewPCG(seed, 0x4ef))
 	// A quarter of the days bring an ad hoc pass before the nightly one,
 	// from a generator of their own (adHoc).
 	adHocRng, adHocAt := rand.New(rand.NewPCG(seed, 0xad0c)), rand.New(rand.NewPCG(seed, 0xad0d))
@@ -859,6 +935,7 @@ func runTwin(tb testing.TB, seed uint64, days int, fail func(format string, args
 				// drew before.
 				w.oldShape(at)
 			}
+			w.oldRefund(at)
 			w.a.clock, w.b.clock = at, at
 			if adHocRng.IntN(4) == 0 {
 				inc, differ := w.adHoc(adHocRng, adHocAt, last)
