@@ -707,21 +707,34 @@ func (m *Mirror) Halves(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := m.pool.Query(ctx, `SELECT payment_intent FROM reconcile.provider_objects
-		WHERE account = $1 AND id = ANY($2::text[]) AND kind = 'charge' AND payment_intent IS NOT NULL
-	UNION
-	SELECT charge FROM reconcile.provider_objects
-		WHERE account = $1 AND id = ANY($2::text[]) AND kind = 'payment_intent' AND charge IS NOT NULL
-	UNION
-	SELECT id FROM reconcile.provider_objects
-		WHERE account = $1 AND payment_intent = ANY($2::text[]) AND payment_intent IS NOT NULL AND kind = 'charge'
-	UNION
-	SELECT id FROM reconcile.provider_objects
-		WHERE account = $1 AND charge = ANY($2::text[]) AND charge IS NOT NULL AND kind = 'payment_intent'`, m.account, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read the mirror's payments: %w", err)
-	}
-	halves, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var halves []string
+	err := pgx.BeginTxFunc(ctx, m.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// Each term is an index lookup (migration 00013, the primary
+		// key), as Related's are, and for the same reasons the planner
+		// is kept from scanning the mirror and from compiling.
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT payment_intent FROM reconcile.provider_objects
+			WHERE account = $1 AND id = ANY($2::text[]) AND kind = 'charge' AND payment_intent IS NOT NULL
+		UNION
+		SELECT charge FROM reconcile.provider_objects
+			WHERE account = $1 AND id = ANY($2::text[]) AND kind = 'payment_intent' AND charge IS NOT NULL
+		UNION
+		SELECT id FROM reconcile.provider_objects
+			WHERE account = $1 AND payment_intent = ANY($2::text[]) AND payment_intent IS NOT NULL AND kind = 'charge'
+		UNION
+		SELECT id FROM reconcile.provider_objects
+			WHERE account = $1 AND charge = ANY($2::text[]) AND charge IS NOT NULL AND kind = 'payment_intent'`, m.account, ids)
+		if err != nil {
+			return err
+		}
+		halves, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the mirror's payments: %w", err)
 	}
