@@ -1799,6 +1799,21 @@ func (w *twin) dayZero(t *testing.T, obs ...reconcile.Obligation) {
 	}
 }
 
+// dayOne runs both sides' passes at at (they must agree, the nightly one
+// matching incrementally) and returns the nightly one's outcome.
+func (w *twin) dayOne(t *testing.T, at time.Time) *runner.Outcome {
+	t.Helper()
+	w.a.clock, w.b.clock = at, at
+	a, differ := w.passes()
+	if differ != "" {
+		t.Errorf("day 1: %s", differ)
+	}
+	if a.Sync.Match != runner.MatchIncremental {
+		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
+	}
+	return a
+}
+
 // lateAnswer records, an hour before at, the unknown outcome charge:r
 // whose late answer names the old record id, outside every listing, and
 // runs both sides' passes at at (they must agree): the nightly one's
@@ -1937,14 +1952,7 @@ func TestIncrementalReadsWhatARefundRefundsAsWholeDoes(t *testing.T) {
 	w.dayZero(t, z)
 	at := t0.Add(20 * time.Hour)
 	w.object(refund("re_n", at.Add(-time.Hour), 700), "")
-	w.a.clock, w.b.clock = at, at
-	a, differ := w.passes()
-	if differ != "" {
-		t.Errorf("day 1: %s", differ)
-	}
-	if a.Sync.Match != runner.MatchIncremental {
-		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
-	}
+	a := w.dayOne(t, at)
 	if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
 		return f.Kind == reconcile.Orphan && f.Target == "pi_t"
 	}) {
@@ -2004,15 +2012,11 @@ func refundTwins(t *testing.T, first, second [2]string, late bool) {
 	var a *runner.Outcome
 	if late {
 		a = w.lateAnswer(t, at, ch.ID)
-	} else {
-		w.a.clock, w.b.clock = at, at
-		var differ string
-		if a, differ = w.passes(); differ != "" {
-			t.Errorf("day 1: %s", differ)
+		if a.Sync.Match != runner.MatchIncremental {
+			t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
 		}
-	}
-	if a.Sync.Match != runner.MatchIncremental {
-		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
+	} else {
+		a = w.dayOne(t, at)
 	}
 	if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
 		return f.Kind == reconcile.SuspectedDuplicate && f.ObligationID == "refund:f" && slices.Contains(f.ProviderIDs, "re_b")
@@ -2043,14 +2047,7 @@ func TestIncrementalRedecidesWhatAnEditedRecordNamed(t *testing.T) {
 	}) {
 		t.Fatal("the edit did not happen")
 	}
-	w.a.clock, w.b.clock = at, at
-	a, differ := w.passes()
-	if differ != "" {
-		t.Errorf("day 1: %s", differ)
-	}
-	if a.Sync.Match != runner.MatchIncremental {
-		t.Errorf("day 1 matched %s (%q), not incrementally: the test proves nothing", a.Sync.Match, a.Sync.MatchReason)
-	}
+	a := w.dayOne(t, at)
 	if !slices.ContainsFunc(a.Result.Findings, func(f reconcile.Finding) bool {
 		return f.Kind == reconcile.PaidWithoutEvidence && f.ObligationID == p.ID
 	}) {
