@@ -429,7 +429,9 @@ func (r *Runner) readChanged(ctx context.Context, log *slog.Logger, req Request,
 	// whole read decides on every one in scope. One out of scope a whole
 	// read reads only if a record names it now.
 	if len(sd.prior) > 0 {
-		named, err := r.Obligations.ReadNamed(ctx, claimants(&sources.Listing{Objects: sd.prior}, r.Matcher))
+		// Named, not claimants: the payment an object is part of never
+		// changes, and the closure reads the obligations naming it.
+		named, err := r.Obligations.ReadNamed(ctx, Named(&sources.Listing{Objects: sd.prior}, r.Matcher))
 		if err != nil {
 			return matcher.Input{}, false, fmt.Errorf("read obligations: %w", err)
 		}

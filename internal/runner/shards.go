@@ -478,13 +478,18 @@ func closeRelated(ctx context.Context, mirror ShardMirror, w reconcile.Window, s
 					ask(&q.IDs, asID, t)
 					ask(&q.Charges, asCharge, t)
 					ask(&q.Intents, asIntent, t)
-					ask(&halves, asHalves, t)
+					// Naming both halves, or one the pass holds (whose
+					// object names the other), it leaves none unknown.
+					if _, held := have[t]; !held && (o.Charge == "" || o.PaymentIntent == "") {
+						ask(&halves, asHalves, t)
+					}
 				}
 			}
 		}
-		// A refund's twins may name the other half of its payment, which
-		// the coverage may not hold (an old charge): the mirror tells
-		// which that is, and what of the coverage names it is asked too.
+		// A refund naming one half of its payment may have twins naming
+		// the other, which the coverage may not hold (an old charge): the
+		// mirror tells which that is, and what of the coverage names it
+		// is asked too.
 		if len(halves) > 0 {
 			other, err := mirror.Halves(ctx, halves)
 			if err != nil {
